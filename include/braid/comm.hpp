@@ -1,0 +1,177 @@
+// braid public API: the communicator and the Work handle of asynchronous operations.
+#pragma once
+
+#include <braid/error.hpp>
+#include <braid/options.hpp>
+#include <braid/store.hpp>
+#include <braid/types.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+namespace detail {
+struct WorkState;
+}
+
+/// Handle of an asynchronous operation. Copyable; all copies refer to the same operation.
+/// The buffers passed to the operation must stay valid and untouched until it completes.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> s) : state_(std::move(s)) {}
+  /// True when the operation finished (successfully or not). Never blocks, never throws.
+  bool test() const;
+  /// Blocks until the operation finishes; rethrows its error (braid::Error).
+  void wait() const;
+  /// Waits at most `timeout`: returns false if the operation is still running (it keeps
+  /// running), true when it finished; rethrows its error.
+  bool wait(std::chrono::milliseconds timeout) const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::WorkState> state_;
+};
+
+/// Sentinel color for split(): the caller joins no sub-communicator (split returns nullptr).
+inline constexpr int kUndefinedColor = -1;
+
+/// A group of ranks that run collectives together.
+///
+/// Threading: a communicator may be used from any thread, but the operations of one
+/// communicator complete in issue order, so callers should issue them in the same order on
+/// every rank. Several communicators run concurrently, also in one process (ranks as threads).
+/// A blocking call with nothing queued runs on the caller's thread; asynchronous calls run on
+/// the communicator's worker thread, in order.
+///
+/// Counts are in elements of `dtype`. A send buffer equal to the receive buffer means in-place
+/// where the operation allows it (allreduce, reduce, broadcast, reduce_scatter with the input
+/// being the full buffer and output its rank's slice at offset rank*count; allgather with the
+/// input at offset rank*count of the output). Buffers may be null only when their count is 0.
+///
+/// Every failure throws braid::Error naming the operation, the argument and the rank.
+class Comm {
+ public:
+  /// Joins the job described by the launcher's environment (see LaunchInfo::fromEnv); rank 0
+  /// serves the store unless it is external.
+  static std::unique_ptr<Comm> fromEnv(const Options& options = Options::fromEnv());
+  /// Joins using explicit launch information.
+  static std::unique_ptr<Comm> create(const LaunchInfo& launch, const Options& options);
+  /// Joins through an existing store (the caller keeps the store alive via the shared_ptr).
+  static std::unique_ptr<Comm> create(std::shared_ptr<Store> store, int rank, int size,
+                                      const Options& options);
+
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  /// Identifier of this communicator within the job (0 for the world communicator).
+  const std::string& id() const noexcept;
+  const Options& options() const noexcept;
+
+  // ---- collectives: blocking form, then asynchronous form returning Work ----
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  Work allreduceAsync(const void* send, void* recv, std::size_t count, DataType dtype,
+                      ReduceOp op);
+
+  /// Result on `root` only; recv may be null on other ranks.
+  void reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+              int root);
+  Work reduceAsync(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+                   int root);
+
+  /// In place: root's buf is sent, every other rank's buf is overwritten.
+  void broadcast(void* buf, std::size_t count, DataType dtype, int root);
+  Work broadcastAsync(void* buf, std::size_t count, DataType dtype, int root);
+
+  /// recv holds size()*count elements, rank r's contribution at offset r*count.
+  void allgather(const void* send, void* recv, std::size_t count, DataType dtype);
+  Work allgatherAsync(const void* send, void* recv, std::size_t count, DataType dtype);
+
+  /// Rank r contributes counts[r] elements; recv holds them at displs[r] (displs empty:
+  /// packed in rank order).
+  void allgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
+                  std::span<const std::size_t> displs, DataType dtype);
+  Work allgathervAsync(const void* send, void* recv, std::span<const std::size_t> counts,
+                       std::span<const std::size_t> displs, DataType dtype);
+
+  /// send holds size()*count elements; rank r receives the reduction of slice r (count elements).
+  void reduceScatter(const void* send, void* recv, std::size_t count, DataType dtype,
+                     ReduceOp op);
+  Work reduceScatterAsync(const void* send, void* recv, std::size_t count, DataType dtype,
+                          ReduceOp op);
+
+  /// send holds sum(counts) elements packed in rank order; rank r receives counts[r].
+  void reduceScatterv(const void* send, void* recv, std::span<const std::size_t> counts,
+                      DataType dtype, ReduceOp op);
+  Work reduceScattervAsync(const void* send, void* recv, std::span<const std::size_t> counts,
+                           DataType dtype, ReduceOp op);
+
+  /// recv (root only) holds size()*count elements.
+  void gather(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+  Work gatherAsync(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+
+  /// send (root only) holds size()*count elements; every rank receives count.
+  void scatter(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+  Work scatterAsync(const void* send, void* recv, std::size_t count, DataType dtype, int root);
+
+  /// send and recv hold size()*count elements; block j of send goes to rank j.
+  void alltoall(const void* send, void* recv, std::size_t count, DataType dtype);
+  Work alltoallAsync(const void* send, void* recv, std::size_t count, DataType dtype);
+
+  /// Block j of send (sendCounts[j] elements at sendDispls[j]) goes to rank j, which stores it
+  /// at its recvDispls[this rank]. Empty displs: packed in rank order.
+  void alltoallv(const void* send, std::span<const std::size_t> sendCounts,
+                 std::span<const std::size_t> sendDispls, void* recv,
+                 std::span<const std::size_t> recvCounts,
+                 std::span<const std::size_t> recvDispls, DataType dtype);
+  Work alltoallvAsync(const void* send, std::span<const std::size_t> sendCounts,
+                      std::span<const std::size_t> sendDispls, void* recv,
+                      std::span<const std::size_t> recvCounts,
+                      std::span<const std::size_t> recvDispls, DataType dtype);
+
+  void barrier();
+  Work barrierAsync();
+
+  /// Point-to-point. Messages between two ranks are matched in order; the receiver's count and
+  /// tag must equal the sender's (else Error(Mismatch)). Send/recv are ordered with the
+  /// communicator's other operations.
+  void send(const void* buf, std::size_t count, DataType dtype, int peer, std::uint32_t tag = 0);
+  Work sendAsync(const void* buf, std::size_t count, DataType dtype, int peer,
+                 std::uint32_t tag = 0);
+  void recv(void* buf, std::size_t count, DataType dtype, int peer, std::uint32_t tag = 0);
+  Work recvAsync(void* buf, std::size_t count, DataType dtype, int peer, std::uint32_t tag = 0);
+
+  /// Collective over this communicator: ranks with the same color form a new communicator,
+  /// ordered by (key, old rank). kUndefinedColor returns nullptr.
+  std::unique_ptr<Comm> split(int color, int key);
+  /// Collective over this communicator: a sub-communicator of the listed ranks (every rank
+  /// must pass the same list, else Error(InvalidArgument) names a disagreeing rank). Ranks not
+  /// in the list get nullptr.
+  std::unique_ptr<Comm> subgroup(std::span<const int> ranks);
+
+  /// Fails every pending and later operation with Error(Aborted). Callable from any thread.
+  void abort();
+
+  /// Name of the algorithm the communicator would pick for this collective and byte size.
+  std::string selectedAlgorithm(Collective c, std::size_t bytes) const;
+
+  struct Impl;
+
+ private:
+  explicit Comm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Library version, "MAJOR.MINOR.PATCH".
+const char* version() noexcept;
+
+}  // namespace braid

@@ -1,0 +1,90 @@
+// braid public API: the key-value store ranks rendezvous through.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+/// A key-value store shared by every rank of a job. Used only to bootstrap (exchange listen
+/// addresses, split membership), never on the data path. Implementations are thread-safe.
+/// Every call is bounded: one that cannot complete in time throws Error(Timeout).
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// Sets key to value (overwrites).
+  virtual void set(const std::string& key, const std::vector<std::uint8_t>& value) = 0;
+  /// Waits until key exists, at most `timeout`, and returns its value.
+  virtual std::vector<std::uint8_t> get(const std::string& key,
+                                        std::chrono::milliseconds timeout) = 0;
+  /// Atomically adds delta to the integer stored at key (0 if absent); returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  /// Waits until every key exists, at most `timeout`.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  /// True when every key exists right now.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+
+  // Convenience wrappers for string values.
+  void setString(const std::string& key, const std::string& value);
+  std::string getString(const std::string& key, std::chrono::milliseconds timeout);
+};
+
+/// Serves a store over TCP (what rank 0 runs unless the store is external). Binds host:port;
+/// port 0 picks a free port. Serves until destroyed. The server runs one thread with epoll.
+class TcpStoreServer {
+ public:
+  TcpStoreServer(const std::string& host, std::uint16_t port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  std::uint16_t port() const noexcept;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Client of a TcpStoreServer. Connecting retries until connectTimeout, then throws
+/// Error(Timeout) naming the address. `opTimeout` bounds set/add/check.
+class TcpStore : public Store {
+ public:
+  TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds connectTimeout,
+           std::chrono::milliseconds opTimeout = std::chrono::milliseconds(60000));
+  ~TcpStore() override;
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
+  std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  /// The local address of the connection to the store: an address of this host that the store's
+  /// network can reach (used as the default listen address).
+  std::string localAddress() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Prepends a prefix to every key (one namespace per communicator).
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::shared_ptr<Store> base, std::string prefix);
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
+  std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  const std::shared_ptr<Store>& base() const { return base_; }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  std::shared_ptr<Store> base_;
+  std::string prefix_;
+};
+
+}  // namespace braid

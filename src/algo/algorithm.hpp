@@ -1,0 +1,64 @@
+// What an algorithm receives and the registry of all algorithms. One file per algorithm under
+// src/algo/<collective>/, each registered in registry.cpp; sweeps in tests iterate the registry.
+#pragma once
+
+#include <braid/types.hpp>
+
+#include "transport/transport.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace braid::algo {
+
+/// The arguments of one operation, already validated by the communicator. Avg never reaches an
+/// algorithm: the communicator runs Sum and divides afterwards.
+struct CollArgs {
+  Collective coll = Collective::Barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;  // elements (per rank where the collective is "per rank")
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  // allgatherv / reduce_scatterv: per-rank counts and displacements of the gathered buffer;
+  // alltoallv: the send side.
+  std::span<const std::size_t> counts;
+  std::span<const std::size_t> displs;
+  // alltoallv: the receive side.
+  std::span<const std::size_t> recvCounts;
+  std::span<const std::size_t> recvDispls;
+};
+
+/// Everything an algorithm may use besides its arguments.
+struct Context {
+  transport::Transport& tr;
+  int rank;
+  int size;
+  /// Pipelining unit in bytes (> 0). Algorithms cut large transfers into chunks of this size.
+  std::size_t chunkBytes;
+  /// Scratch memory owned by the communicator, allocated once (Options::bufferBytes). An
+  /// algorithm needing k chunk slots uses chunk = min(chunkBytes, scratch.size() / k).
+  std::span<std::uint8_t> scratch;
+  transport::Deadline deadline;
+  /// Every message of this operation carries this tag.
+  std::uint64_t tag;
+};
+
+using AlgoFn = void (*)(Context&, const CollArgs&);
+
+struct AlgoInfo {
+  const char* name;  // e.g. "ring", "recursive_doubling", "binomial_tree"
+  Collective coll;
+  AlgoFn run;
+  const char* summary;  // one line for braid-info and logs
+};
+
+/// Every algorithm, grouped by collective.
+std::span<const AlgoInfo> registry();
+/// The algorithm `name` for `coll`, or nullptr.
+const AlgoInfo* findAlgorithm(Collective coll, std::string_view name);
+
+}  // namespace braid::algo

@@ -1,0 +1,96 @@
+// The small interface every algorithm is written against: post a send or a receive to a peer,
+// then test or wait. Algorithms never see sockets, shared memory or threads.
+//
+// Matching: messages between two ranks are delivered in the order they were posted. Every
+// message carries a 64-bit tag that the receiver's tag must equal; the tag encodes the
+// operation (see core/tag.hpp), so two ranks running different collectives fail with
+// Error(Mismatch) instead of hanging or corrupting memory. Messages whose tag has kP2PTagBit set
+// (user send/recv) may arrive before their receive is posted; they are held aside (the only
+// allocation on the receive path) until a matching receive is posted.
+#pragma once
+
+#include <braid/error.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+namespace braid::transport {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+inline constexpr std::uint64_t kP2PTagBit = 1ull << 63;
+
+/// One posted send or receive. Owned by the caller (typically on its stack), which keeps it alive
+/// and unmoved until test() returned true or wait() returned or threw. Reusable after that.
+struct Request {
+  enum class State : std::uint8_t { Idle, Pending, Done, Failed };
+  std::atomic<State> state{State::Idle};
+
+  // Set by post*; read by the transport.
+  bool isSend = false;
+  int peer = -1;
+  std::uint64_t tag = 0;
+  std::uint8_t* data = nullptr;
+  std::size_t bytes = 0;
+
+  // Transport bookkeeping (meaning is private to the transport that owns the request).
+  std::size_t progress = 0;
+  std::size_t aux = 0;
+  Request* next = nullptr;
+
+  Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  bool done() const { return state.load(std::memory_order_acquire) == State::Done; }
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// Posts a send of `bytes` bytes (0 allowed) to `peer` != rank(). The data must stay
+  /// untouched until the request completes.
+  virtual void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                        Request& req) = 0;
+  /// Posts a receive of exactly `bytes` bytes from `peer` != rank(). A message of another size
+  /// or tag fails the request with Error(Mismatch).
+  virtual void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
+                        Request& req) = 0;
+  /// Makes progress without blocking. True when req completed; throws braid::Error if it failed.
+  virtual bool test(Request& req) = 0;
+  /// Blocks until req completes (true), or the deadline passes (Error(Timeout) naming the peer),
+  /// or it fails (Error(PeerLost / Mismatch / Aborted)).
+  virtual void wait(Request& req, Deadline deadline) = 0;
+  /// "rank 3 (10.0.0.2:41235)": how errors name a peer.
+  virtual std::string describePeer(int peer) const = 0;
+  /// Fails every pending and later request with Error(Aborted, why). Any thread.
+  virtual void abort(const std::string& why) = 0;
+  /// Optional: turns a tag into words for Mismatch errors ("allreduce #57 (fp32, 1024)").
+  void setTagDescriber(std::function<std::string(std::uint64_t)> f) { describeTag_ = std::move(f); }
+
+ protected:
+  std::string describeTag(std::uint64_t tag) const {
+    return describeTag_ ? describeTag_(tag) : "tag " + std::to_string(tag);
+  }
+
+ private:
+  std::function<std::string(std::uint64_t)> describeTag_;
+};
+
+/// Waits for every request in order (each with the same deadline).
+inline void waitAll(Transport& t, std::span<Request* const> reqs, Deadline deadline) {
+  for (Request* r : reqs) {
+    if (r != nullptr && r->state.load(std::memory_order_acquire) != Request::State::Idle)
+      t.wait(*r, deadline);
+  }
+}
+
+}  // namespace braid::transport
