@@ -6,6 +6,7 @@
 #include <braid/types.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace braid::kernels {
 
