@@ -1,0 +1,32 @@
+# braid: the two commands of the README, and a few more.
+#   make demo   build, launch 4 local ranks, run every collective with checking, print the table
+#   make test   build and run the whole test suite (what CI runs)
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build demo test test-sanitize bench clean format
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	scripts/demo.sh $(BUILD)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	scripts/bench_tcp.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp')

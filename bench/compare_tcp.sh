@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# braid over TCP vs Open MPI over TCP loopback vs Gloo, 2 ranks, every collective, side by side:
+# the runs are interleaved (braid, MPI, gloo, braid, MPI, gloo, ...) and the report takes medians.
+# Usage: bench/compare_tcp.sh [ROUNDS=3] [MAXBYTES=256M]   (root; installs Open MPI and torch)
+# Output: results/tcp/*.txt|json and results/tcp/report.md (printed).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(dirname "$here")"
+rounds="${1:-3}"
+maxb="${2:-256M}"
+out="$repo/results/tcp"
+mkdir -p "$out"
+anchors="$repo/results/anchors"
+rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
+bash "$anchors/run_all.sh" setup >/dev/null
+BIN="$repo/build/bin"
+export BRAID_SHM_DISABLE=1  # TCP only: this comparison is about the TCP transport
+for k in $(seq 1 "$rounds"); do
+  echo "== round $k/$rounds: braid"
+  for c in allreduce reducescatter allgather broadcast reduce alltoall; do
+    "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -n 0 -w 5 \
+      --reps 7 -c 0 --json "$out/braid.$c.run$k.json" > "$out/braid.$c.run$k.txt"
+  done
+  echo "== round $k/$rounds: Open MPI tcp"
+  OUT_DIR="$out" START=$k bash "$anchors/mpi/run.sh" tcp "$k" >/dev/null
+  echo "== round $k/$rounds: gloo"
+  OUT_DIR="$out" START=$k bash "$anchors/gloo/run.sh" "$k" 2 >/dev/null
+done
+/usr/bin/python3 "$here/compare.py" "$out" --mpi tcp --gloo lo2 | tee "$out/report.md"

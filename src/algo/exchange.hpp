@@ -1,0 +1,103 @@
+// What every algorithm file shares: posting the operation's messages, keeping their requests
+// safe when an operation fails half-way, chunk sizing against the scratch memory, and copies.
+#pragma once
+
+#include <array>
+#include <braid/error.hpp>
+#include <braid/types.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "algo/algorithm.hpp"
+#include "algo/patterns/segments.hpp"
+#include "transport/transport.hpp"
+
+namespace braid::algo {
+
+/// A fixed set of requests on the algorithm's stack. When an operation fails half-way (timeout,
+/// lost peer, mismatch), requests may still be posted, and the peers would wait for messages
+/// that never come. So the destructor aborts the transport when it runs during unwinding or
+/// finds a request still pending: the transport then stops touching the requests before the
+/// stack frees them, and the peers fail fast with Error(PeerLost) instead of waiting for their
+/// deadline. A failed collective therefore leaves the transport aborted; errors raised before
+/// the first InFlight exists (argument checks) leave it intact.
+template <std::size_t N>
+class InFlight {
+ public:
+  explicit InFlight(Context& ctx) : ctx_(ctx), uncaught_(std::uncaught_exceptions()) {}
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+  ~InFlight() {
+    bool abandon = std::uncaught_exceptions() > uncaught_;
+    for (auto& r : reqs_)
+      abandon =
+          abandon || r.state.load(std::memory_order_acquire) == transport::Request::State::Pending;
+    if (!abandon) return;
+    try {
+      ctx_.tr.abort("rank " + std::to_string(ctx_.rank) + " failed an operation (tag " +
+                    std::to_string(ctx_.tag) + ") with messages in flight");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more to do while unwinding
+    }
+  }
+
+  transport::Request& operator[](std::size_t i) noexcept { return reqs_[i]; }
+
+  void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, reqs_[i]);
+  }
+  void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, reqs_[i]);
+  }
+  /// Waits for request i if it was posted and has not been waited for yet.
+  void wait(std::size_t i) {
+    transport::Request& r = reqs_[i];
+    if (r.state.load(std::memory_order_acquire) == transport::Request::State::Idle) return;
+    ctx_.tr.wait(r, ctx_.deadline);
+    r.state.store(transport::Request::State::Idle, std::memory_order_release);
+  }
+  void waitAll() {
+    for (std::size_t i = 0; i < N; ++i) wait(i);
+  }
+
+ private:
+  Context& ctx_;
+  int uncaught_;
+  std::array<transport::Request, N> reqs_;
+};
+
+inline std::uint8_t* bytesOf(void* p) noexcept {
+  return static_cast<std::uint8_t*>(p);
+}
+inline const std::uint8_t* bytesOf(const void* p) noexcept {
+  return static_cast<const std::uint8_t*>(p);
+}
+
+/// memmove when the buffers differ (in-place callers pass the same pointer).
+inline void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
+  if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+/// Elements per pipeline chunk for an algorithm that keeps `slots` chunks in scratch
+/// (slots == 0: it needs no scratch). Every rank computes the same value.
+inline std::size_t chunkElems(const Context& ctx, std::size_t slots, std::size_t elemSize) {
+  const std::size_t ce =
+      patterns::chunkElements(ctx.chunkBytes, ctx.scratch.size(), slots, elemSize);
+  if (slots > 0 && ctx.scratch.size() < slots * ce * elemSize)
+    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(ctx.rank) + ": scratch of " +
+                                                std::to_string(ctx.scratch.size()) +
+                                                " bytes cannot hold " + std::to_string(slots) +
+                                                " chunks of one " + std::to_string(elemSize) +
+                                                "-byte element (raise BRAID_BUFFSIZE)");
+  return ce;
+}
+
+/// Scratch slot `i` of `slotBytes` bytes.
+inline std::uint8_t* scratchSlot(const Context& ctx, std::size_t i,
+                                 std::size_t slotBytes) noexcept {
+  return ctx.scratch.data() + i * slotBytes;
+}
+
+}  // namespace braid::algo

@@ -1,0 +1,71 @@
+// The table of every algorithm, grouped by collective. Adding an algorithm: one file under
+// src/algo/<collective>/, one row here, one section in docs/algorithms.md; the sweeps in
+// tests/algo pick it up from this table.
+#include <algorithm>
+#include <array>
+#include <memory>
+
+#include "algo/algorithm.hpp"
+
+namespace braid::algo {
+
+// Entry points, one per algorithm file (the functions are the files' only exports).
+void ringAllreduce(Context&, const CollArgs&);
+void recursiveDoublingAllreduce(Context&, const CollArgs&);
+void binomialTreeReduce(Context&, const CollArgs&);
+void binomialTreeBroadcast(Context&, const CollArgs&);
+void ringAllgather(Context&, const CollArgs&);
+void ringAllgatherv(Context&, const CollArgs&);
+void ringReduceScatter(Context&, const CollArgs&);
+void ringReduceScatterv(Context&, const CollArgs&);
+void linearGather(Context&, const CollArgs&);
+void linearScatter(Context&, const CollArgs&);
+void pairwiseAlltoall(Context&, const CollArgs&);
+void pairwiseAlltoallv(Context&, const CollArgs&);
+void disseminationBarrier(Context&, const CollArgs&);
+
+namespace {
+
+constexpr std::array kAlgorithms{
+    AlgoInfo{"ring", Collective::Allreduce, ringAllreduce,
+             "ring reduce-scatter then ring allgather, chunk-pipelined; 2(N-1)/N x bytes per rank"},
+    AlgoInfo{"recursive_doubling", Collective::Allreduce, recursiveDoublingAllreduce,
+             "log2(N) full-buffer exchanges, non-power-of-two ranks fold in; for small messages"},
+    AlgoInfo{"binomial_tree", Collective::Reduce, binomialTreeReduce,
+             "binomial tree towards the root, chunk-pipelined; log2(N) steps"},
+    AlgoInfo{"binomial_tree", Collective::Broadcast, binomialTreeBroadcast,
+             "binomial tree from the root, chunk-pipelined; log2(N) steps"},
+    AlgoInfo{"ring", Collective::Allgather, ringAllgather,
+             "ring, chunk-pipelined; N-1 steps, (N-1)/N x output bytes per rank"},
+    AlgoInfo{"ring", Collective::Allgatherv, ringAllgatherv,
+             "ring, chunk-pipelined; N-1 steps, each rank forwards every other rank's block"},
+    AlgoInfo{"ring", Collective::ReduceScatter, ringReduceScatter,
+             "ring, chunk-pipelined; N-1 steps, (N-1)/N x input bytes per rank"},
+    AlgoInfo{"ring", Collective::ReduceScatterv, ringReduceScatterv,
+             "ring, chunk-pipelined; N-1 steps, each rank forwards every other rank's partial"},
+    AlgoInfo{"linear", Collective::Gather, linearGather,
+             "every rank sends its block to the root directly"},
+    AlgoInfo{"linear", Collective::Scatter, linearScatter,
+             "the root sends every rank its block directly"},
+    AlgoInfo{"pairwise", Collective::Alltoall, pairwiseAlltoall,
+             "N-1 steps, step s sends to rank+s and receives from rank-s"},
+    AlgoInfo{"pairwise", Collective::Alltoallv, pairwiseAlltoallv,
+             "N-1 steps, step s sends to rank+s and receives from rank-s"},
+    AlgoInfo{"dissemination", Collective::Barrier, disseminationBarrier,
+             "ceil(log2 N) rounds of 0-byte messages to rank+2^k"},
+};
+
+}  // namespace
+
+std::span<const AlgoInfo> registry() {
+  return kAlgorithms;
+}
+
+const AlgoInfo* findAlgorithm(Collective coll, std::string_view name) {
+  const auto* it = std::find_if(kAlgorithms.begin(), kAlgorithms.end(), [&](const AlgoInfo& a) {
+    return a.coll == coll && name == a.name;
+  });
+  return it == kAlgorithms.end() ? nullptr : std::addressof(*it);
+}
+
+}  // namespace braid::algo

@@ -1,0 +1,85 @@
+// The communicator's private state: bootstrap results, the transport, scratch memory, and the
+// ordered queue that runs operations inline (blocking, nothing queued) or on the worker.
+#pragma once
+
+#include <braid/comm.hpp>
+
+#include "algo/algorithm.hpp"
+#include "core/work.hpp"
+#include "transport/transport.hpp"
+#include "tuning/rules.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace braid {
+
+/// One operation as issued: arguments, owned copies of per-rank arrays, and its tag.
+struct Op {
+  algo::CollArgs args;
+  std::vector<std::size_t> counts, displs, recvCounts, recvDispls;
+  int peer = -1;  // send/recv
+  std::uint64_t tag = 0;
+  std::size_t bytes = 0;  // nccl-tests size, for selection and logs
+  std::shared_ptr<detail::WorkState> work;  // null when run inline
+};
+
+struct Comm::Impl {
+  int rank = 0;
+  int size = 1;
+  std::string id;
+  Options opts;
+  std::vector<tuning::Rule> rules;
+
+  // Bootstrap. The store server (rank 0 only) is shared with sub-communicators so it outlives
+  // every communicator that may still use the store.
+  std::shared_ptr<TcpStoreServer> storeServer;
+  std::shared_ptr<Store> store;      // the job's store
+  std::shared_ptr<Store> commStore;  // this communicator's namespace in it
+  std::unique_ptr<transport::Transport> transport;
+  std::vector<std::uint8_t> scratch;  // allocated once, Options::bufferBytes
+
+  // Ordering: operations run one at a time, in issue order.
+  std::mutex queueMu;
+  std::condition_variable queueCv;
+  std::deque<Op> queue;
+  bool running = false;  // an operation is executing (inline or on the worker)
+  bool stopping = false;
+  std::thread worker;
+  // Async send/recv posted by the worker and not complete yet (worker thread only). They do not
+  // hold up later operations, so an irecv followed by a send cannot deadlock; a collective
+  // waits for them first.
+  struct InflightP2P {
+    std::unique_ptr<transport::Request> req;
+    Op op;
+    transport::Deadline deadline;
+  };
+  std::deque<InflightP2P> inflight;
+  std::size_t inflightCount = 0;  // guarded by queueMu
+  std::uint64_t collectiveSeq = 0;
+  int splitSeq = 0;
+  std::atomic<bool> aborted{false};
+
+  ~Impl();
+  /// Runs op now on the caller's thread if nothing is queued or running, else queues it and
+  /// waits. Throws the op's error.
+  void runBlocking(Op op);
+  /// Queues op for the worker.
+  Work runAsync(Op op);
+  void execute(Op& op);
+  void workerLoop();
+  void postInflight(Op op);
+  /// Completes inflight requests that are done; with `all`, waits for every one.
+  void progressInflight(bool all);
+  std::string where(Collective c) const;
+  void log(int level, const std::string& msg) const;
+};
+
+}  // namespace braid

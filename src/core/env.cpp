@@ -1,0 +1,152 @@
+// The one place braid reads its environment. Every variable is listed in kVariables (printed by
+// `braid-info --env`, documented in docs/env.md).
+#include <braid/error.hpp>
+#include <braid/options.hpp>
+
+#include "tuning/rules.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+namespace braid {
+namespace {
+
+const std::vector<EnvVarDoc> kVariables = {
+    {"BRAID_RANK", "-", "rank of this process (highest precedence launch convention)"},
+    {"BRAID_WORLD_SIZE", "-", "number of ranks in the job"},
+    {"BRAID_LOCAL_RANK", "-", "rank within this host"},
+    {"BRAID_STORE", "-", "HOST:PORT of the rendezvous store (else MASTER_ADDR:MASTER_PORT)"},
+    {"BRAID_STORE_EXTERNAL", "0", "1: the store is served elsewhere; rank 0 does not serve it"},
+    {"RANK / WORLD_SIZE / LOCAL_RANK", "-", "torchrun's launch variables (second precedence)"},
+    {"MASTER_ADDR / MASTER_PORT", "-", "torchrun's store address, used when BRAID_STORE is unset"},
+    {"OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK", "-", "Open MPI's (third precedence)"},
+    {"SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "-", "Slurm's (fourth precedence)"},
+    {"BRAID_CHUNK_SIZE", "256K", "pipelining unit: large transfers are cut into chunks this big"},
+    {"BRAID_BUFFSIZE", "4M", "scratch memory per communicator, allocated once (bounds chunking)"},
+    {"BRAID_SMALL_MSG_SIZE", "64K", "allreduce up to this size uses recursive doubling"},
+    {"BRAID_ALGO", "", "algorithm rules, e.g. 'ring' or 'allreduce:0-64K:recursive_doubling'"},
+    {"BRAID_CONNECT_TIMEOUT", "60000", "ms: bound on store and peer connection setup"},
+    {"BRAID_EXEC_TIMEOUT", "300000", "ms: bound on one operation"},
+    {"BRAID_SPIN_US", "50", "us a waiting thread polls before it sleeps"},
+    {"BRAID_LISTEN_ADDR", "", "address to listen on for peers (default: the one reaching the store)"},
+    {"BRAID_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
+};
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+Error badValue(const char* name, const char* value, const char* expected) {
+  return Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" +
+                                               value + "' is not " + expected);
+}
+
+std::size_t sizeVar(const char* name, std::size_t def) {
+  const char* v = get(name);
+  if (v == nullptr) return def;
+  auto s = tuning::parseSize(v);
+  if (!s) throw badValue(name, v, "a size (e.g. 65536, 64K, 4M)");
+  return *s;
+}
+
+long long intVar(const char* name, long long def) {
+  const char* v = get(name);
+  if (v == nullptr) return def;
+  long long out = 0;
+  std::string_view sv(v);
+  auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), out);
+  if (ec != std::errc() || p != sv.data() + sv.size()) throw badValue(name, v, "an integer");
+  return out;
+}
+
+bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
+  auto colon = s.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  std::string_view h = s.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  unsigned p = 0;
+  auto ps = s.substr(colon + 1);
+  auto [e, ec] = std::from_chars(ps.data(), ps.data() + ps.size(), p);
+  if (ec != std::errc() || e != ps.data() + ps.size() || p > 65535) return false;
+  host = std::string(h);
+  port = static_cast<std::uint16_t>(p);
+  return true;
+}
+
+}  // namespace
+
+const std::vector<EnvVarDoc>& environmentVariables() { return kVariables; }
+
+Options Options::fromEnv() {
+  Options o;
+  o.chunkBytes = sizeVar("BRAID_CHUNK_SIZE", o.chunkBytes);
+  if (o.chunkBytes == 0) throw badValue("BRAID_CHUNK_SIZE", "0", "a positive size");
+  o.bufferBytes = sizeVar("BRAID_BUFFSIZE", o.bufferBytes);
+  o.smallMessageBytes = sizeVar("BRAID_SMALL_MSG_SIZE", o.smallMessageBytes);
+  if (const char* v = get("BRAID_ALGO")) o.algo = v;
+  o.connectTimeout = std::chrono::milliseconds(intVar("BRAID_CONNECT_TIMEOUT", o.connectTimeout.count()));
+  o.execTimeout = std::chrono::milliseconds(intVar("BRAID_EXEC_TIMEOUT", o.execTimeout.count()));
+  o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count()));
+  if (const char* v = get("BRAID_LISTEN_ADDR")) o.listenAddress = v;
+  if (const char* v = get("BRAID_DEBUG")) {
+    std::string_view s(v);
+    if (s == "NONE" || s == "none" || s == "0") o.logLevel = 0;
+    else if (s == "WARN" || s == "warn" || s == "1") o.logLevel = 1;
+    else if (s == "INFO" || s == "info" || s == "2") o.logLevel = 2;
+    else if (s == "TRACE" || s == "trace" || s == "3") o.logLevel = 3;
+    else throw badValue("BRAID_DEBUG", v, "one of NONE, WARN, INFO, TRACE");
+  }
+  return o;
+}
+
+LaunchInfo LaunchInfo::fromEnv() {
+  LaunchInfo li;
+  struct Convention {
+    const char* source;
+    const char* rank;
+    const char* size;
+    const char* local;
+  };
+  static constexpr Convention kConventions[] = {
+      {"braid", "BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK"},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  };
+  for (const auto& c : kConventions) {
+    if (get(c.rank) == nullptr) continue;
+    if (get(c.size) == nullptr)
+      throw Error(ErrorCode::InvalidArgument,
+                  std::string(c.rank) + " is set but " + c.size + " is not");
+    li.source = c.source;
+    li.rank = static_cast<int>(intVar(c.rank, 0));
+    li.size = static_cast<int>(intVar(c.size, 1));
+    li.localRank = static_cast<int>(intVar(c.local, li.rank));
+    break;
+  }
+  if (li.size < 1 || li.rank < 0 || li.rank >= li.size)
+    throw Error(ErrorCode::InvalidArgument, "launch environment (" + li.source + "): rank " +
+                                                std::to_string(li.rank) + " is outside world size " +
+                                                std::to_string(li.size));
+  if (const char* s = get("BRAID_STORE")) {
+    if (!parseHostPort(s, li.storeHost, li.storePort))
+      throw badValue("BRAID_STORE", s, "HOST:PORT");
+  } else if (get("MASTER_ADDR") != nullptr && get("MASTER_PORT") != nullptr) {
+    li.storeHost = get("MASTER_ADDR");
+    long long p = intVar("MASTER_PORT", 0);
+    if (p <= 0 || p > 65535) throw badValue("MASTER_PORT", get("MASTER_PORT"), "a port number");
+    li.storePort = static_cast<std::uint16_t>(p);
+  } else if (li.size > 1) {
+    throw Error(ErrorCode::InvalidArgument,
+                "launch environment (" + li.source + ", rank " + std::to_string(li.rank) +
+                    "): no store address; set BRAID_STORE=HOST:PORT (or MASTER_ADDR and "
+                    "MASTER_PORT), or start the job with braid-run");
+  }
+  li.storeExternal = intVar("BRAID_STORE_EXTERNAL", 0) != 0;
+  return li;
+}
+
+}  // namespace braid

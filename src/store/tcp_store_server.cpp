@@ -1,0 +1,518 @@
+// TcpStoreServer: one thread, one epoll set, non-blocking sockets.
+//
+// The thread owns everything (the key-value map, the connections, the parked requests), so
+// nothing here is locked. A GET or WAIT whose keys are missing is parked: the connection stops
+// reading (one request at a time per connection) and waits in the waiter list of its first
+// missing key and in the deadline set. A SET or ADD of that key moves it on to its next missing
+// key or answers it; the deadline set answers TIMEOUT when the client's timeout elapses. The
+// destructor wakes the thread through an eventfd, joins it, and every fd closes with its owner.
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <braid/error.hpp>
+#include <braid/store.hpp>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "store/store_protocol.hpp"
+#include "store/tcp_socket.hpp"
+
+namespace braid {
+
+namespace proto = store_protocol;
+using store_socket::errnoText;
+using store_socket::Fd;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kListenId = 0;
+constexpr std::uint64_t kWakeId = 1;
+constexpr std::uint64_t kFirstConnectionId = 2;
+constexpr std::size_t kReadChunkBytes = 64 * 1024;
+constexpr std::size_t kReadBudgetBytes = 4 * 1024 * 1024;
+constexpr int kMaxEvents = 64;
+// Deadlines further out than this are clamped, so a "forever" timeout cannot overflow.
+constexpr std::chrono::hours kMaxParkTime{24 * 365};
+
+struct Parked {
+  proto::RequestType type = proto::RequestType::Get;
+  std::vector<std::string> keys;
+  Clock::time_point deadline;
+  std::string waitingOn;  // the key whose waiter list holds this request
+};
+
+struct Connection {
+  std::uint64_t id = 0;
+  Fd fd;
+  std::vector<std::uint8_t> in;   // received bytes not yet decoded
+  std::vector<std::uint8_t> out;  // encoded replies not yet sent, from outSent on
+  std::size_t outSent = 0;
+  std::optional<Parked> parked;
+  std::uint32_t events = 0;  // the interest currently registered with epoll
+};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  Impl(const std::string& host, std::uint16_t port);
+  ~Impl();
+
+  void run() noexcept;
+  void loop();
+  void accept();
+  template <typename Fn>
+  void guarded(std::uint64_t id, Fn&& fn);
+  void onEvent(std::uint64_t id, std::uint32_t events);
+  void readFrom(Connection& c);
+  void serve(Connection& c);
+  void handle(Connection& c, proto::Request& req);
+  bool tryAnswerParked(Connection& c);
+  void onKeyChanged(const std::string& key);
+  void expireDeadlines();
+  void unpark(Connection& c);
+  void reply(Connection& c, const proto::Response& resp);
+  void flush(Connection& c);
+  void updateInterest(Connection& c);
+  void close(std::uint64_t id);
+  int epollTimeoutMs() const;
+  bool present(const std::string& key) const { return data_.find(key) != data_.end(); }
+
+  std::string address_;  // "host:port" as bound, for error messages
+  std::uint16_t port_ = 0;
+  Fd listen_;
+  Fd epoll_;
+  Fd wake_;
+  std::atomic<bool> stop_{false};
+
+  // Owned by the server thread once it starts.
+  std::unordered_map<std::string, std::vector<std::uint8_t>> data_;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;
+  std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
+  std::vector<std::uint64_t> resumable_;  // unparked connections that may hold buffered requests
+  std::uint64_t nextId_ = kFirstConnectionId;
+
+  std::thread thread_;  // last: started once everything above exists, joined first
+};
+
+TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port) {
+  address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+  if (rc != 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "store server: cannot resolve " + address_ + ": " + ::gai_strerror(rc));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
+
+  int lastErr = 0;
+  const char* lastCall = "socket";
+  for (const addrinfo* ai = list.get(); ai != nullptr && !listen_.valid(); ai = ai->ai_next) {
+    Fd s(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!s.valid()) {
+      lastErr = errno;
+      lastCall = "socket";
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6) {
+      int zero = 0;  // "::" also serves IPv4 clients
+      ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    }
+    if (::bind(s.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      lastErr = errno;
+      lastCall = "bind";
+      continue;
+    }
+    if (::listen(s.get(), SOMAXCONN) != 0) {
+      lastErr = errno;
+      lastCall = "listen";
+      continue;
+    }
+    listen_ = std::move(s);
+  }
+  if (!listen_.valid())
+    throw Error(ErrorCode::Internal, std::string("store server: ") + lastCall + " on " + address_ +
+                                         " failed: " + errnoText(lastErr));
+  store_socket::setNoDelay(listen_.get());  // inherited by accepted sockets on Linux
+
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
+    throw Error(ErrorCode::Internal,
+                "store server: getsockname on " + address_ + " failed: " + errnoText(errno));
+  port_ = store_socket::portOf(reinterpret_cast<sockaddr*>(&bound));
+  address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port_);
+
+  epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_.valid())
+    throw Error(ErrorCode::Internal,
+                "store server " + address_ + ": epoll_create1 failed: " + errnoText(errno));
+  wake_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_.valid())
+    throw Error(ErrorCode::Internal,
+                "store server " + address_ + ": eventfd failed: " + errnoText(errno));
+  for (auto [fd, id] : {std::pair{listen_.get(), kListenId}, std::pair{wake_.get(), kWakeId}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      throw Error(ErrorCode::Internal,
+                  "store server " + address_ + ": epoll_ctl failed: " + errnoText(errno));
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+TcpStoreServer::Impl::~Impl() {
+  stop_.store(true);
+  const std::uint64_t one = 1;
+  // Cannot fail in a way that matters: the counter only needs to become non-zero.
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+}
+
+void TcpStoreServer::Impl::run() noexcept {
+  try {
+    loop();
+  } catch (...) {
+    // Only an epoll_wait failure gets here. Dropping every connection makes each client
+    // fail with PeerLost instead of waiting out its timeout.
+  }
+  connections_.clear();
+}
+
+// Runs fn for one connection; a failure there (a client asking for more memory than this host
+// has) closes that connection and leaves the others alone.
+template <typename Fn>
+void TcpStoreServer::Impl::guarded(std::uint64_t id, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception&) {
+    close(id);
+  }
+}
+
+void TcpStoreServer::Impl::loop() {
+  epoll_event events[kMaxEvents];
+  while (!stop_.load()) {
+    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, epollTimeoutMs());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(ErrorCode::Internal,
+                  "store server " + address_ + ": epoll_wait failed: " + errnoText(errno));
+    }
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t id = events[i].data.u64;
+      if (id == kWakeId) return;
+      if (id == kListenId) {
+        try {
+          accept();
+        } catch (const std::exception&) {
+          // Out of memory for one more connection: its fd has closed; the listener stays.
+        }
+        continue;
+      }
+      guarded(id, [&] { onEvent(id, events[i].events); });
+    }
+    expireDeadlines();
+    // Requests that arrived while their connection was parked, now that it is not.
+    while (!resumable_.empty()) {
+      const std::uint64_t id = resumable_.back();
+      resumable_.pop_back();
+      guarded(id, [&] {
+        auto it = connections_.find(id);
+        if (it != connections_.end()) serve(*it->second);
+      });
+    }
+  }
+}
+
+void TcpStoreServer::Impl::accept() {
+  for (;;) {
+    Fd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) return;  // EAGAIN, or a failure (EMFILE, ECONNABORTED) the next round retries
+    store_socket::setNoDelay(fd.get());
+    auto c = std::make_unique<Connection>();
+    c->id = nextId_++;
+    c->fd = std::move(fd);
+    c->events = EPOLLIN | EPOLLRDHUP;
+    epoll_event ev{};
+    ev.events = c->events;
+    ev.data.u64 = c->id;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;
+    connections_.emplace(c->id, std::move(c));
+  }
+}
+
+void TcpStoreServer::Impl::onEvent(std::uint64_t id, std::uint32_t events) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;  // closed earlier in this round
+  Connection& c = *it->second;
+  if (events & EPOLLERR) return close(id);
+  if (events & EPOLLOUT) {
+    flush(c);
+    if (!connections_.count(id)) return;
+  }
+  const bool hangUp = events & (EPOLLHUP | EPOLLRDHUP);
+  if (c.events & EPOLLIN) {
+    if (hangUp || (events & EPOLLIN)) readFrom(c);  // reads up to the EOF, then closes
+  } else if (hangUp) {
+    close(id);  // not reading (parked, or replies backed up), and nobody is left to answer
+  }
+}
+
+// Reads what has arrived, serving each complete request as it comes. Stops after
+// kReadBudgetBytes, so one client streaming a large value does not hold up the others (epoll is
+// level-triggered and brings us back).
+void TcpStoreServer::Impl::readFrom(Connection& c) {
+  const std::uint64_t id = c.id;
+  for (std::size_t budget = kReadBudgetBytes; budget > 0;) {
+    const std::size_t old = c.in.size();
+    c.in.resize(old + kReadChunkBytes);
+    const ssize_t n = ::recv(c.fd.get(), c.in.data() + old, kReadChunkBytes, 0);
+    const int err = errno;
+    c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (n == 0) return close(id);  // the client went away; its pending request dies with it
+    if (n < 0) {
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      return close(id);
+    }
+    budget -= std::min(budget, static_cast<std::size_t>(n));
+    serve(c);
+    if (!connections_.count(id)) return;
+    if (!(c.events & EPOLLIN)) return;  // parked, or replies backed up
+  }
+}
+
+// Decodes and handles the buffered requests, until one parks or the reply backlog is full.
+void TcpStoreServer::Impl::serve(Connection& c) {
+  const std::uint64_t id = c.id;
+  std::size_t used = 0;
+  while (!c.parked && c.out.size() - c.outSent <= proto::kMaxFrameBytes) {
+    proto::Request req;
+    const auto r = proto::decodeRequest(std::span(c.in).subspan(used), req);
+    if (r.status == proto::DecodeStatus::Incomplete) break;
+    if (r.status == proto::DecodeStatus::Malformed) return close(id);
+    used += r.frameBytes;
+    handle(c, req);
+    if (!connections_.count(id)) return;
+  }
+  c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(used));
+  updateInterest(c);
+}
+
+void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
+  proto::Response resp;
+  switch (req.type) {
+    case proto::RequestType::Set: {
+      const std::string& key = req.keys[0];
+      data_[key] = std::move(req.value);
+      reply(c, resp);
+      onKeyChanged(key);
+      return;
+    }
+    case proto::RequestType::Add: {
+      const std::string& key = req.keys[0];
+      auto& cell = data_[key];
+      if (!cell.empty() && cell.size() != proto::kCounterBytes) {
+        resp.type = proto::ResponseType::Error;
+        resp.message = "the value under the key is " + std::to_string(cell.size()) +
+                       " bytes, not an 8-byte counter";
+        reply(c, resp);
+        return;
+      }
+      // Two's-complement wrap-around instead of signed overflow.
+      const auto sum = static_cast<std::uint64_t>(proto::decodeCounter(cell)) +
+                       static_cast<std::uint64_t>(req.delta);
+      cell = proto::encodeCounter(static_cast<std::int64_t>(sum));
+      resp.type = proto::ResponseType::Integer;
+      resp.integer = static_cast<std::int64_t>(sum);
+      reply(c, resp);
+      onKeyChanged(key);
+      return;
+    }
+    case proto::RequestType::Check:
+      resp.type = proto::ResponseType::Bool;
+      resp.flag = std::all_of(req.keys.begin(), req.keys.end(),
+                              [&](const std::string& k) { return present(k); });
+      reply(c, resp);
+      return;
+    case proto::RequestType::Get:
+    case proto::RequestType::Wait: {
+      Parked p;
+      p.type = req.type;
+      p.keys = std::move(req.keys);
+      const auto wait = std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(std::min<std::uint64_t>(req.timeoutMs, INT64_MAX)),
+          kMaxParkTime);
+      p.deadline = Clock::now() + wait;
+      c.parked = std::move(p);
+      if (tryAnswerParked(c)) return;
+      deadlines_.emplace(c.parked->deadline, c.id);
+      return;
+    }
+  }
+}
+
+// Answers c's parked request when its keys are all present (or its deadline has passed);
+// otherwise files it under its first missing key. True when answered.
+bool TcpStoreServer::Impl::tryAnswerParked(Connection& c) {
+  Parked& p = *c.parked;
+  auto missing =
+      std::find_if(p.keys.begin(), p.keys.end(), [&](const std::string& k) { return !present(k); });
+  proto::Response resp;
+  if (missing == p.keys.end()) {
+    if (p.type == proto::RequestType::Get) {
+      resp.type = proto::ResponseType::Value;
+      resp.value = data_.at(p.keys[0]);
+    }
+  } else if (Clock::now() >= p.deadline) {
+    resp.type = proto::ResponseType::Timeout;
+    std::copy_if(missing, p.keys.end(), std::back_inserter(resp.keys),
+                 [&](const std::string& k) { return !present(k); });
+  } else {
+    p.waitingOn = *missing;
+    waiters_[p.waitingOn].push_back(c.id);
+    return false;
+  }
+  c.parked.reset();
+  reply(c, resp);
+  return true;
+}
+
+void TcpStoreServer::Impl::onKeyChanged(const std::string& key) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  const std::vector<std::uint64_t> ids = std::move(it->second);
+  waiters_.erase(it);
+  for (std::uint64_t id : ids) {
+    auto cit = connections_.find(id);
+    if (cit == connections_.end() || !cit->second->parked) continue;
+    Connection& c = *cit->second;
+    const auto deadline = c.parked->deadline;
+    if (tryAnswerParked(c)) {
+      deadlines_.erase({deadline, id});
+      resumable_.push_back(id);
+    }
+  }
+}
+
+void TcpStoreServer::Impl::expireDeadlines() {
+  const auto now = Clock::now();
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    const std::uint64_t id = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto it = connections_.find(id);
+    if (it == connections_.end() || !it->second->parked) continue;
+    Connection& c = *it->second;
+    unpark(c);
+    c.parked->deadline = now;  // tryAnswerParked now answers TIMEOUT for whatever is missing
+    tryAnswerParked(c);
+    resumable_.push_back(id);
+  }
+}
+
+// Takes c's parked request out of its waiter list (it stays in c.parked).
+void TcpStoreServer::Impl::unpark(Connection& c) {
+  auto it = waiters_.find(c.parked->waitingOn);
+  if (it == waiters_.end()) return;
+  std::erase(it->second, c.id);
+  if (it->second.empty()) waiters_.erase(it);
+}
+
+void TcpStoreServer::Impl::reply(Connection& c, const proto::Response& resp) {
+  if (!proto::appendResponse(resp, c.out)) return close(c.id);  // cannot happen for valid input
+  flush(c);
+}
+
+void TcpStoreServer::Impl::flush(Connection& c) {
+  while (c.outSent < c.out.size()) {
+    const ssize_t n =
+        ::send(c.fd.get(), c.out.data() + c.outSent, c.out.size() - c.outSent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return close(c.id);
+    }
+    c.outSent += static_cast<std::size_t>(n);
+  }
+  if (c.outSent == c.out.size()) {
+    c.out.clear();
+    c.outSent = 0;
+  }
+  updateInterest(c);
+}
+
+// Reads while the connection may take a request (not parked, reply backlog within one frame);
+// watches for writability while replies are pending. RDHUP always, to notice a client leaving.
+void TcpStoreServer::Impl::updateInterest(Connection& c) {
+  const std::size_t backlog = c.out.size() - c.outSent;
+  std::uint32_t want = EPOLLRDHUP;
+  if (!c.parked && backlog <= proto::kMaxFrameBytes) want |= EPOLLIN;
+  if (backlog > 0) want |= EPOLLOUT;
+  if (want == c.events) return;
+  const bool resumed = (want & EPOLLIN) && !(c.events & EPOLLIN);
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c.id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) return close(c.id);
+  c.events = want;
+  if (resumed && !c.in.empty()) resumable_.push_back(c.id);
+}
+
+void TcpStoreServer::Impl::close(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& c = *it->second;
+  if (c.parked) {
+    unpark(c);
+    deadlines_.erase({c.parked->deadline, id});
+  }
+  // Closing the fd removes it from the epoll set.
+  connections_.erase(it);
+}
+
+int TcpStoreServer::Impl::epollTimeoutMs() const {
+  if (!resumable_.empty()) return 0;
+  if (deadlines_.empty()) return -1;
+  const auto left = deadlines_.begin()->first - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up, so a wake-up never comes before the deadline it is for.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<std::int64_t>(ms, 60 * 1000));
+}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port)
+    : impl_(std::make_unique<Impl>(host, port)) {}
+
+TcpStoreServer::~TcpStoreServer() = default;
+
+std::uint16_t TcpStoreServer::port() const noexcept {
+  return impl_->port_;
+}
+
+}  // namespace braid

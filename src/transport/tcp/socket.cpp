@@ -1,0 +1,219 @@
+#include "transport/tcp/socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <braid/error.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <memory>
+
+namespace braid::transport::tcp {
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string errnoText(int err) {
+  char buf[256];
+  // GNU strerror_r returns a pointer that may or may not be buf.
+  const char* text = ::strerror_r(err, buf, sizeof buf);
+  return text;
+}
+
+std::optional<HostPort> parseHostPort(std::string_view text) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) return {};
+  std::string_view host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return {};
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string_view portText = text.substr(colon + 1);
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+  if (ec != std::errc() || end != portText.data() + portText.size() || port > 65535) return {};
+  return HostPort{std::string(host), static_cast<std::uint16_t>(port)};
+}
+
+std::string formatHostPort(const std::string& host, std::uint16_t port) {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+int millisecondsUntil(Deadline deadline, int capMs) {
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up so a sleep never ends just before the deadline and spins on a 0 ms timeout.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return ms > capMs ? capMs : static_cast<int>(ms);
+}
+
+namespace {
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { ::freeaddrinfo(ai); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+AddrInfoPtr resolve(const std::string& host, std::uint16_t port, std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* result = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0) {
+    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
+    return nullptr;
+  }
+  return AddrInfoPtr(result);
+}
+
+void setBuffers(int fd, std::size_t bytes) {
+  if (bytes == 0) return;
+  // The kernel clamps to net.core.{w,r}mem_max and doubles the value for bookkeeping.
+  const int value = bytes > static_cast<std::size_t>(1 << 30) ? 1 << 30 : static_cast<int>(bytes);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof value);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, sizeof value);
+}
+
+[[noreturn]] void throwSystem(const std::string& what, int err) {
+  throw Error(ErrorCode::Internal, what + ": " + errnoText(err));
+}
+
+}  // namespace
+
+void setNoDelay(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port) {
+  std::string error;
+  AddrInfoPtr ai = resolve(host, 0, error);
+  if (!ai) throw Error(ErrorCode::InvalidArgument, "tcp listen address: " + error);
+  Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) throwSystem("tcp listen on " + host + ": socket", errno);
+  setBuffers(fd.get(), bufferBytes);
+  if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0)
+    throwSystem("tcp listen on " + host + ": bind", errno);
+  if (::listen(fd.get(), SOMAXCONN) != 0) throwSystem("tcp listen on " + host + ": listen", errno);
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0)
+    throwSystem("tcp listen on " + host + ": getsockname", errno);
+  port = local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port)
+                                     : ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  return fd;
+}
+
+Fd connectTo(const HostPort& address, std::size_t bufferBytes, Deadline deadline,
+             std::string& error) {
+  AddrInfoPtr ai = resolve(address.host, address.port, error);
+  if (!ai) return Fd();
+  for (addrinfo* a = ai.get(); a != nullptr; a = a->ai_next) {
+    Fd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) {
+      error = "socket: " + errnoText(errno);
+      continue;
+    }
+    setBuffers(fd.get(), bufferBytes);
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return fd;
+    if (errno != EINPROGRESS) {
+      error = errnoText(errno);
+      continue;
+    }
+    pollfd pfd{fd.get(), POLLOUT, 0};
+    int rc;
+    do {
+      rc = ::poll(&pfd, 1, millisecondsUntil(deadline, 1000));
+    } while ((rc == 0 && Clock::now() < deadline) || (rc < 0 && errno == EINTR));
+    if (rc == 0) {
+      error = "connect timed out";
+      continue;
+    }
+    int soError = 0;
+    socklen_t len = sizeof soError;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &soError, &len);
+    if (rc < 0 || soError != 0) {
+      error = errnoText(rc < 0 ? errno : soError);
+      continue;
+    }
+    return fd;
+  }
+  return Fd();
+}
+
+Fd acceptFrom(int listenFd, Deadline deadline) {
+  for (;;) {
+    const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) return Fd(fd);
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) throwSystem("tcp accept", errno);
+    if (Clock::now() >= deadline) return Fd();
+    pollfd pfd{listenFd, POLLIN, 0};
+    if (::poll(&pfd, 1, millisecondsUntil(deadline, 1000)) < 0 && errno != EINTR)
+      throwSystem("tcp accept: poll", errno);
+  }
+}
+
+namespace {
+
+// Moves bytes with `io` (one send or recv call) until done, polling for `events` in between.
+template <typename Io>
+bool transferExactly(int fd, std::size_t bytes, short events, Deadline deadline, std::string& error,
+                     Io io) {
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = io(done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      error = "connection closed by peer";
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      error = errnoText(errno);
+      return false;
+    }
+    if (Clock::now() >= deadline) {
+      error = "no handshake reply";
+      return false;
+    }
+    pollfd pfd{fd, events, 0};
+    ::poll(&pfd, 1, millisecondsUntil(deadline, 1000));
+  }
+  return true;
+}
+
+}  // namespace
+
+bool sendExactly(int fd, const void* data, std::size_t bytes, Deadline deadline,
+                 std::string& error) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  return transferExactly(fd, bytes, POLLOUT, deadline, error, [&](std::size_t done) {
+    return ::send(fd, p + done, bytes - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  });
+}
+
+bool recvExactly(int fd, void* data, std::size_t bytes, Deadline deadline, std::string& error) {
+  auto* p = static_cast<std::uint8_t*>(data);
+  return transferExactly(fd, bytes, POLLIN, deadline, error, [&](std::size_t done) {
+    return ::recv(fd, p + done, bytes - done, MSG_DONTWAIT);
+  });
+}
+
+}  // namespace braid::transport::tcp

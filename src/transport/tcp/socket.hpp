@@ -1,0 +1,81 @@
+// Sockets for the TCP transport: an owning file descriptor, address parsing, and the bounded
+// blocking-style helpers used while connections are set up (the data path is in
+// tcp_transport.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "transport/transport.hpp"
+
+namespace braid::transport::tcp {
+
+/// Owns one file descriptor; closes it on destruction.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& other) noexcept : fd_(other.release()) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+/// strerror text of an errno value.
+std::string errnoText(int err);
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+/// Parses "host:port" or "[v6addr]:port".
+std::optional<HostPort> parseHostPort(std::string_view text);
+/// "host:port", with brackets around an IPv6 literal.
+std::string formatHostPort(const std::string& host, std::uint16_t port);
+
+/// A non-blocking listening socket bound to host on an ephemeral port. Accepted sockets inherit
+/// the buffer sizes (set before listen so the window scale is negotiated for them).
+/// Throws Error(InvalidArgument) for an unusable host, Error(Internal) on a failed system call.
+Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port);
+
+/// One non-blocking connect attempt, bounded by deadline. Returns the connected socket, or an
+/// empty Fd with `error` describing why not.
+Fd connectTo(const HostPort& address, std::size_t bufferBytes, Deadline deadline,
+             std::string& error);
+
+/// Waits for one incoming connection until deadline; empty Fd on timeout.
+Fd acceptFrom(int listenFd, Deadline deadline);
+
+/// Sets TCP_NODELAY (data sockets are latency-bound; frames are written in one call).
+void setNoDelay(int fd);
+
+/// Sends / receives exactly `bytes` on a non-blocking socket, polling until deadline. Return
+/// false with `error` set on timeout, EOF or a socket error.
+bool sendExactly(int fd, const void* data, std::size_t bytes, Deadline deadline,
+                 std::string& error);
+bool recvExactly(int fd, void* data, std::size_t bytes, Deadline deadline, std::string& error);
+
+/// Milliseconds from now until deadline, clamped to [0, capMs].
+int millisecondsUntil(Deadline deadline, int capMs);
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,453 @@
+#include "transport/tcp/tcp_connection.hpp"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+namespace braid::transport::tcp {
+
+namespace {
+
+using State = Request::State;
+
+constexpr std::size_t kHeaderBytes = 16;
+constexpr std::size_t kStagingBytes = 16 * 1024;
+// Bytes moved per call before other peers get a turn (the transport's lock is held meanwhile).
+constexpr std::size_t kIoBudget = 4 << 20;
+constexpr int kMaxIov = 64;
+
+void encodeHeader(std::uint8_t* out, std::uint64_t tag, std::uint64_t bytes) {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(out, &tag, 8);
+    std::memcpy(out + 8, &bytes, 8);
+  } else {
+    for (int i = 0; i < 8; ++i) {
+      out[i] = static_cast<std::uint8_t>(tag >> (8 * i));
+      out[8 + i] = static_cast<std::uint8_t>(bytes >> (8 * i));
+    }
+  }
+}
+
+std::uint64_t decodeU64(const std::uint8_t* in) {
+  std::uint64_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, in, 8);
+  } else {
+    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  }
+  return v;
+}
+
+bool isP2P(std::uint64_t tag) {
+  return (tag & kP2PTagBit) != 0;
+}
+
+std::string lossReason(int err) {
+  if (err == 0) return "connection closed by peer";
+  if (err == ECONNRESET) return "connection reset by peer";
+  if (err == EPIPE) return "connection closed by peer (broken pipe)";
+  return errnoText(err);
+}
+
+void append(Request*& head, Request*& tail, Request& req) {
+  req.next = nullptr;
+  if (tail != nullptr)
+    tail->next = &req;
+  else
+    head = &req;
+  tail = &req;
+}
+
+}  // namespace
+
+Connection::Connection(int selfRank, int peer, std::string description, Fd fd, int epollFd,
+                       CompletionSink& sink)
+    : selfRank_(selfRank),
+      peer_(peer),
+      description_(std::move(description)),
+      fd_(std::move(fd)),
+      epollFd_(epollFd),
+      sink_(&sink) {
+  if (!fd_) return;
+  staging_.resize(kStagingBytes);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = static_cast<std::uint64_t>(peer);
+  if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd_.get(), &ev) != 0)
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(selfRank) + ": epoll_ctl for " +
+                                         description_ + ": " + errnoText(errno));
+  registered_ = true;
+  events_ = EPOLLIN;
+}
+
+Error Connection::lost(int err, const char* during, std::size_t bytes) const {
+  std::string text = "rank " + std::to_string(selfRank_) + " lost its connection to " +
+                     description_ + ": " + lossReason(err);
+  if (during != nullptr)
+    text += std::string(" during ") + during + " of " + std::to_string(bytes) + " bytes";
+  return Error(ErrorCode::PeerLost, text);
+}
+
+Error Connection::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
+  return Error(ErrorCode::Mismatch, "rank " + std::to_string(selfRank_) + " expected " +
+                                        sink_->tagText(expected.tag) + " (" +
+                                        std::to_string(expected.bytes) + " bytes) from " +
+                                        description_ + " but received " + sink_->tagText(tag) +
+                                        " (" + std::to_string(bytes) + " bytes)");
+}
+
+// ---- posting ----
+
+void Connection::postSend(Request& req) {
+  if (error_) {
+    sink_->finish(req, State::Failed, true);
+    return;
+  }
+  const bool idle = sendHead_ == nullptr;
+  append(sendHead_, sendTail_, req);
+  if (eof_) {  // the peer closed its socket: it will never read this
+    fail(lost(0, "send", req.bytes));
+    return;
+  }
+  if (idle) write();
+}
+
+void Connection::postRecv(Request& req) {
+  if (error_) {
+    sink_->finish(req, State::Failed, true);
+    return;
+  }
+  if (isP2P(req.tag)) {
+    const auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
+                                 [&](const Unexpected& u) { return u.tag == req.tag; });
+    if (it != unexpected_.end()) {
+      if (it->data.size() != req.bytes) {
+        const Error e = mismatch(req, it->tag, it->data.size());
+        fail(e);
+        sink_->finish(req, State::Failed, true);
+        return;
+      }
+      if (it->filled > 0) std::memcpy(req.data, it->data.data(), it->filled);
+      req.progress = it->filled;
+      const bool complete = it->filled == it->data.size();
+      if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
+        rxUnexpected_ = nullptr;
+        rxRequest_ = &req;
+      }
+      unexpected_.erase(it);
+      if (complete) {
+        sink_->finish(req, State::Done, false);
+        return;
+      }
+      read();
+      return;
+    }
+  }
+  append(recvHead_, recvTail_, req);
+  if (!isP2P(req.tag) && stalled_) {
+    stalled_ = false;
+    updateInterest();
+  }
+  read();
+}
+
+// ---- failure ----
+
+void Connection::finishAll(bool connectionError) {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Failed, connectionError);
+  }
+  for (Request** head : {&sendHead_, &recvHead_}) {
+    Request* r = *head;
+    *head = nullptr;
+    while (r != nullptr) {
+      Request* next = r->next;  // read before finish: the owner may reuse r at once
+      sink_->finish(*r, State::Failed, connectionError);
+      r = next;
+    }
+  }
+  sendTail_ = recvTail_ = nullptr;
+  rxUnexpected_ = nullptr;
+  unexpected_.clear();
+  stageBegin_ = stageEnd_ = 0;
+  stalled_ = false;
+  wantWrite_ = false;
+}
+
+void Connection::closeSocket() {
+  if (!fd_) return;
+  if (registered_) ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd_.get(), nullptr);
+  registered_ = false;
+  // shutdown first so the peer sees the end of the stream right away.
+  ::shutdown(fd_.get(), SHUT_RDWR);
+  fd_.reset();
+}
+
+void Connection::fail(Error error) {
+  if (error_) return;
+  error_ = std::move(error);
+  closeSocket();
+  finishAll(true);
+}
+
+void Connection::abandon() {
+  closeSocket();
+  finishAll(false);
+}
+
+// ---- reading ----
+
+void Connection::updateInterest() {
+  if (!registered_) return;
+  const std::uint32_t want = (stalled_ ? 0u : static_cast<std::uint32_t>(EPOLLIN)) |
+                             (wantWrite_ ? static_cast<std::uint32_t>(EPOLLOUT) : 0u);
+  if (want == events_) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = static_cast<std::uint64_t>(peer_);
+  if (::epoll_ctl(epollFd_, EPOLL_CTL_MOD, fd_.get(), &ev) != 0) {
+    fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + ": epoll_ctl for " +
+                                        description_ + ": " + errnoText(errno)));
+    return;
+  }
+  events_ = want;
+}
+
+void Connection::onEof() {
+  eof_ = true;
+  // Level-triggered EPOLLIN would report the end of the stream forever; staged bytes stay usable.
+  if (registered_) ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd_.get(), nullptr);
+  registered_ = false;
+  if (sendHead_ != nullptr) fail(lost(0, "send", sendHead_->bytes));
+}
+
+void Connection::completeRx() {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Done, false);
+  } else {
+    rxUnexpected_ = nullptr;  // complete; held until a receive of its tag is posted
+  }
+}
+
+// Matches the staged header against the posted receives. False when reading must stop.
+bool Connection::matchHeader() {
+  const std::uint8_t* h = staging_.data() + stageBegin_;
+  const std::uint64_t tag = decodeU64(h);
+  const std::uint64_t bytes = decodeU64(h + 8);
+  const bool p2p = isP2P(tag);
+  Request* prev = nullptr;
+  Request* r = recvHead_;
+  for (; r != nullptr; prev = r, r = r->next)
+    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
+  if (r == nullptr && !p2p) {
+    stalled_ = true;
+    updateInterest();
+    return false;
+  }
+  if (r == nullptr) {
+    try {
+      unexpected_.push_back(Unexpected{tag, std::vector<std::uint8_t>(bytes), 0});
+    } catch (const std::exception&) {  // bad_alloc / length_error: a corrupt or absurd frame
+      fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + " cannot hold " +
+                                          sink_->tagText(tag) + " (" + std::to_string(bytes) +
+                                          " bytes) from " + description_ +
+                                          " until its receive is posted"));
+      return false;
+    }
+    stageBegin_ += kHeaderBytes;
+    if (bytes > 0) rxUnexpected_ = &unexpected_.back();
+    return true;
+  }
+  if (r->tag != tag || r->bytes != bytes) {
+    fail(mismatch(*r, tag, bytes));
+    return false;
+  }
+  (prev != nullptr ? prev->next : recvHead_) = r->next;
+  if (recvTail_ == r) recvTail_ = prev;
+  stageBegin_ += kHeaderBytes;
+  if (bytes == 0)
+    sink_->finish(*r, State::Done, false);
+  else
+    rxRequest_ = r;
+  return true;
+}
+
+void Connection::read() {
+  std::size_t budget = kIoBudget;
+  bool drained = false;  // a recv returned less than asked: the socket is most likely empty
+  while (fd_ && !error_) {
+    const bool intoRequest = rxRequest_ != nullptr;
+    if (intoRequest || rxUnexpected_ != nullptr) {
+      std::uint8_t* dst;
+      std::size_t want;
+      if (intoRequest) {
+        dst = rxRequest_->data + rxRequest_->progress;
+        want = rxRequest_->bytes - rxRequest_->progress;
+      } else {
+        dst = rxUnexpected_->data.data() + rxUnexpected_->filled;
+        want = rxUnexpected_->data.size() - rxUnexpected_->filled;
+      }
+      const std::size_t frameBytes = intoRequest ? rxRequest_->bytes : rxUnexpected_->data.size();
+      std::size_t got = 0;
+      if (staged() > 0) {
+        got = std::min(want, staged());
+        std::memcpy(dst, staging_.data() + stageBegin_, got);
+        stageBegin_ += got;
+      } else {
+        if (eof_) {
+          fail(lost(0, "recv", frameBytes));
+          return;
+        }
+        if (drained || budget == 0) return;
+        const std::size_t ask = std::min(want, budget);
+        const ssize_t n = ::recv(fd_.get(), dst, ask, MSG_DONTWAIT);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+          fail(lost(errno, "recv", frameBytes));
+          return;
+        }
+        if (n == 0) {
+          onEof();
+          continue;
+        }
+        got = static_cast<std::size_t>(n);
+        budget -= got;
+        drained = got < ask;
+      }
+      if (intoRequest) {
+        rxRequest_->progress += got;
+        if (rxRequest_->progress == rxRequest_->bytes) completeRx();
+      } else {
+        rxUnexpected_->filled += got;
+        if (rxUnexpected_->filled == rxUnexpected_->data.size()) completeRx();
+      }
+      continue;
+    }
+    if (staged() >= kHeaderBytes) {
+      if (!matchHeader()) return;
+      continue;
+    }
+    if (eof_) {
+      if (recvHead_ != nullptr) fail(lost(0, "recv", recvHead_->bytes));
+      return;
+    }
+    if (drained || budget == 0) return;
+    if (stageBegin_ > 0) {  // keep the partial header, make room behind it
+      std::memmove(staging_.data(), staging_.data() + stageBegin_, staged());
+      stageEnd_ = staged();
+      stageBegin_ = 0;
+    }
+    const std::size_t ask = staging_.size() - stageEnd_;
+    const ssize_t n = ::recv(fd_.get(), staging_.data() + stageEnd_, ask, MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      const int err = errno;
+      fail(recvHead_ != nullptr ? lost(err, "recv", recvHead_->bytes) : lost(err, nullptr, 0));
+      return;
+    }
+    if (n == 0) {
+      onEof();
+      continue;
+    }
+    stageEnd_ += static_cast<std::size_t>(n);
+    budget -= std::min(budget, static_cast<std::size_t>(n));
+    drained = static_cast<std::size_t>(n) < ask;
+  }
+}
+
+// ---- writing ----
+
+void Connection::write() {
+  std::size_t budget = kIoBudget;
+  while (sendHead_ != nullptr && fd_ && !error_) {
+    if (budget == 0) {  // more to send, but let the other peers have a turn first
+      wantWrite_ = true;
+      updateInterest();
+      return;
+    }
+    std::array<iovec, kMaxIov> iov;
+    std::array<std::array<std::uint8_t, kHeaderBytes>, kMaxIov / 2> headers;
+    std::size_t count = 0;
+    std::size_t headerCount = 0;
+    std::size_t total = 0;
+    for (Request* r = sendHead_; r != nullptr && count + 2 <= iov.size() && total < budget;
+         r = r->next) {
+      if (r->progress < kHeaderBytes) {
+        std::uint8_t* h = headers[headerCount++].data();
+        encodeHeader(h, r->tag, r->bytes);
+        iov[count++] = {h + r->progress, kHeaderBytes - r->progress};
+        total += kHeaderBytes - r->progress;
+      }
+      const std::size_t sent = r->progress > kHeaderBytes ? r->progress - kHeaderBytes : 0;
+      if (r->bytes > sent) {
+        const std::size_t len = std::min(r->bytes - sent, budget);
+        iov[count++] = {r->data + sent, len};
+        total += len;
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = count;
+    const ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wantWrite_ = true;
+        updateInterest();
+        return;
+      }
+      fail(lost(errno, "send", sendHead_->bytes));
+      return;
+    }
+    std::size_t left = static_cast<std::size_t>(n);
+    budget -= std::min(budget, left);
+    while (left > 0) {
+      Request* r = sendHead_;
+      const std::size_t take = std::min(left, kHeaderBytes + r->bytes - r->progress);
+      r->progress += take;
+      left -= take;
+      if (r->progress == kHeaderBytes + r->bytes) {
+        sendHead_ = r->next;
+        if (sendHead_ == nullptr) sendTail_ = nullptr;
+        sink_->finish(*r, State::Done, false);
+      }
+    }
+    if (static_cast<std::size_t>(n) < total) {  // the socket buffer is full
+      wantWrite_ = true;
+      updateInterest();
+      return;
+    }
+  }
+  if (wantWrite_ && sendHead_ == nullptr) {
+    wantWrite_ = false;
+    updateInterest();
+  }
+}
+
+void Connection::handleEvents(std::uint32_t events) {
+  if (!registered_ || error_) return;  // a stale event of this round
+  if ((events & (EPOLLERR | EPOLLHUP)) != 0 && stalled_) {
+    // Nothing can be read while stalled, and the hang-up would be reported again and again.
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd_.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    fail(lost(err, nullptr, 0));
+    return;
+  }
+  if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0 && sendHead_ != nullptr) write();
+  if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) read();
+}
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,115 @@
+// One TCP connection of the transport: framing, matching of incoming frames to posted receives,
+// and the failure of everything in flight when the connection breaks.
+//
+// A frame is a 16-byte header {tag, bytes} (little-endian) followed by the payload. Sends are
+// queued in posting order and written with one sendmsg of header + payload (several queued
+// frames batched). Incoming bytes land in a 16 KiB staging buffer until a header is complete;
+// the header is matched against the posted receives, and the payload goes to the matched
+// request: what is already staged is copied, the rest is read straight into the user buffer.
+// So a burst of small frames costs one recv, and a large payload is not copied twice.
+//
+// Matching: a non-P2P frame must match the first posted non-P2P receive exactly (tag and size,
+// else Error(Mismatch) fails the connection); if none is posted the stream stalls (EPOLLIN off)
+// until one is. A P2P frame (kP2PTagBit) goes to the first posted receive of its tag, else into
+// a heap buffer held until a receive of that tag is posted.
+#pragma once
+
+#include <braid/error.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/socket.hpp"
+#include "transport/transport.hpp"
+
+namespace braid::transport::tcp {
+
+/// What a connection reports to its transport. Called with the transport's lock held.
+class CompletionSink {
+ public:
+  /// req left the connection: Done, or Failed with the error in the connection (connectionError)
+  /// or in the transport. The sink publishes the state; the connection no longer touches req.
+  virtual void finish(Request& req, Request::State state, bool connectionError) = 0;
+  /// The tag in words, for Mismatch errors.
+  virtual std::string tagText(std::uint64_t tag) const = 0;
+
+ protected:
+  ~CompletionSink() = default;
+};
+
+/// One peer's socket and everything in flight on it. Not thread-safe: the transport calls it
+/// with its lock held. The socket is registered in the transport's epoll set with the peer's
+/// rank as event data.
+class Connection {
+ public:
+  Connection() = default;
+  /// `description` is "rank P (host:port)". Without a socket (this rank itself) only
+  /// description() is used.
+  Connection(int selfRank, int peer, std::string description, Fd fd, int epollFd,
+             CompletionSink& sink);
+
+  const std::string& description() const { return description_; }
+  /// Set once the connection failed; every request on it failed with this error.
+  const std::optional<Error>& error() const { return error_; }
+
+  /// Queues a send; if nothing is queued before it, writes what the socket takes now.
+  void postSend(Request& req);
+  /// Takes a held P2P message if one matches, else queues the receive; then reads what the
+  /// socket has.
+  void postRecv(Request& req);
+  /// Reacts to epoll readiness.
+  void handleEvents(std::uint32_t events);
+  /// The transport failed: closes the socket and fails every request (not a connection error).
+  void abandon();
+
+ private:
+  struct Unexpected {
+    std::uint64_t tag = 0;
+    std::vector<std::uint8_t> data;
+    std::size_t filled = 0;
+  };
+
+  std::size_t staged() const { return stageEnd_ - stageBegin_; }
+  Error lost(int err, const char* during, std::size_t bytes) const;
+  Error mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const;
+  void fail(Error error);
+  void finishAll(bool connectionError);
+  void closeSocket();
+  void updateInterest();
+  void onEof();
+  void read();
+  bool matchHeader();
+  void completeRx();
+  void write();
+
+  int selfRank_ = -1;
+  int peer_ = -1;
+  std::string description_;
+  Fd fd_;
+  int epollFd_ = -1;
+  CompletionSink* sink_ = nullptr;
+  bool registered_ = false;   // in the epoll set
+  std::uint32_t events_ = 0;  // epoll interest registered
+  bool wantWrite_ = false;
+  bool stalled_ = false;  // a complete non-P2P header waits for its receive
+  bool eof_ = false;      // the peer closed its end; staged bytes may still be consumed
+  std::optional<Error> error_;
+
+  Request* sendHead_ = nullptr;
+  Request* sendTail_ = nullptr;
+  Request* recvHead_ = nullptr;
+  Request* recvTail_ = nullptr;
+
+  std::vector<std::uint8_t> staging_;
+  std::size_t stageBegin_ = 0;
+  std::size_t stageEnd_ = 0;
+  // The payload being read: into a request, into a held P2P message, or neither.
+  Request* rxRequest_ = nullptr;
+  Unexpected* rxUnexpected_ = nullptr;
+  std::list<Unexpected> unexpected_;
+};
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,441 @@
+// The TCP transport: who moves the bytes, and when (framing and matching are in
+// tcp_connection.cpp, connection setup in tcp_bootstrap.cpp).
+//
+// One mutex guards all state. The epoll set is driven by one thread at a time, the "driver"
+// (driving_): a waiter, test(), or the background thread. A waiter spins for `spin` polling
+// with the mutex held, then sleeps in epoll_wait WITHOUT the mutex, so posts and abort() are
+// never stuck behind a sleep. Whatever must wake the sleeping driver (the completion of the very
+// request it sleeps on, abort, a waiter taking over from the background thread, destruction)
+// writes the wake eventfd, which sits in the epoll set. Waiters that are not driving sleep on a
+// condition variable, notified on every completion and whenever the driver leaves.
+//
+// The background thread stays asleep unless work is outstanding that nobody waits for: a send
+// not yet fully written, or a receive large enough to hold up its sender. Even then it first
+// leaves the work to its owner for kBackgroundGrace, since a blocking caller is usually about to
+// wait on it, and it steps aside (the waiter kicks it) as soon as a thread waits.
+#include "transport/tcp/tcp_transport.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <braid/error.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "transport/tcp/socket.hpp"
+#include "transport/tcp/tcp_bootstrap.hpp"
+#include "transport/tcp/tcp_connection.hpp"
+
+namespace braid::transport {
+
+namespace {
+
+using tcp::Connection;
+using tcp::Fd;
+using State = Request::State;
+
+constexpr int kMaxEvents = 64;
+// Longest single sleep in epoll_wait or on the condition variable: waiters recheck at least
+// this often.
+constexpr int kMaxSleepMs = 50;
+// Receives at least this large need the background thread when nobody waits (smaller ones sit
+// in the kernel's socket buffer without holding up the sender).
+constexpr std::size_t kBackgroundRecvBytes = 64 * 1024;
+constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
+// The background thread's epoll sleep: whatever needs it sooner (a waiter taking over, abort,
+// destruction) writes the wake eventfd.
+constexpr int kBackgroundSleepMs = 1000;
+constexpr std::uint64_t kWakeId = ~std::uint64_t{0};
+
+// Request::aux while pending: counted in backgroundWork_. Once failed: where the error lives.
+constexpr std::size_t kAuxBackground = 1;
+constexpr std::size_t kAuxConnectionError = 2;
+constexpr std::size_t kAuxTransportError = 4;
+
+class TcpTransport final : public Transport, private tcp::CompletionSink {
+ public:
+  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh);
+  ~TcpTransport() override;
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                Request& req) override;
+  void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override;
+  bool test(Request& req) override;
+  void wait(Request& req, Deadline deadline) override;
+  std::string describePeer(int peer) const override;
+  void abort(const std::string& why) override;
+
+ private:
+  // CompletionSink (called with mu_ held).
+  void finish(Request& req, State state, bool connectionError) override;
+  std::string tagText(std::uint64_t tag) const override;
+
+  void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+               bool isSend, Request& req);
+  // Everything below requires mu_.
+  void post(Request& req);
+  void failTransport(Error error);
+  [[noreturn]] void throwFailure(const Request& req) const;
+  void drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper);
+  void notifyCompletions();
+  void wakeBackground();
+  void kick() const;
+  void leaveWait();
+  void progressLoop();
+
+  const int rank_;
+  const int size_;
+  const std::chrono::microseconds spin_;
+  Fd epoll_;
+  Fd wake_;
+  std::vector<Connection> connections_;  // indexed by rank; this rank's has no socket
+
+  std::mutex mu_;
+  std::condition_variable waitCv_;        // waiters that are not driving
+  std::condition_variable backgroundCv_;  // the background thread
+  std::optional<Error> failed_;
+  bool driving_ = false;
+  bool backgroundDriving_ = false;
+  bool backgroundIdle_ = false;
+  bool stopping_ = false;
+  int waiters_ = 0;
+  int cvWaiters_ = 0;
+  std::size_t backgroundWork_ = 0;     // pending requests counted with kAuxBackground
+  bool completed_ = false;             // a request finished since notifyCompletions()
+  Request* sleeperRequest_ = nullptr;  // what the driver sleeping in epoll_wait waits for
+  bool kickSleeper_ = false;
+  std::thread progress_;
+};
+
+TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh)
+    : rank_(rank), size_(size), spin_(options.spin) {
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_)
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
+  wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  epoll_event wakeEvent{};
+  wakeEvent.events = EPOLLIN;
+  wakeEvent.data.u64 = kWakeId;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &wakeEvent) != 0)
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_ctl: " + tcp::errnoText(errno));
+  tcp::CompletionSink& sink = *this;
+  connections_.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
+    connections_.emplace_back(rank, r, "rank " + std::to_string(r) + " (" + link.address + ")",
+                              std::move(link.fd), epoll_.get(), sink);
+  }
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+TcpTransport::~TcpTransport() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    backgroundCv_.notify_all();
+  }
+  kick();
+  progress_.join();
+  // The sockets close with connections_: peers still running read EOF and report PeerLost.
+}
+
+std::string TcpTransport::describePeer(int peer) const {
+  if (peer < 0 || peer >= size_) return "rank " + std::to_string(peer);
+  return connections_[static_cast<std::size_t>(peer)].description();
+}
+
+std::string TcpTransport::tagText(std::uint64_t tag) const {
+  try {
+    return describeTag(tag);
+  } catch (const std::exception&) {
+    return "tag " + std::to_string(tag);
+  }
+}
+
+// ---- posting ----
+
+void TcpTransport::prepare(const char* op, int peer, const void* data, std::size_t bytes,
+                           std::uint64_t tag, bool isSend, Request& req) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank_) +
+                                                " cannot address peer " + std::to_string(peer) +
+                                                " (size " + std::to_string(size_) + ")");
+  if (data == nullptr && bytes > 0)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": null buffer for " +
+                                                std::to_string(bytes) + " bytes, " +
+                                                describePeer(peer));
+  if (req.state.load(std::memory_order_acquire) == State::Pending)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(op) + ": the request is still pending (" + describePeer(peer) + ")");
+  req.isSend = isSend;
+  req.peer = peer;
+  req.tag = tag;
+  req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
+  req.bytes = bytes;
+  req.progress = 0;
+  req.aux = 0;
+  req.next = nullptr;
+  req.state.store(State::Pending, std::memory_order_relaxed);
+}
+
+void TcpTransport::post(Request& req) {
+  Connection& c = connections_[static_cast<std::size_t>(req.peer)];
+  if (failed_)
+    finish(req, State::Failed, false);
+  else if (req.isSend)
+    c.postSend(req);
+  else
+    c.postRecv(req);
+  // Still pending after the attempt on the caller's thread: may need the background thread.
+  if (req.state.load(std::memory_order_relaxed) == State::Pending &&
+      (req.isSend || req.bytes >= kBackgroundRecvBytes)) {
+    req.aux |= kAuxBackground;
+    ++backgroundWork_;
+    wakeBackground();
+  }
+  notifyCompletions();
+}
+
+void TcpTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                            Request& req) {
+  prepare("postSend", peer, data, bytes, tag, true, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+void TcpTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
+                            Request& req) {
+  prepare("postRecv", peer, data, bytes, tag, false, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+// ---- completion and failure ----
+
+void TcpTransport::finish(Request& req, State state, bool connectionError) {
+  if ((req.aux & kAuxBackground) != 0) --backgroundWork_;
+  req.aux = state == State::Done ? 0 : connectionError ? kAuxConnectionError : kAuxTransportError;
+  req.next = nullptr;
+  completed_ = true;
+  if (&req == sleeperRequest_) kickSleeper_ = true;
+  // Last touch: the owner may reuse or destroy the request as soon as it sees the new state.
+  req.state.store(state, std::memory_order_release);
+}
+
+void TcpTransport::notifyCompletions() {
+  if (!completed_) return;
+  completed_ = false;
+  if (cvWaiters_ > 0) waitCv_.notify_all();
+  if (kickSleeper_) {
+    kickSleeper_ = false;
+    kick();
+  }
+}
+
+void TcpTransport::kick() const {
+  const std::uint64_t one = 1;
+  // EAGAIN means the counter is already non-zero: the wake-up is pending anyway.
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void TcpTransport::failTransport(Error error) {
+  if (failed_) return;
+  failed_ = std::move(error);
+  // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
+  for (Connection& c : connections_) c.abandon();
+  completed_ = true;
+  kickSleeper_ = true;
+  backgroundCv_.notify_all();
+}
+
+void TcpTransport::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  failTransport(Error(ErrorCode::Aborted, why));
+  notifyCompletions();
+}
+
+void TcpTransport::throwFailure(const Request& req) const {
+  if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
+  const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
+  if (c.error()) throw *c.error();
+  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
+                                       c.description() + " failed without an error");
+}
+
+// ---- driving ----
+
+// One round of epoll: timeout 0 polls with mu_ held; otherwise sleeps without it. The caller
+// holds driving_.
+void TcpTransport::drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper) {
+  std::array<epoll_event, kMaxEvents> events;
+  int n;
+  if (timeoutMs == 0) {
+    n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, 0);
+  } else {
+    sleeperRequest_ = sleeper;
+    lk.unlock();
+    n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, timeoutMs);
+    lk.lock();
+    sleeperRequest_ = nullptr;
+    kickSleeper_ = false;
+  }
+  if (n < 0) {
+    if (errno == EINTR) return;
+    failTransport(Error(ErrorCode::Internal, "rank " + std::to_string(rank_) +
+                                                 ": epoll_wait: " + tcp::errnoText(errno)));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (events[static_cast<std::size_t>(i)].data.u64 == kWakeId) {
+      std::uint64_t value;
+      [[maybe_unused]] const ssize_t r = ::read(wake_.get(), &value, sizeof value);
+      continue;
+    }
+    connections_[events[static_cast<std::size_t>(i)].data.u64].handleEvents(
+        events[static_cast<std::size_t>(i)].events);
+  }
+}
+
+bool TcpTransport::test(Request& req) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return true;
+  std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+  if (lk.owns_lock() && s == State::Pending && !driving_) {
+    driving_ = true;
+    drive(lk, 0, nullptr);
+    driving_ = false;
+    notifyCompletions();
+    wakeBackground();
+  }
+  s = req.state.load(std::memory_order_acquire);
+  if (s == State::Failed) {
+    if (!lk.owns_lock()) lk.lock();
+    throwFailure(req);
+  }
+  return s == State::Done;
+}
+
+void TcpTransport::leaveWait() {
+  --waiters_;
+  // Hand the driving over: to another waiter, or to the background thread for leftover work.
+  if (cvWaiters_ > 0) waitCv_.notify_all();
+  wakeBackground();
+}
+
+void TcpTransport::wakeBackground() {
+  if (backgroundIdle_ && backgroundWork_ > 0 && waiters_ == 0 && !failed_)
+    backgroundCv_.notify_one();
+}
+
+void TcpTransport::wait(Request& req, Deadline deadline) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  ++waiters_;
+  struct Leave {
+    TcpTransport* self;
+    ~Leave() { self->leaveWait(); }
+  } leave{this};
+  const auto spinUntil = Clock::now() + spin_;
+  for (;;) {
+    s = req.state.load(std::memory_order_acquire);
+    if (s == State::Done) return;
+    if (s == State::Failed) throwFailure(req);
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      const std::string& peer = connections_[static_cast<std::size_t>(req.peer)].description();
+      const std::string what =
+          req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
+                     : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
+      failTransport(Error(ErrorCode::Timeout,
+                          "rank " + std::to_string(rank_) + " timed out waiting for " + what));
+      notifyCompletions();
+      throwFailure(req);
+    }
+    const bool spinning = now < spinUntil;
+    if (!driving_) {
+      driving_ = true;
+      struct Release {
+        bool& driving;
+        ~Release() { driving = false; }
+      } release{driving_};
+      drive(lk, spinning ? 0 : std::max(1, tcp::millisecondsUntil(deadline, kMaxSleepMs)), &req);
+      driving_ = false;
+      notifyCompletions();
+      if (spinning) {
+        // Between two polls let posting threads in, and give the CPU to a runnable thread (on
+        // an oversubscribed machine, likely the very peer this rank waits for).
+        lk.unlock();
+        std::this_thread::yield();
+        lk.lock();
+      }
+    } else if (spinning) {
+      if (backgroundDriving_) kick();  // take over from the background thread
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+    } else {
+      if (backgroundDriving_) kick();
+      ++cvWaiters_;
+      waitCv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(kMaxSleepMs)));
+      --cvWaiters_;
+    }
+  }
+}
+
+void TcpTransport::progressLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  bool graceGiven = false;
+  while (!stopping_) {
+    if (backgroundWork_ == 0 || waiters_ > 0 || failed_) {
+      graceGiven = false;
+      backgroundIdle_ = true;
+      backgroundCv_.wait(lk);
+      backgroundIdle_ = false;
+      continue;
+    }
+    if (!graceGiven || driving_) {
+      // Leave fresh work to its owner for a moment (a blocking caller is about to wait on it),
+      // then look again from the top.
+      graceGiven = true;
+      backgroundCv_.wait_for(lk, kBackgroundGrace);
+      continue;
+    }
+    driving_ = true;
+    backgroundDriving_ = true;
+    try {
+      drive(lk, kBackgroundSleepMs, nullptr);
+    } catch (const std::exception& e) {  // never let an exception end the thread
+      failTransport(Error(ErrorCode::Internal,
+                          "rank " + std::to_string(rank_) + ": tcp progress thread: " + e.what()));
+    }
+    backgroundDriving_ = false;
+    driving_ = false;
+    notifyCompletions();
+    if (cvWaiters_ > 0) waitCv_.notify_all();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
+                                              const TcpOptions& options) {
+  tcp::Mesh mesh = tcp::connectMesh(store, rank, size, options);
+  return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
+}
+
+}  // namespace braid::transport

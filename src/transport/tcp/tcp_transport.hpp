@@ -1,0 +1,54 @@
+// The TCP transport: one connection per pair of ranks, driven by the thread that waits.
+//
+// Data path. Every socket is non-blocking with TCP_NODELAY and sits in one epoll set per
+// transport. A message is a 16-byte frame header {tag, bytes} followed by the payload. Sends go
+// out with one sendmsg of header + payload (several queued messages batched); a receive reads
+// the header, checks tag and size against the posted receive, then reads the payload straight
+// into the caller's buffer. Small frames are read in bulk through a small per-peer staging
+// buffer, so a stream of small messages costs one recv per burst rather than two per message.
+//
+// Progress. The thread that waits moves the bytes: postSend/postRecv try the socket at once,
+// wait() spins for TcpOptions::spin driving the sockets itself, then sleeps in epoll_wait. One
+// background thread per transport drives I/O only while sends (or large receives) are
+// outstanding and nobody waits, e.g. an isend whose owner has not called wait yet; otherwise it
+// sleeps. A blocking collective therefore never hands off to another thread.
+//
+// Failure. A peer that closes or resets its connection fails every pending and later request
+// to or from it with Error(PeerLost) naming it. A tag or size mismatch fails the request and the
+// connection with Error(Mismatch). A wait that reaches its deadline throws Error(Timeout) and
+// leaves the transport failed (every later request fails with that error; peers see PeerLost);
+// abort() does the same with Error(Aborted). Destroying a transport closes its connections, so
+// peers still running see PeerLost rather than hang.
+#pragma once
+
+#include <braid/store.hpp>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace braid::transport {
+
+struct TcpOptions {
+  /// Address to bind and publish; "" -> "127.0.0.1".
+  std::string listenAddress;
+  /// Bound on the whole connection setup (store lookups included).
+  std::chrono::milliseconds connectTimeout{60000};
+  /// A waiter busy-polls this long before sleeping in epoll_wait.
+  std::chrono::microseconds spin{50};
+  /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
+  std::size_t socketBufferBytes = 4 << 20;
+};
+
+/// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes
+/// "host:port" under key "tcp/addr/<rank>" in `store`, and connects to every other rank (the
+/// higher rank connects to the lower one, which accepts; a handshake carries the connecting rank
+/// so accept order does not matter). Connecting is retried until connectTimeout, then
+/// Error(Timeout) names the rank and address that could not be reached; a rank that never
+/// publishes its address, or never connects, is named in the Timeout as well.
+std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
+                                              const TcpOptions& options);
+
+}  // namespace braid::transport

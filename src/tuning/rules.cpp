@@ -1,0 +1,121 @@
+#include "tuning/rules.hpp"
+
+#include <braid/error.hpp>
+
+#include "algo/algorithm.hpp"
+
+#include <charconv>
+
+namespace braid::tuning {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool hasAlgorithm(std::optional<Collective> coll, std::string_view name) {
+  for (const auto& a : algo::registry()) {
+    if (name == a.name && (!coll || *coll == a.coll)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<std::size_t> parseSize(std::string_view s) {
+  s = trim(s);
+  if (s.empty()) return std::nullopt;
+  std::size_t mult = 1;
+  char last = s.back();
+  if (last == 'K' || last == 'k') mult = 1ull << 10;
+  if (last == 'M' || last == 'm') mult = 1ull << 20;
+  if (last == 'G' || last == 'g') mult = 1ull << 30;
+  if (mult != 1) s.remove_suffix(1);
+  std::size_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  if (v != 0 && mult > static_cast<std::size_t>(-1) / v) return std::nullopt;
+  return v * mult;
+}
+
+std::vector<Rule> parseRules(std::string_view text, std::string_view source) {
+  std::vector<Rule> rules;
+  auto bad = [&](std::string_view rule, const std::string& why) {
+    return Error(ErrorCode::InvalidArgument, std::string(source) + ": rule '" +
+                                                 std::string(rule) + "' " + why);
+  };
+  while (!text.empty()) {
+    auto semi = text.find(';');
+    std::string_view rule = trim(text.substr(0, semi));
+    text = semi == std::string_view::npos ? std::string_view() : text.substr(semi + 1);
+    if (rule.empty()) continue;
+    std::vector<std::string_view> parts;
+    std::string_view rest = rule;
+    while (true) {
+      auto c = rest.find(':');
+      parts.push_back(trim(rest.substr(0, c)));
+      if (c == std::string_view::npos) break;
+      rest = rest.substr(c + 1);
+    }
+    if (parts.size() > 3) throw bad(rule, "has more than 3 ':'-separated fields");
+    Rule r;
+    r.algorithm = std::string(parts.back());
+    std::size_t i = 0;
+    if (parts.size() >= 2) {
+      auto c = parseCollective(parts[0]);
+      if (c) {
+        r.coll = c;
+        i = 1;
+      } else if (parts.size() == 3) {
+        throw bad(rule, "names unknown collective '" + std::string(parts[0]) + "'");
+      }
+    }
+    if (i + 1 < parts.size()) {
+      std::string_view range = parts[i];
+      auto dash = range.find('-');
+      if (dash == std::string_view::npos) throw bad(rule, "has a size range without '-'");
+      auto lo = parseSize(range.substr(0, dash));
+      auto hi = parseSize(range.substr(dash + 1));
+      if (!lo || !hi || *lo > *hi) throw bad(rule, "has a malformed size range");
+      r.minBytes = *lo;
+      r.maxBytes = *hi;
+    }
+    if (!hasAlgorithm(r.coll, r.algorithm))
+      throw bad(rule, "names algorithm '" + r.algorithm + "', which " +
+                          (r.coll ? std::string(toString(*r.coll)) + " does not have"
+                                  : std::string("no collective has")) +
+                          " (braid-info lists them)");
+    rules.push_back(std::move(r));
+  }
+  return rules;
+}
+
+std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in) {
+  for (const auto& r : rules) {
+    if (r.coll && *r.coll != in.coll) continue;
+    if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
+    if (algo::findAlgorithm(in.coll, r.algorithm) != nullptr) return r.algorithm;
+  }
+  switch (in.coll) {
+    case Collective::Allreduce:
+      return in.bytes <= in.smallMessageBytes ? "recursive_doubling" : "ring";
+    case Collective::Reduce:
+    case Collective::Broadcast: return "binomial_tree";
+    case Collective::Allgather:
+    case Collective::Allgatherv:
+    case Collective::ReduceScatter:
+    case Collective::ReduceScatterv: return "ring";
+    case Collective::Gather:
+    case Collective::Scatter: return "linear";
+    case Collective::Alltoall:
+    case Collective::Alltoallv: return "pairwise";
+    case Collective::Barrier: return "dissemination";
+    case Collective::Send:
+    case Collective::Recv: return "direct";
+  }
+  return "direct";
+}
+
+}  // namespace braid::tuning

@@ -1,0 +1,44 @@
+// Algorithm selection as data. One rule grammar for BRAID_ALGO, tuning files and tests:
+//   rules   := rule (';' rule)*
+//   rule    := [collective ':'] [range ':'] algorithm
+//   range   := size '-' size        (bytes, K/M/G suffixes; inclusive lower, exclusive upper)
+// e.g. "ring", "allreduce:ring", "allreduce:0-64K:recursive_doubling;allreduce:ring".
+// The first rule that matches (collective, bytes) and names an algorithm registered for that
+// collective wins; when none does, the default policy chooses.
+#pragma once
+
+#include <braid/types.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace braid::tuning {
+
+struct Rule {
+  std::optional<Collective> coll;  // nullopt: any collective that has the algorithm
+  std::size_t minBytes = 0;
+  std::size_t maxBytes = static_cast<std::size_t>(-1);
+  std::string algorithm;
+};
+
+/// Parses a rule string; throws Error(InvalidArgument) naming `source` (e.g. "BRAID_ALGO") and
+/// the offending rule, also for an algorithm no collective has.
+std::vector<Rule> parseRules(std::string_view text, std::string_view source);
+
+/// Parses "64", "64K", "4M", "1G" (binary multiples). nullopt when malformed.
+std::optional<std::size_t> parseSize(std::string_view s);
+
+struct SelectionInputs {
+  Collective coll;
+  std::size_t bytes;  // the nccl-tests size of the operation
+  int worldSize;
+  std::size_t smallMessageBytes;
+};
+
+/// The algorithm to run: the first matching rule, else the default policy.
+std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in);
+
+}  // namespace braid::tuning

@@ -1,0 +1,612 @@
+// Every registered algorithm x world size x count x dtype x op x in-place, ranks as threads over
+// the inproc transport, with a 64-byte chunk and 4 KiB of scratch so every pipelining path runs.
+// Expected values come from tests/harness/data (plain double arithmetic, not braid's kernels).
+//
+// The cross-product is trimmed to stay fast on two cores: the Sizes suite runs every world size
+// and count with two dtype/op pairs; the Types suite runs every dtype and op at two sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/data.hpp"
+#include "rank_threads.hpp"
+
+namespace braid::test {
+namespace {
+
+using algo::AlgoInfo;
+using algo::CollArgs;
+using algo::Context;
+
+struct Case {
+  const AlgoInfo* algo = nullptr;
+  int size = 1;
+  std::size_t count = 0;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  bool inPlace = false;
+  bool allRoots = false;  // rooted collectives: roots 0, n/2 and n-1 instead of n-1 alone
+  std::size_t chunkBytes = 64;
+  std::size_t scratchBytes = 4096;
+};
+
+bool isReduction(Collective c) {
+  return c == Collective::Allreduce || c == Collective::Reduce || c == Collective::ReduceScatter ||
+         c == Collective::ReduceScatterv;
+}
+bool isRooted(Collective c) {
+  return c == Collective::Reduce || c == Collective::Broadcast || c == Collective::Gather ||
+         c == Collective::Scatter;
+}
+bool hasInPlace(Collective c) {
+  return c != Collective::Alltoall && c != Collective::Alltoallv && c != Collective::Barrier;
+}
+
+std::string caseName(const Case& c) {
+  std::ostringstream s;
+  s << toString(c.algo->coll) << "_" << c.algo->name << "_n" << c.size << "_c" << c.count << "_"
+    << toString(c.dtype) << "_" << toString(c.op) << (c.inPlace ? "_inplace" : "")
+    << (c.chunkBytes != 64 ? "_chunk" + std::to_string(c.chunkBytes) : "");
+  return s.str();
+}
+std::string paramName(const testing::TestParamInfo<Case>& info) {
+  return caseName(info.param);
+}
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << caseName(c);
+}
+
+constexpr double kSentinel = 77;
+
+/// Block sizes of the v-collectives: some empty, others longer than count.
+std::size_t varyingCount(std::size_t count, int j) {
+  if (count == 0 || j % 3 == 1) return 0;
+  return count + static_cast<std::size_t>(j);
+}
+/// Alltoallv: elements rank a sends to rank b.
+std::size_t pairCount(std::size_t count, int a, int b) {
+  if (count == 0 || (a + 2 * b) % 3 == 0) return 0;
+  return count + static_cast<std::size_t>(a + b);
+}
+/// Displacements: packed, or with `gap` unused elements after every block.
+std::vector<std::size_t> displsOf(const std::vector<std::size_t>& counts, std::size_t gap) {
+  std::vector<std::size_t> d(counts.size());
+  std::size_t off = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    d[j] = off;
+    off += counts[j] + gap;
+  }
+  return d;
+}
+std::size_t extentOf(const std::vector<std::size_t>& counts, const std::vector<std::size_t>& d) {
+  std::size_t e = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) e = std::max(e, d[j] + counts[j]);
+  return e;
+}
+
+/// Collects element mismatches of one rank: how many, and the first few.
+class Checker {
+ public:
+  void expect(const char* what, std::size_t i, double got, double want) {
+    if (got == want) return;
+    if (++bad_ <= 3) out_ << " " << what << "[" << i << "]=" << got << " want " << want << ";";
+  }
+  std::string report() const {
+    if (bad_ == 0) return "";
+    return std::to_string(bad_) + " wrong elements:" + out_.str();
+  }
+
+ private:
+  std::size_t bad_ = 0;
+  std::ostringstream out_;
+};
+
+class AlgoSweep : public testing::TestWithParam<Case> {
+ protected:
+  /// Runs `body` on every rank; body returns the rank's mismatch report ("" when correct).
+  void run(const std::function<std::string(Context&)>& body) {
+    const Case& c = GetParam();
+    RankSetup setup;
+    setup.size = c.size;
+    setup.chunkBytes = c.chunkBytes;
+    setup.scratchBytes = c.scratchBytes;
+    std::vector<std::string> reports(static_cast<std::size_t>(c.size));
+    auto errors = runRanks(
+        setup, [&](Context& ctx) { reports[static_cast<std::size_t>(ctx.rank)] = body(ctx); });
+    for (int r = 0; r < c.size; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      if (errors[ur]) ADD_FAILURE() << "rank " << r << " threw: " << errorText(errors[ur]);
+      if (!reports[ur].empty()) ADD_FAILURE() << "rank " << r << ": " << reports[ur];
+    }
+  }
+
+  double value(int rank, std::size_t i) const {
+    const Case& c = GetParam();
+    return testValue(c.dtype, isReduction(c.algo->coll) ? c.op : ReduceOp::Sum, rank, i);
+  }
+  /// Expected reduction over all ranks of element i.
+  std::vector<double> expectedReductions(std::size_t n) const {
+    const Case& c = GetParam();
+    std::vector<double> exp(n);
+    std::vector<double> v(static_cast<std::size_t>(c.size));
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int r = 0; r < c.size; ++r) v[static_cast<std::size_t>(r)] = value(r, i);
+      exp[i] = expectedReduce(c.dtype, c.op, v);
+    }
+    return exp;
+  }
+  CollArgs args() const {
+    const Case& c = GetParam();
+    CollArgs a;
+    a.coll = c.algo->coll;
+    a.count = c.count;
+    a.dtype = c.dtype;
+    a.op = c.op;
+    return a;
+  }
+  std::vector<int> roots() const {
+    const Case& c = GetParam();
+    if (!isRooted(c.algo->coll)) return {0};
+    if (!c.allRoots) return {c.size - 1};
+    std::vector<int> r{0, c.size / 2, c.size - 1};
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    return r;
+  }
+  Buffer filled(std::size_t n, double v) const {
+    Buffer b(GetParam().dtype, n);
+    for (std::size_t i = 0; i < n; ++i) b.set(i, v);
+    return b;
+  }
+
+  void allreduce();
+  void reduce(int root);
+  void broadcast(int root);
+  void allgather();
+  void allgatherv();
+  void reduceScatter();
+  void reduceScatterv();
+  void gather(int root);
+  void scatter(int root);
+  void alltoall();
+  void alltoallv();
+  void barrier();
+};
+
+void AlgoSweep::allreduce() {
+  const Case& c = GetParam();
+  const auto exp = expectedReductions(c.count);
+  run([&](Context& ctx) {
+    Buffer in(c.dtype, c.count);
+    for (std::size_t i = 0; i < c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(c.count, kSentinel);
+    CollArgs a = args();
+    a.send = in.data();
+    a.recv = c.inPlace ? in.data() : out.data();
+    c.algo->run(ctx, a);
+    const Buffer& res = c.inPlace ? in : out;
+    Checker chk;
+    for (std::size_t i = 0; i < c.count; ++i) chk.expect("recv", i, res.get(i), exp[i]);
+    return chk.report();
+  });
+}
+
+void AlgoSweep::reduce(int root) {
+  const Case& c = GetParam();
+  const auto exp = expectedReductions(c.count);
+  run([&](Context& ctx) {
+    Buffer in(c.dtype, c.count);
+    for (std::size_t i = 0; i < c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(c.count, kSentinel);
+    CollArgs a = args();
+    a.root = root;
+    a.send = in.data();
+    // Non-root ranks may pass a null recv.
+    a.recv = c.inPlace ? in.data() : (ctx.rank == root ? out.data() : nullptr);
+    c.algo->run(ctx, a);
+    Checker chk;
+    if (ctx.rank == root) {
+      const Buffer& res = c.inPlace ? in : out;
+      for (std::size_t i = 0; i < c.count; ++i) chk.expect("recv", i, res.get(i), exp[i]);
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::broadcast(int root) {
+  const Case& c = GetParam();
+  run([&](Context& ctx) {
+    Buffer buf = filled(c.count, kSentinel);
+    Buffer src(c.dtype, c.count);
+    for (std::size_t i = 0; i < c.count; ++i) src.set(i, value(root, i));
+    CollArgs a = args();
+    a.root = root;
+    a.send = buf.data();
+    a.recv = buf.data();
+    if (ctx.rank == root) {
+      if (c.inPlace)
+        buf = src;
+      else
+        a.send = src.data();  // a root send buffer distinct from recv is copied too
+    }
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (std::size_t i = 0; i < c.count; ++i) chk.expect("buf", i, buf.get(i), value(root, i));
+    return chk.report();
+  });
+}
+
+void AlgoSweep::allgather() {
+  const Case& c = GetParam();
+  const auto n = static_cast<std::size_t>(c.size);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, c.count);
+    for (std::size_t i = 0; i < c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(n * c.count, kSentinel);
+    CollArgs a = args();
+    a.send = in.data();
+    a.recv = out.data();
+    if (c.inPlace) {
+      for (std::size_t i = 0; i < c.count; ++i) out.set(me * c.count + i, value(ctx.rank, i));
+      a.send = out.at(me * c.count);
+    }
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (int j = 0; j < c.size; ++j) {
+      for (std::size_t i = 0; i < c.count; ++i) {
+        const std::size_t k = static_cast<std::size_t>(j) * c.count + i;
+        chk.expect("recv", k, out.get(k), value(j, i));
+      }
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::allgatherv() {
+  const Case& c = GetParam();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(c.size));
+  for (int j = 0; j < c.size; ++j) counts[static_cast<std::size_t>(j)] = varyingCount(c.count, j);
+  // Odd world sizes use explicit displacements with gaps, even ones packed (no displs).
+  const bool gapped = c.size % 2 == 1;
+  const auto displs = displsOf(counts, gapped ? 2 : 0);
+  const std::size_t extent = extentOf(counts, displs);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, counts[me]);
+    for (std::size_t i = 0; i < counts[me]; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(extent, kSentinel);
+    CollArgs a = args();
+    a.counts = counts;
+    if (gapped) a.displs = displs;
+    a.send = in.data();
+    a.recv = out.data();
+    if (c.inPlace) {
+      for (std::size_t i = 0; i < counts[me]; ++i) out.set(displs[me] + i, value(ctx.rank, i));
+      a.send = out.at(displs[me]);
+    }
+    c.algo->run(ctx, a);
+    Checker chk;
+    std::vector<char> covered(extent, 0);
+    for (int j = 0; j < c.size; ++j) {
+      const auto uj = static_cast<std::size_t>(j);
+      for (std::size_t i = 0; i < counts[uj]; ++i) {
+        chk.expect("recv", displs[uj] + i, out.get(displs[uj] + i), value(j, i));
+        covered[displs[uj] + i] = 1;
+      }
+    }
+    for (std::size_t k = 0; k < extent; ++k)
+      if (!covered[k]) chk.expect("gap", k, out.get(k), kSentinel);
+    return chk.report();
+  });
+}
+
+void AlgoSweep::reduceScatter() {
+  const Case& c = GetParam();
+  const auto n = static_cast<std::size_t>(c.size);
+  const auto exp = expectedReductions(n * c.count);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, n * c.count);
+    for (std::size_t i = 0; i < n * c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(c.count, kSentinel);
+    CollArgs a = args();
+    a.send = in.data();
+    a.recv = c.inPlace ? in.at(me * c.count) : out.data();
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (std::size_t i = 0; i < c.count; ++i) {
+      const double got = c.inPlace ? in.get(me * c.count + i) : out.get(i);
+      chk.expect("recv", i, got, exp[me * c.count + i]);
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::reduceScatterv() {
+  const Case& c = GetParam();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(c.size));
+  for (int j = 0; j < c.size; ++j) counts[static_cast<std::size_t>(j)] = varyingCount(c.count, j);
+  const bool gapped = c.size % 2 == 1;
+  const auto displs = displsOf(counts, gapped ? 1 : 0);
+  const std::size_t extent = extentOf(counts, displs);
+  const auto exp = expectedReductions(extent);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, extent);
+    for (std::size_t i = 0; i < extent; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(counts[me], kSentinel);
+    CollArgs a = args();
+    a.counts = counts;
+    if (gapped) a.displs = displs;
+    a.send = in.data();
+    a.recv = c.inPlace ? in.at(displs[me]) : out.data();
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (std::size_t i = 0; i < counts[me]; ++i) {
+      const double got = c.inPlace ? in.get(displs[me] + i) : out.get(i);
+      chk.expect("recv", i, got, exp[displs[me] + i]);
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::gather(int root) {
+  const Case& c = GetParam();
+  const auto n = static_cast<std::size_t>(c.size);
+  run([&](Context& ctx) {
+    Buffer in(c.dtype, c.count);
+    for (std::size_t i = 0; i < c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(n * c.count, kSentinel);
+    CollArgs a = args();
+    a.root = root;
+    a.send = in.data();
+    a.recv = ctx.rank == root ? out.data() : nullptr;
+    const auto ur = static_cast<std::size_t>(root);
+    if (c.inPlace && ctx.rank == root) {
+      for (std::size_t i = 0; i < c.count; ++i) out.set(ur * c.count + i, value(root, i));
+      a.send = out.at(ur * c.count);
+    }
+    c.algo->run(ctx, a);
+    Checker chk;
+    if (ctx.rank == root) {
+      for (int j = 0; j < c.size; ++j) {
+        for (std::size_t i = 0; i < c.count; ++i) {
+          const std::size_t k = static_cast<std::size_t>(j) * c.count + i;
+          chk.expect("recv", k, out.get(k), value(j, i));
+        }
+      }
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::scatter(int root) {
+  const Case& c = GetParam();
+  const auto n = static_cast<std::size_t>(c.size);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, n * c.count);
+    for (std::size_t i = 0; i < n * c.count; ++i) in.set(i, value(root, i));
+    Buffer out = filled(c.count, kSentinel);
+    CollArgs a = args();
+    a.root = root;
+    a.send = ctx.rank == root ? in.data() : nullptr;  // only the root's send is read
+    a.recv = out.data();
+    const bool inPlace = c.inPlace && ctx.rank == root;
+    if (inPlace) a.recv = in.at(me * c.count);
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (std::size_t i = 0; i < c.count; ++i) {
+      const double got = inPlace ? in.get(me * c.count + i) : out.get(i);
+      chk.expect("recv", i, got, value(root, me * c.count + i));
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::alltoall() {
+  const Case& c = GetParam();
+  const auto n = static_cast<std::size_t>(c.size);
+  run([&](Context& ctx) {
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    Buffer in(c.dtype, n * c.count);
+    for (std::size_t i = 0; i < n * c.count; ++i) in.set(i, value(ctx.rank, i));
+    Buffer out = filled(n * c.count, kSentinel);
+    CollArgs a = args();
+    a.send = in.data();
+    a.recv = out.data();
+    c.algo->run(ctx, a);
+    Checker chk;
+    for (int j = 0; j < c.size; ++j) {
+      for (std::size_t i = 0; i < c.count; ++i) {
+        const std::size_t k = static_cast<std::size_t>(j) * c.count + i;
+        chk.expect("recv", k, out.get(k), value(j, me * c.count + i));
+      }
+    }
+    return chk.report();
+  });
+}
+
+void AlgoSweep::alltoallv() {
+  const Case& c = GetParam();
+  const bool gapped = c.size % 2 == 1;
+  constexpr std::size_t kStride = 7919;  // value index of element i of the block a -> b
+  run([&](Context& ctx) {
+    const auto n = static_cast<std::size_t>(c.size);
+    std::vector<std::size_t> sendCounts(n), recvCounts(n);
+    for (int j = 0; j < c.size; ++j) {
+      sendCounts[static_cast<std::size_t>(j)] = pairCount(c.count, ctx.rank, j);
+      recvCounts[static_cast<std::size_t>(j)] = pairCount(c.count, j, ctx.rank);
+    }
+    const auto sendDispls = displsOf(sendCounts, gapped ? 1 : 0);
+    const auto recvDispls = displsOf(recvCounts, gapped ? 2 : 0);
+    const std::size_t sendExtent = extentOf(sendCounts, sendDispls);
+    const std::size_t recvExtent = extentOf(recvCounts, recvDispls);
+    Buffer in = filled(sendExtent, kSentinel);
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t i = 0; i < sendCounts[j]; ++i)
+        in.set(sendDispls[j] + i, value(ctx.rank, j * kStride + i));
+    Buffer out = filled(recvExtent, kSentinel);
+    CollArgs a = args();
+    a.send = in.data();
+    a.recv = out.data();
+    a.counts = sendCounts;
+    a.recvCounts = recvCounts;
+    if (gapped) {
+      a.displs = sendDispls;
+      a.recvDispls = recvDispls;
+    }
+    c.algo->run(ctx, a);
+    Checker chk;
+    std::vector<char> covered(recvExtent, 0);
+    const auto me = static_cast<std::size_t>(ctx.rank);
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t i = 0; i < recvCounts[j]; ++i) {
+        const std::size_t k = recvDispls[j] + i;
+        chk.expect("recv", k, out.get(k), value(static_cast<int>(j), me * kStride + i));
+        covered[k] = 1;
+      }
+    }
+    for (std::size_t k = 0; k < recvExtent; ++k)
+      if (!covered[k]) chk.expect("gap", k, out.get(k), kSentinel);
+    return chk.report();
+  });
+}
+
+void AlgoSweep::barrier() {
+  const Case& c = GetParam();
+  std::atomic<int> arrived{0};
+  run([&](Context& ctx) {
+    arrived.fetch_add(1);
+    c.algo->run(ctx, args());
+    const int seen = arrived.load();
+    return seen == c.size ? std::string()
+                          : "left the barrier after only " + std::to_string(seen) + " arrived";
+  });
+}
+
+TEST_P(AlgoSweep, MatchesExpected) {
+  const Case& c = GetParam();
+  for (int root : roots()) {
+    SCOPED_TRACE("root " + std::to_string(root));
+    switch (c.algo->coll) {
+      case Collective::Allreduce:
+        allreduce();
+        break;
+      case Collective::Reduce:
+        reduce(root);
+        break;
+      case Collective::Broadcast:
+        broadcast(root);
+        break;
+      case Collective::Allgather:
+        allgather();
+        break;
+      case Collective::Allgatherv:
+        allgatherv();
+        break;
+      case Collective::ReduceScatter:
+        reduceScatter();
+        break;
+      case Collective::ReduceScatterv:
+        reduceScatterv();
+        break;
+      case Collective::Gather:
+        gather(root);
+        break;
+      case Collective::Scatter:
+        scatter(root);
+        break;
+      case Collective::Alltoall:
+        alltoall();
+        break;
+      case Collective::Alltoallv:
+        alltoallv();
+        break;
+      case Collective::Barrier:
+        barrier();
+        break;
+      default:
+        FAIL() << "no sweep for " << toString(c.algo->coll);
+    }
+  }
+}
+
+constexpr int kSizes[] = {1, 2, 3, 4, 5, 7, 8};
+// 5003 fp32 elements are 313 chunks of 64 bytes and five times the 4 KiB scratch.
+constexpr std::size_t kCounts[] = {0, 1, 7, 13, 257, 1031, 5003};
+
+std::vector<Case> sizeCases() {
+  std::vector<Case> cases;
+  for (const AlgoInfo& algo : algo::registry()) {
+    const Collective coll = algo.coll;
+    std::vector<std::pair<DataType, ReduceOp>> kinds;
+    if (coll == Collective::Barrier)
+      kinds = {{DataType::Uint8, ReduceOp::Sum}};
+    else if (isReduction(coll))
+      kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int32, ReduceOp::Max}};
+    else
+      kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int8, ReduceOp::Sum}};
+    for (int n : kSizes) {
+      for (std::size_t count : kCounts) {
+        if (coll == Collective::Barrier && count > 0) continue;
+        for (auto [dt, op] : kinds) {
+          for (bool inPlace : {false, true}) {
+            if (inPlace && !hasInPlace(coll)) continue;
+            cases.push_back({&algo, n, count, dt, op, inPlace, true});
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+std::vector<Case> typeCases() {
+  std::vector<Case> cases;
+  for (const AlgoInfo& algo : algo::registry()) {
+    const Collective coll = algo.coll;
+    if (coll == Collective::Barrier) continue;
+    std::vector<ReduceOp> ops{ReduceOp::Sum};
+    if (isReduction(coll)) ops = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
+    for (int n : {3, 4}) {
+      for (std::size_t count : {std::size_t{13}, std::size_t{257}}) {
+        for (DataType dt : kAllDataTypes) {
+          for (ReduceOp op : ops) {
+            for (bool inPlace : {false, true}) {
+              if (inPlace && !hasInPlace(coll)) continue;
+              cases.push_back({&algo, n, count, dt, op, inPlace, false});
+            }
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+/// The communicator's default chunk (256 KiB) and scratch (4 MiB), a message of several chunks.
+std::vector<Case> largeCases() {
+  std::vector<Case> cases;
+  for (const AlgoInfo& algo : algo::registry()) {
+    if (algo.coll == Collective::Barrier) continue;
+    for (int n : {4, 5}) {
+      Case c{&algo, n, 300007, DataType::Float32, ReduceOp::Sum, false, false};
+      c.chunkBytes = 256 * 1024;
+      c.scratchBytes = 4 * 1024 * 1024;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, AlgoSweep, testing::ValuesIn(sizeCases()), paramName);
+INSTANTIATE_TEST_SUITE_P(Types, AlgoSweep, testing::ValuesIn(typeCases()), paramName);
+INSTANTIATE_TEST_SUITE_P(Large, AlgoSweep, testing::ValuesIn(largeCases()), paramName);
+
+}  // namespace
+}  // namespace braid::test

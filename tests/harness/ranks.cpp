@@ -1,0 +1,127 @@
+#include "harness/ranks.hpp"
+
+#include <gtest/gtest.h>
+
+#include "store/memory_store.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace braid::test {
+
+Options testOptions(std::string algo) {
+  Options o;
+  o.chunkBytes = 64;
+  o.bufferBytes = 4096;
+  o.smallMessageBytes = 256;
+  o.algo = std::move(algo);
+  o.connectTimeout = std::chrono::milliseconds(20000);
+  o.execTimeout = std::chrono::milliseconds(30000);
+  o.logLevel = 1;
+  return o;
+}
+
+void runThreads(int n, const Options& opts, const RankFn& fn, std::chrono::seconds deadline) {
+  auto store = std::make_shared<MemoryStore>();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> errors(n);
+  std::vector<bool> finished(n, false);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::string err;
+      try {
+        auto comm = Comm::create(store, r, n, opts);
+        fn(*comm);
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      errors[r] = err;
+      finished[r] = true;
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    bool ok = cv.wait_for(lk, deadline, [&] {
+      for (bool f : finished)
+        if (!f) return false;
+      return true;
+    });
+    if (!ok) {
+      std::string stuck;
+      for (int r = 0; r < n; ++r)
+        if (!finished[r]) stuck += " " + std::to_string(r);
+      std::fprintf(stderr, "runThreads: ranks%s did not finish within %lld s; aborting\n",
+                   stuck.c_str(), static_cast<long long>(deadline.count()));
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " of " << n;
+}
+
+void runProcesses(int n, const Options& opts, const RankFn& fn, std::chrono::seconds deadline) {
+  TcpStoreServer server("127.0.0.1", 0);
+  const std::uint16_t port = server.port();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        auto store = std::make_shared<TcpStore>("127.0.0.1", port, opts.connectTimeout);
+        auto comm = Comm::create(store, r, n, opts);
+        fn(*comm);
+        if (::testing::Test::HasFailure()) code = 2;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 1;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    ASSERT_GT(pid, 0) << "fork failed";
+    pids.push_back(pid);
+  }
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  std::vector<int> status(n, -1);
+  int remaining = n;
+  while (remaining > 0 && std::chrono::steady_clock::now() < end) {
+    for (int r = 0; r < n; ++r) {
+      if (status[r] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        status[r] = st;
+        --remaining;
+      }
+    }
+    if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (status[r] == -1) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], nullptr, 0);
+      ADD_FAILURE() << "rank " << r << " of " << n << " did not finish within "
+                    << deadline.count() << " s (killed)";
+    } else if (!WIFEXITED(status[r]) || WEXITSTATUS(status[r]) != 0) {
+      ADD_FAILURE() << "rank " << r << " of " << n << " failed (status " << status[r] << ")";
+    }
+  }
+}
+
+}  // namespace braid::test

@@ -1,0 +1,63 @@
+// braid-info: version, kernel ISA, every registered algorithm, every documented environment
+// variable with its current value, and the option handling.
+#include <gtest/gtest.h>
+
+#include <braid/braid.hpp>
+#include <string>
+
+#include "algo/algorithm.hpp"
+#include "kernels/reduce.hpp"
+#include "tool_process.hpp"
+
+namespace braid::tooltest {
+namespace {
+
+ProcessResult braidInfo(std::vector<std::string> args, ProcessOptions opts = {}) {
+  args.insert(args.begin(), toolPath("braid-info"));
+  opts.timeout = std::chrono::seconds(30);
+  return runProcess(args, opts);
+}
+
+TEST(BraidInfo, PrintsVersionIsaAlgorithmsAndEnvironment) {
+  ProcessOptions opts;
+  opts.env = cleanLaunchEnv();
+  opts.env.emplace_back("BRAID_CHUNK_SIZE", "1M");
+  const auto r = braidInfo({}, opts);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find(std::string("braid ") + braid::version()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(std::string("kernels: ") + kernels::selectedIsa()), std::string::npos)
+      << r.out;
+  ASSERT_NE(r.out.find("algorithms:"), std::string::npos) << r.out;
+  for (const algo::AlgoInfo& a : algo::registry()) {
+    EXPECT_NE(r.out.find(a.name), std::string::npos) << "algorithm " << a.name << " missing";
+    EXPECT_NE(r.out.find(toString(a.coll)), std::string::npos);
+    if (a.summary != nullptr && *a.summary != '\0') {
+      EXPECT_NE(r.out.find(a.summary), std::string::npos) << "summary of " << a.name;
+    }
+  }
+  for (const EnvVarDoc& d : environmentVariables()) {
+    EXPECT_NE(r.out.find(d.name), std::string::npos) << "variable " << d.name << " missing";
+    EXPECT_NE(r.out.find(d.meaning), std::string::npos) << "meaning of " << d.name;
+  }
+  EXPECT_NE(r.out.find("current: BRAID_CHUNK_SIZE=1M"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunk 1048576 B"), std::string::npos) << r.out;
+}
+
+TEST(BraidInfo, EnvOptionPrintsOnlyTheVariables) {
+  const auto r = braidInfo({"--env"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_EQ(r.out.find("algorithms:"), std::string::npos) << r.out;
+  for (const EnvVarDoc& d : environmentVariables())
+    EXPECT_NE(r.out.find(d.name), std::string::npos) << "variable " << d.name << " missing";
+}
+
+TEST(BraidInfo, HelpAndUnknownOptions) {
+  auto r = braidInfo({"--help"});
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("usage: braid-info"), std::string::npos);
+  r = braidInfo({"--bogus"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+}
+
+}  // namespace
+}  // namespace braid::tooltest

@@ -1,0 +1,216 @@
+// braid-run: environment of the ranks, output prefixes, exit status propagation, stopping the
+// other ranks on a failure, signal reporting and forwarding, time limit, usage errors.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tool_process.hpp"
+
+namespace braid::tooltest {
+namespace {
+
+ProcessResult braidRun(std::vector<std::string> args, ProcessOptions opts = {}) {
+  args.insert(args.begin(), toolPath("braid-run"));
+  if (opts.timeout == ProcessOptions{}.timeout) opts.timeout = std::chrono::seconds(60);
+  return runProcess(args, opts);
+}
+
+/// Processes whose command line contains `marker` (read from /proc; nothing is signalled).
+int countProcessesWith(const std::string& marker) {
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(marker) != std::string::npos) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+TEST(BraidRun, PrefixesEveryLineAndSetsTheLaunchEnvironment) {
+  const auto r = braidRun({"-n", "3", "--", "sh", "-c",
+                           "echo env $BRAID_RANK $BRAID_WORLD_SIZE $BRAID_LOCAL_RANK "
+                           "$BRAID_LOCAL_WORLD_SIZE $BRAID_NODE_RANK $RANK $WORLD_SIZE "
+                           "$LOCAL_RANK $LOCAL_WORLD_SIZE; echo store $BRAID_STORE "
+                           "$MASTER_ADDR $MASTER_PORT; echo to-stderr $BRAID_RANK >&2"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  std::set<std::string> envLines, stores;
+  for (const std::string& line : r.outLines()) {
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(\[(\d)\] env (.*))"))) {
+      envLines.insert(line);
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(
+        line, m, std::regex(R"(\[(\d)\] store 127\.0\.0\.1:(\d+) 127\.0\.0\.1 (\d+))")))
+        << line;
+    EXPECT_NE(m[2].str(), m[3].str()) << "braid's store and torch's MASTER_PORT must differ";
+    stores.insert(m[2].str());
+  }
+  EXPECT_EQ(envLines,
+            (std::set<std::string>{"[0] env 0 3 0 3 0 0 3 0 3", "[1] env 1 3 1 3 0 1 3 1 3",
+                                   "[2] env 2 3 2 3 0 2 3 2 3"}));
+  EXPECT_EQ(stores.size(), 1u) << "every rank must get the same store";
+  const auto errs = r.errLines();
+  EXPECT_EQ(std::set<std::string>(errs.begin(), errs.end()),
+            (std::set<std::string>{"[0] to-stderr 0", "[1] to-stderr 1", "[2] to-stderr 2"}));
+}
+
+TEST(BraidRun, MultiNodeRanksAndMasterAddress) {
+  const auto r = braidRun({"-n", "2", "--nnodes", "3", "--node-rank", "1", "--master",
+                           "10.1.2.3:5000", "sh", "-c",
+                           "echo $BRAID_RANK $BRAID_WORLD_SIZE $BRAID_LOCAL_RANK "
+                           "$BRAID_NODE_RANK $BRAID_STORE $MASTER_ADDR $MASTER_PORT"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  const auto lines = r.outLines();
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()),
+            (std::set<std::string>{"[2] 2 6 0 1 10.1.2.3:5000 10.1.2.3 5001",
+                                   "[3] 3 6 1 1 10.1.2.3:5000 10.1.2.3 5001"}));
+}
+
+TEST(BraidRun, LinesOfDifferentRanksNeverInterleave) {
+  const auto r =
+      braidRun({"-n", "4", "sh", "-c",
+                "i=0; while [ $i -lt 1500 ]; do echo \"rank $BRAID_RANK line $i "
+                "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz\"; "
+                "i=$((i+1)); done; printf 'last line without newline'"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  const std::regex line(
+      R"(\[(\d)\] rank (\d) line (\d+) abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz)");
+  std::map<int, int> nextLine;
+  int tails = 0;
+  for (const std::string& l : r.outLines()) {
+    std::smatch m;
+    if (l.size() > 4 && l.substr(3) == " last line without newline") {
+      ++tails;
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(l, m, line)) << "garbled line: " << l;
+    ASSERT_EQ(m[1].str(), m[2].str()) << l;
+    const int rank = std::stoi(m[1].str());
+    ASSERT_EQ(std::stoi(m[3].str()), nextLine[rank]++) << "lines of rank " << rank << " reordered";
+  }
+  EXPECT_EQ(tails, 4);
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(nextLine[rank], 1500);
+}
+
+TEST(BraidRun, ExitStatusOfAFailingRankIsPropagatedAndNamed) {
+  const auto r = braidRun({"-n", "3", "sh", "-c", "if [ $BRAID_RANK = 1 ]; then exit 3; fi"});
+  EXPECT_EQ(r.exitCode(), 3) << describe(r);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << describe(r);
+}
+
+TEST(BraidRun, AllRanksSucceedingExitsZeroQuietly) {
+  const auto r = braidRun({"-n", "2", "true"});
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(BraidRun, AFailureStopsTheOtherRanksQuickly) {
+  const std::string marker = "sleep 47.25" + std::to_string(::getpid());
+  const auto r = braidRun({"-n", "3", "sh", "-c",
+                           "if [ $BRAID_RANK = 2 ]; then sleep 0.2; exit 4; fi; exec " + marker});
+  EXPECT_EQ(r.exitCode(), 4) << describe(r);
+  EXPECT_LT(r.seconds, 10.0) << describe(r);
+  EXPECT_NE(r.err.find("rank 2"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("stopping the other ranks"), std::string::npos) << describe(r);
+  EXPECT_EQ(countProcessesWith(marker), 0) << "sleeping ranks were left running";
+}
+
+TEST(BraidRun, RanksIgnoringSigtermAreKilledAfterTheGracePeriod) {
+  // Rank 0 fails only once rank 1 ignores SIGTERM (it creates `ready` after the trap).
+  const std::string ready = "/tmp/braid_run_test_ready_" + std::to_string(::getpid());
+  ::unlink(ready.c_str());
+  const auto r = braidRun({"--grace", "0.5", "-n", "2", "sh", "-c",
+                           "if [ $BRAID_RANK = 0 ]; then while [ ! -e " + ready +
+                               " ]; do sleep 0.02; done; exit 1; fi; trap '' TERM; touch " + ready +
+                               "; sleep 30"});
+  ::unlink(ready.c_str());
+  EXPECT_EQ(r.exitCode(), 1) << describe(r);
+  EXPECT_GE(r.seconds, 0.5) << "SIGKILL came before the grace period ended\n" << describe(r);
+  EXPECT_LT(r.seconds, 10.0) << describe(r);
+}
+
+TEST(BraidRun, DeathBySignalIsReported) {
+  const auto r =
+      braidRun({"-n", "2", "sh", "-c", "if [ $BRAID_RANK = 1 ]; then kill -9 $$; fi; sleep 30"});
+  EXPECT_EQ(r.exitCode(), 128 + 9) << describe(r);
+  EXPECT_LT(r.seconds, 10.0) << describe(r);
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("killed by signal 9 (SIGKILL)"), std::string::npos) << describe(r);
+}
+
+TEST(BraidRun, TimeLimitStopsEverything) {
+  const auto r = braidRun({"--timeout", "0.5", "-n", "2", "sleep", "30"});
+  EXPECT_EQ(r.exitCode(), 124) << describe(r);
+  EXPECT_LT(r.seconds, 10.0) << describe(r);
+  EXPECT_NE(r.err.find("time limit"), std::string::npos) << describe(r);
+}
+
+TEST(BraidRun, ForwardsSigtermToTheRanks) {
+  ProcessOptions opts;
+  // Signal only once both ranks have installed their handler.
+  opts.actionWhen = [](const std::string& out) {
+    return out.find("[0] ready") != std::string::npos && out.find("[1] ready") != std::string::npos;
+  };
+  opts.action = [](pid_t pid) { ::kill(pid, SIGTERM); };
+  const auto r = braidRun(
+      {"-n", "2", "sh", "-c", "trap 'echo got-term; exit 0' TERM; echo ready; sleep 30 & wait"},
+      opts);
+  EXPECT_EQ(r.exitCode(), 128 + SIGTERM) << describe(r);
+  EXPECT_LT(r.seconds, 10.0) << describe(r);
+  EXPECT_NE(r.out.find("[0] got-term"), std::string::npos) << describe(r);
+  EXPECT_NE(r.out.find("[1] got-term"), std::string::npos) << describe(r);
+}
+
+TEST(BraidRun, RankZeroReadsStdin) {
+  ProcessOptions opts;
+  opts.stdinData = "hello from stdin\n";
+  const auto r = braidRun({"-n", "2", "cat"}, opts);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_EQ(r.out, "[0] hello from stdin\n");
+}
+
+TEST(BraidRun, NoPrefixOption) {
+  const auto r = braidRun({"--no-prefix", "-n", "1", "echo", "plain"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_EQ(r.out, "plain\n");
+}
+
+TEST(BraidRun, ProgramThatCannotRun) {
+  const auto r = braidRun({"-n", "2", "/nonexistent/program"});
+  EXPECT_EQ(r.exitCode(), 127) << describe(r);
+  EXPECT_NE(r.err.find("cannot execute"), std::string::npos) << describe(r);
+}
+
+TEST(BraidRun, UsageErrorsAndHelp) {
+  auto r = braidRun({"echo", "x"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  EXPECT_NE(r.err.find("-n N is required"), std::string::npos) << describe(r);
+  r = braidRun({"-n", "0", "echo"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  r = braidRun({"-n", "2", "--nnodes", "2", "echo"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  EXPECT_NE(r.err.find("--master"), std::string::npos) << describe(r);
+  r = braidRun({"-n", "2", "--bogus", "echo"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  r = braidRun({"--help"});
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("usage: braid-run"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::tooltest

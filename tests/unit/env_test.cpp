@@ -1,0 +1,114 @@
+// Launch conventions and their precedence; options parsing and its errors.
+#include <gtest/gtest.h>
+
+#include <braid/braid.hpp>
+
+#include <cstdlib>
+
+namespace braid {
+namespace {
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override { clear(); }
+  void TearDown() override { clear(); }
+  static void clear() {
+    for (const char* v :
+         {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_STORE", "RANK",
+          "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+          "SLURM_LOCALID", "BRAID_CHUNK_SIZE", "BRAID_EXEC_TIMEOUT", "BRAID_DEBUG",
+          "BRAID_STORE_EXTERNAL"})
+      unsetenv(v);
+  }
+};
+
+TEST_F(EnvTest, NoLauncherMeansOneRank) {
+  auto li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.rank, 0);
+  EXPECT_EQ(li.size, 1);
+  EXPECT_EQ(li.source, "default");
+}
+
+TEST_F(EnvTest, PrecedenceBraidThenTorchrunThenOpenMpiThenSlurm) {
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("BRAID_STORE", "127.0.0.1:1234", 1);
+  auto li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.source, "slurm");
+  EXPECT_EQ(li.rank, 3);
+  EXPECT_EQ(li.localRank, 1);
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_EQ(LaunchInfo::fromEnv().source, "openmpi");
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "4", 1);
+  EXPECT_EQ(LaunchInfo::fromEnv().source, "torchrun");
+  setenv("BRAID_RANK", "0", 1);
+  setenv("BRAID_WORLD_SIZE", "4", 1);
+  li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.source, "braid");
+  EXPECT_EQ(li.rank, 0);
+  EXPECT_EQ(li.storeHost, "127.0.0.1");
+  EXPECT_EQ(li.storePort, 1234);
+}
+
+TEST_F(EnvTest, TorchrunStoreFromMasterAddr) {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "localhost", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  auto li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.storeHost, "localhost");
+  EXPECT_EQ(li.storePort, 29500);
+  EXPECT_FALSE(li.storeExternal);
+}
+
+TEST_F(EnvTest, MissingStoreOrSizeIsNamed) {
+  setenv("RANK", "1", 1);
+  try {
+    LaunchInfo::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("WORLD_SIZE"), std::string::npos) << e.what();
+  }
+  setenv("WORLD_SIZE", "2", 1);
+  try {
+    LaunchInfo::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_STORE"), std::string::npos) << e.what();
+  }
+  setenv("BRAID_STORE", "nonsense", 1);
+  EXPECT_THROW(LaunchInfo::fromEnv(), Error);
+}
+
+TEST_F(EnvTest, OptionsParseSizesAndRejectGarbage) {
+  setenv("BRAID_CHUNK_SIZE", "128K", 1);
+  setenv("BRAID_EXEC_TIMEOUT", "1500", 1);
+  setenv("BRAID_DEBUG", "INFO", 1);
+  Options o = Options::fromEnv();
+  EXPECT_EQ(o.chunkBytes, 128u * 1024);
+  EXPECT_EQ(o.execTimeout.count(), 1500);
+  EXPECT_EQ(o.logLevel, 2);
+  setenv("BRAID_EXEC_TIMEOUT", "soon", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_EXEC_TIMEOUT"), std::string::npos);
+  }
+}
+
+TEST_F(EnvTest, EveryVariableIsDocumented) {
+  bool found = false;
+  for (const auto& v : environmentVariables()) {
+    EXPECT_NE(std::string(v.meaning), "");
+    if (std::string(v.name) == "BRAID_ALGO") found = true;
+  }
+  EXPECT_TRUE(found);
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,661 @@
+// The TCP store: protocol encode/decode, server and client end to end over loopback, PrefixStore.
+// Every blocking call in here has a timeout of a few seconds at most, so a broken store fails a
+// test instead of hanging it.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <braid/error.hpp>
+#include <braid/store.hpp>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/store_protocol.hpp"
+
+namespace braid {
+namespace {
+
+namespace proto = store_protocol;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kConnect{2000};
+constexpr milliseconds kLong{5000};
+
+milliseconds since(Clock::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
+}
+
+std::unique_ptr<TcpStore> connectTo(const TcpStoreServer& server,
+                                    milliseconds opTimeout = milliseconds(5000)) {
+  return std::make_unique<TcpStore>("127.0.0.1", server.port(), kConnect, opTimeout);
+}
+
+// Runs fn, which must throw braid::Error, and returns it.
+template <typename Fn>
+Error thrownBy(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a braid::Error";
+  return Error(ErrorCode::Internal, "nothing thrown");
+}
+
+// A raw TCP connection to the server, for sending what no TcpStore would.
+class RawClient {
+ public:
+  explicit RawClient(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::vector<std::uint8_t>& b) {
+    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
+  }
+  // Bytes received within `within`: > 0 data, 0 EOF, < 0 nothing yet.
+  ssize_t recvSome(std::uint8_t* buf, std::size_t n, milliseconds within) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(within.count())) <= 0) return -1;
+    return ::recv(fd_, buf, n, 0);
+  }
+  // True when the server closes the connection within `within` (reading and dropping any data).
+  bool closedByPeer(milliseconds within) {
+    const auto deadline = Clock::now() + within;
+    std::uint8_t buf[4096];
+    while (Clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;  // EOF or reset
+    }
+    return false;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+std::vector<std::uint8_t> le32(std::uint32_t v) {
+  return {static_cast<std::uint8_t>(v), static_cast<std::uint8_t>(v >> 8),
+          static_cast<std::uint8_t>(v >> 16), static_cast<std::uint8_t>(v >> 24)};
+}
+
+std::vector<std::uint8_t> operator+(std::vector<std::uint8_t> a,
+                                    const std::vector<std::uint8_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Protocol
+
+TEST(StoreProtocol, RequestsRoundTrip) {
+  std::vector<proto::Request> reqs(5);
+  reqs[0].type = proto::RequestType::Set;
+  reqs[0].keys = {"k"};
+  reqs[0].value = {0, 1, 255};
+  reqs[1].type = proto::RequestType::Get;
+  reqs[1].keys = {""};
+  reqs[1].timeoutMs = 123456789012ull;
+  reqs[2].type = proto::RequestType::Add;
+  reqs[2].keys = {"counter"};
+  reqs[2].delta = -42;
+  reqs[3].type = proto::RequestType::Wait;
+  reqs[3].keys = {"a", "bb", ""};
+  reqs[3].timeoutMs = 7;
+  reqs[4].type = proto::RequestType::Check;
+  std::vector<std::uint8_t> wire;
+  for (const auto& r : reqs) ASSERT_TRUE(proto::appendRequest(r, wire));
+  std::size_t at = 0;
+  for (const auto& want : reqs) {
+    proto::Request got;
+    const auto r = proto::decodeRequest(std::span(wire).subspan(at), got);
+    ASSERT_EQ(r.status, proto::DecodeStatus::Complete) << r.error;
+    at += r.frameBytes;
+    EXPECT_EQ(got.type, want.type);
+    EXPECT_EQ(got.keys, want.keys);
+    EXPECT_EQ(got.value, want.value);
+    EXPECT_EQ(got.delta, want.delta);
+    EXPECT_EQ(got.timeoutMs, want.timeoutMs);
+  }
+  EXPECT_EQ(at, wire.size());
+}
+
+TEST(StoreProtocol, ResponsesRoundTrip) {
+  std::vector<proto::Response> resps(6);
+  resps[0].type = proto::ResponseType::Ok;
+  resps[1].type = proto::ResponseType::Value;
+  resps[1].value = {9, 8, 7};
+  resps[2].type = proto::ResponseType::Integer;
+  resps[2].integer = INT64_MIN;
+  resps[3].type = proto::ResponseType::Bool;
+  resps[3].flag = true;
+  resps[4].type = proto::ResponseType::Timeout;
+  resps[4].keys = {"x", "y"};
+  resps[5].type = proto::ResponseType::Error;
+  resps[5].message = "no";
+  std::vector<std::uint8_t> wire;
+  for (const auto& r : resps) ASSERT_TRUE(proto::appendResponse(r, wire));
+  std::size_t at = 0;
+  for (const auto& want : resps) {
+    proto::Response got;
+    const auto r = proto::decodeResponse(std::span(wire).subspan(at), got);
+    ASSERT_EQ(r.status, proto::DecodeStatus::Complete) << r.error;
+    at += r.frameBytes;
+    EXPECT_EQ(got.type, want.type);
+    EXPECT_EQ(got.value, want.value);
+    EXPECT_EQ(got.integer, want.integer);
+    EXPECT_EQ(got.flag, want.flag);
+    EXPECT_EQ(got.keys, want.keys);
+    EXPECT_EQ(got.message, want.message);
+  }
+}
+
+TEST(StoreProtocol, EveryTruncationIsIncomplete) {
+  proto::Request req;
+  req.type = proto::RequestType::Wait;
+  req.keys = {"alpha", "beta"};
+  std::vector<std::uint8_t> wire;
+  ASSERT_TRUE(proto::appendRequest(req, wire));
+  for (std::size_t n = 0; n < wire.size(); ++n) {
+    proto::Request got;
+    const auto r = proto::decodeRequest(std::span(wire).first(n), got);
+    EXPECT_EQ(r.status, proto::DecodeStatus::Incomplete) << "prefix of " << n << " bytes";
+  }
+}
+
+TEST(StoreProtocol, BoundsAreEnforced) {
+  proto::Request req;
+  req.type = proto::RequestType::Set;
+  req.keys = {std::string(proto::kMaxKeyBytes + 1, 'k')};
+  std::vector<std::uint8_t> wire;
+  EXPECT_FALSE(proto::appendRequest(req, wire));
+  EXPECT_TRUE(wire.empty());
+  req.keys = {"a", "b"};  // SET takes exactly one key
+  EXPECT_FALSE(proto::appendRequest(req, wire));
+
+  proto::Request got;
+  // A header announcing more than a frame may hold is rejected before any body arrives.
+  EXPECT_EQ(proto::decodeRequest(le32(0xffffffffu), got).status, proto::DecodeStatus::Malformed);
+  EXPECT_EQ(proto::decodeRequest(le32(0), got).status, proto::DecodeStatus::Malformed);
+  // CHECK claiming 2^31 keys in a 5-byte payload.
+  auto huge = le32(5) + std::vector<std::uint8_t>{5} + le32(0x80000000u);
+  EXPECT_EQ(proto::decodeRequest(huge, got).status, proto::DecodeStatus::Malformed);
+  // SET whose key length exceeds the key bound.
+  auto longKey = le32(9) + std::vector<std::uint8_t>{1} + le32(5000) + le32(0);
+  EXPECT_EQ(proto::decodeRequest(longKey, got).status, proto::DecodeStatus::Malformed);
+  // Trailing bytes after a complete CHECK of zero keys.
+  auto trailing = le32(6) + std::vector<std::uint8_t>{5} + le32(0) + std::vector<std::uint8_t>{0};
+  EXPECT_EQ(proto::decodeRequest(trailing, got).status, proto::DecodeStatus::Malformed);
+  // Unknown type.
+  auto unknown = le32(1) + std::vector<std::uint8_t>{77};
+  EXPECT_EQ(proto::decodeRequest(unknown, got).status, proto::DecodeStatus::Malformed);
+}
+
+TEST(StoreProtocol, RandomBytesNeverCrashTheDecoder) {
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::uint8_t> b(4 + rng() % 64);
+    for (auto& x : b) x = static_cast<std::uint8_t>(rng());
+    // Small lengths, so that the payload decoder runs on most inputs.
+    b[0] = static_cast<std::uint8_t>(rng() % (b.size() - 3));
+    b[1] = b[2] = b[3] = 0;
+    b[4 % b.size()] = static_cast<std::uint8_t>(1 + rng() % 6);
+    proto::Request req;
+    proto::Response resp;
+    const auto r1 = proto::decodeRequest(b, req);
+    const auto r2 = proto::decodeResponse(b, resp);
+    if (r1.status == proto::DecodeStatus::Complete) {
+      EXPECT_LE(r1.frameBytes, b.size());
+    }
+    if (r2.status == proto::DecodeStatus::Complete) {
+      EXPECT_LE(r2.frameBytes, b.size());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server and client
+
+TEST(TcpStore, ServerOnPortZeroGetsARealPort) {
+  TcpStoreServer server("127.0.0.1", 0);
+  EXPECT_NE(server.port(), 0);
+  auto store = connectTo(server);
+  EXPECT_EQ(store->localAddress(), "127.0.0.1");
+}
+
+TEST(TcpStore, SetGetRoundTripsBinaryValues) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+
+  store->set("empty", {});
+  EXPECT_TRUE(store->get("empty", kLong).empty());
+
+  std::vector<std::uint8_t> all(256);
+  std::iota(all.begin(), all.end(), 0);
+  store->set("all bytes", all);
+  EXPECT_EQ(store->get("all bytes", kLong), all);
+
+  std::vector<std::uint8_t> big(1 << 20);
+  std::mt19937 rng(7);
+  for (auto& b : big) b = static_cast<std::uint8_t>(rng());
+  store->set("big", big);
+  EXPECT_EQ(store->get("big", kLong), big);
+
+  store->set("all bytes", {1});  // overwrite
+  EXPECT_EQ(store->get("all bytes", kLong), std::vector<std::uint8_t>{1});
+
+  store->setString("s", std::string("with\0nul", 8));
+  EXPECT_EQ(store->getString("s", kLong), std::string("with\0nul", 8));
+
+  // Another client sees the same data.
+  auto other = connectTo(server);
+  EXPECT_EQ(other->get("big", kLong), big);
+}
+
+TEST(TcpStore, GetBlocksUntilAnotherClientSets) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto reader = connectTo(server);
+  auto writer = connectTo(server);
+  const auto start = Clock::now();
+  std::thread t([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    writer->setString("late", "here");
+  });
+  const std::string v = reader->getString("late", kLong);
+  const auto waited = since(start);
+  t.join();
+  EXPECT_EQ(v, "here");
+  EXPECT_GE(waited, milliseconds(150));
+  EXPECT_LT(waited, milliseconds(3000));
+}
+
+TEST(TcpStore, GetTimeoutNamesTheKey) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  const auto start = Clock::now();
+  const Error e = thrownBy([&] { store->get("missing/key", milliseconds(300)); });
+  const auto waited = since(start);
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("missing/key"), std::string::npos) << e.what();
+  EXPECT_NE(e.detail().find(std::to_string(server.port())), std::string::npos) << e.what();
+  EXPECT_GE(waited, milliseconds(250));
+  EXPECT_LT(waited, milliseconds(1500));
+  // The connection stays usable after a timeout.
+  store->setString("k", "v");
+  EXPECT_EQ(store->getString("k", kLong), "v");
+  // A zero timeout answers at once.
+  EXPECT_EQ(thrownBy([&] { store->get("missing", milliseconds(0)); }).code(), ErrorCode::Timeout);
+}
+
+TEST(TcpStore, AddFromEightThreadsIsExact) {
+  TcpStoreServer server("127.0.0.1", 0);
+  constexpr int kThreads = 8;
+  constexpr int kAdds = 1000;
+  std::vector<std::vector<std::int64_t>> seen(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        auto store = connectTo(server);
+        for (int i = 0; i < kAdds; ++i) seen[t].push_back(store->add("counter", 1));
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  auto store = connectTo(server);
+  EXPECT_EQ(store->add("counter", 0), kThreads * kAdds);
+  // Every increment returned a distinct intermediate total.
+  std::vector<std::int64_t> all;
+  for (const auto& s : seen) all.insert(all.end(), s.begin(), s.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::int64_t> want(kThreads * kAdds);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(all, want);
+}
+
+TEST(TcpStore, OneClientIsThreadSafe) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        store->add("shared", 2);
+        store->setString("t" + std::to_string(t), std::to_string(i));
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store->add("shared", 0), 4 * 200 * 2);
+  EXPECT_EQ(store->getString("t3", kLong), "199");
+}
+
+TEST(TcpStore, AddSemantics) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  EXPECT_EQ(store->add("n", -5), -5);
+  EXPECT_EQ(store->add("n", 7), 2);
+  EXPECT_TRUE(store->check({"n"}));
+  EXPECT_EQ(store->get("n", kLong).size(), 8u);  // stored as an 8-byte counter
+  store->setString("text", "abc");
+  const Error e = thrownBy([&] { store->add("text", 1); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.detail().find("text"), std::string::npos) << e.what();
+  EXPECT_EQ(store->add("n", 1), 3);  // the connection survives a refused ADD
+}
+
+TEST(TcpStore, WaitAndCheck) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  auto writer = connectTo(server);
+  EXPECT_TRUE(store->check({}));
+  store->wait({}, milliseconds(0));
+  EXPECT_FALSE(store->check({"a", "b"}));
+  store->setString("a", "1");
+  EXPECT_TRUE(store->check({"a"}));
+  EXPECT_FALSE(store->check({"a", "b"}));
+
+  std::thread t([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    writer->setString("b", "2");
+    writer->add("c", 1);
+  });
+  const auto start = Clock::now();
+  store->wait({"a", "b", "c"}, kLong);
+  EXPECT_GE(since(start), milliseconds(50));
+  t.join();
+  EXPECT_TRUE(store->check({"a", "b", "c"}));
+
+  const Error e = thrownBy([&] { store->wait({"a", "zz", "b", "yy"}, milliseconds(200)); });
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("'zz'"), std::string::npos) << e.what();
+  EXPECT_NE(e.detail().find("'yy'"), std::string::npos) << e.what();
+  EXPECT_EQ(e.detail().find("'a'"), std::string::npos)
+      << "names only the missing keys: " << e.what();
+}
+
+TEST(TcpStore, ManyClientsRendezvous) {
+  TcpStoreServer server("127.0.0.1", 0);
+  constexpr int kClients = 32;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kClients; ++i) keys.push_back("rank" + std::to_string(i));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        auto store = connectTo(server);
+        store->setString(keys[i], "addr-of-" + std::to_string(i));
+        store->wait(keys, kLong);
+        for (int j = 0; j < kClients; ++j)
+          if (store->getString(keys[j], kLong) != "addr-of-" + std::to_string(j)) ++failures;
+        store->add("done", 1);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "client " << i << ": " << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(connectTo(server)->add("done", 0), kClients);
+}
+
+TEST(TcpStore, ConnectToClosedPortTimesOutNamingTheAddress) {
+  std::uint16_t port = 0;
+  {
+    TcpStoreServer gone("127.0.0.1", 0);
+    port = gone.port();
+  }
+  const auto start = Clock::now();
+  const Error e = thrownBy([&] { TcpStore("127.0.0.1", port, milliseconds(300)); });
+  const auto waited = since(start);
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+  EXPECT_NE(e.detail().find("ECONNREFUSED"), std::string::npos) << e.what();
+  EXPECT_GE(waited, milliseconds(250));
+  EXPECT_LT(waited, milliseconds(1500));
+}
+
+TEST(TcpStore, UnresolvableHostTimesOut) {
+  const Error e = thrownBy([&] { TcpStore("no-such-host.invalid", 1, milliseconds(200)); });
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("no-such-host.invalid:1"), std::string::npos) << e.what();
+}
+
+TEST(TcpStore, ServerDestroyedWhileClientWaits) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+  auto store = connectTo(*server);
+  auto result = std::async(std::launch::async, [&]() -> Error {
+    return thrownBy([&] { store->get("never", milliseconds(3000)); });
+  });
+  std::this_thread::sleep_for(milliseconds(200));
+  const auto start = Clock::now();
+  server.reset();
+  ASSERT_EQ(result.wait_for(milliseconds(2000)), std::future_status::ready)
+      << "the client did not notice the server going away";
+  const Error e = result.get();
+  EXPECT_LT(since(start), milliseconds(2000));
+  EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+  EXPECT_NE(e.detail().find("never"), std::string::npos) << e.what();
+  EXPECT_NE(e.detail().find("GET"), std::string::npos) << e.what();
+}
+
+TEST(TcpStore, MuteServerIsBoundedByTheOpTimeout) {
+  // A listening socket that accepts (via the backlog) and never answers.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  TcpStore store("127.0.0.1", ntohs(addr.sin_port), kConnect, milliseconds(300));
+  const auto start = Clock::now();
+  const Error e = thrownBy([&] { store.setString("k", "v"); });
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("SET 'k'"), std::string::npos) << e.what();
+  EXPECT_LT(since(start), milliseconds(1500));
+  ::close(fd);
+}
+
+TEST(TcpStore, HostnamesAndIpv6) {
+  TcpStoreServer v4("127.0.0.1", 0);
+  TcpStore byName("localhost", v4.port(), kConnect);
+  byName.setString("k", "v");
+  EXPECT_EQ(byName.getString("k", kLong), "v");
+
+  std::unique_ptr<TcpStoreServer> v6;
+  try {
+    v6 = std::make_unique<TcpStoreServer>("::1", 0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  TcpStore store("::1", v6->port(), kConnect);
+  store.setString("k6", "v6");
+  EXPECT_EQ(store.getString("k6", kLong), "v6");
+  EXPECT_EQ(store.localAddress(), "::1");
+}
+
+TEST(TcpStore, MalformedFramesCloseOnlyTheirConnection) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto good = connectTo(server);
+  good->setString("before", "1");
+  // A good client parked in a GET while the bad ones misbehave.
+  auto waiting = connectTo(server);
+  auto parked = std::async(std::launch::async, [&] { return waiting->getString("after", kLong); });
+
+  const std::vector<std::vector<std::uint8_t>> bad = {
+      le32(0xffffffffu),                                                // huge frame length
+      le32(0),                                                          // empty frame
+      le32(1) + std::vector<std::uint8_t>{99},                          // unknown type
+      le32(9) + std::vector<std::uint8_t>{1} + le32(100000) + le32(0),  // key over 4 KiB
+      le32(5) + std::vector<std::uint8_t>{5} + le32(1000000),           // a million keys
+      le32(16) + std::vector<std::uint8_t>(16, 0xab),                   // garbage payload
+  };
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    RawClient raw(server.port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.send(bad[i]));
+    EXPECT_TRUE(raw.closedByPeer(milliseconds(2000))) << "bad frame #" << i << " not rejected";
+  }
+  {
+    // Half a frame, then gone.
+    RawClient raw(server.port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.send(le32(1000) + std::vector<std::uint8_t>{1, 2, 3}));
+  }
+
+  EXPECT_EQ(good->getString("before", kLong), "1");
+  good->setString("after", "2");
+  ASSERT_EQ(parked.wait_for(milliseconds(3000)), std::future_status::ready);
+  EXPECT_EQ(parked.get(), "2");
+  EXPECT_EQ(connectTo(server)->add("still serving", 1), 1);
+}
+
+TEST(TcpStore, ClientDisconnectingWhileParkedDoesNotDisturbOthers) {
+  TcpStoreServer server("127.0.0.1", 0);
+  {
+    RawClient raw(server.port());
+    proto::Request req;
+    req.type = proto::RequestType::Get;
+    req.keys = {"x"};
+    req.timeoutMs = 60000;
+    std::vector<std::uint8_t> wire;
+    ASSERT_TRUE(proto::appendRequest(req, wire));
+    ASSERT_TRUE(raw.send(wire));
+    std::this_thread::sleep_for(milliseconds(50));
+  }  // gone while parked
+  auto store = connectTo(server);
+  store->setString("x", "1");
+  EXPECT_EQ(store->getString("x", kLong), "1");
+}
+
+// A client that pipelines requests behind a parked GET and does not read its (large) replies for
+// a while: the replies come back complete and in order, and other clients are served meanwhile.
+TEST(TcpStore, PipelinedRequestsAndSlowReaders) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  std::vector<std::uint8_t> big(8 << 20);
+  std::mt19937 rng(3);
+  for (auto& b : big) b = static_cast<std::uint8_t>(rng());
+  store->set("big", big);
+
+  RawClient raw(server.port());
+  ASSERT_TRUE(raw.connected());
+  std::vector<std::uint8_t> wire;
+  proto::Request req;
+  req.type = proto::RequestType::Get;
+  req.timeoutMs = 5000;
+  req.keys = {"later"};  // parks
+  ASSERT_TRUE(proto::appendRequest(req, wire));
+  req.keys = {"big"};
+  // 96 MiB of replies: more than the server buffers before it stops reading from a connection.
+  constexpr int kBigGets = 12;
+  for (int i = 0; i < kBigGets; ++i) ASSERT_TRUE(proto::appendRequest(req, wire));
+  req = proto::Request{};
+  req.type = proto::RequestType::Add;
+  req.keys = {"n"};
+  req.delta = 3;
+  ASSERT_TRUE(proto::appendRequest(req, wire));
+  ASSERT_TRUE(raw.send(wire));
+
+  std::this_thread::sleep_for(milliseconds(50));
+  store->setString("later", "now");  // unparks; the replies back up behind the raw socket
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(store->add("other", 1), 1);  // the server is not stuck on the slow reader
+  EXPECT_EQ(store->getString("later", kLong), "now");
+
+  std::vector<std::uint8_t> in;
+  std::vector<proto::Response> replies;
+  const auto deadline = Clock::now() + milliseconds(5000);
+  while (replies.size() < kBigGets + 2 && Clock::now() < deadline) {
+    std::uint8_t buf[65536];
+    const ssize_t n = raw.recvSome(buf, sizeof buf, milliseconds(500));
+    if (n <= 0) continue;
+    in.insert(in.end(), buf, buf + n);
+    for (;;) {
+      proto::Response resp;
+      const auto r = proto::decodeResponse(in, resp);
+      if (r.status != proto::DecodeStatus::Complete) break;
+      replies.push_back(std::move(resp));
+      in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(r.frameBytes));
+    }
+  }
+  ASSERT_EQ(replies.size(), kBigGets + 2u);
+  EXPECT_EQ(replies[0].type, proto::ResponseType::Value);
+  EXPECT_EQ(replies[0].value, std::vector<std::uint8_t>({'n', 'o', 'w'}));
+  for (int i = 1; i <= kBigGets; ++i) {
+    EXPECT_EQ(replies[i].type, proto::ResponseType::Value);
+    EXPECT_TRUE(replies[i].value == big) << "reply " << i;
+  }
+  EXPECT_EQ(replies.back().type, proto::ResponseType::Integer);
+  EXPECT_EQ(replies.back().integer, 3);
+}
+
+TEST(TcpStore, OversizedArgumentsAreRejectedByTheClient) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  const Error e = thrownBy([&] { store->setString(std::string(5000, 'k'), "v"); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  store->setString("ok", "v");  // and the connection is unharmed
+  EXPECT_EQ(store->getString("ok", kLong), "v");
+}
+
+TEST(PrefixStore, IsolatesNamespaces) {
+  TcpStoreServer server("127.0.0.1", 0);
+  std::shared_ptr<Store> base = connectTo(server);
+  PrefixStore a(base, "comm1");
+  PrefixStore b(base, "comm10");
+  a.setString("0", "from a");
+  b.setString("0", "from b");
+  EXPECT_EQ(a.getString("0", kLong), "from a");
+  EXPECT_EQ(b.getString("0", kLong), "from b");
+  EXPECT_EQ(base->getString("comm1/0", kLong), "from a");
+
+  a.setString("only-a", "x");
+  EXPECT_TRUE(a.check({"only-a", "0"}));
+  EXPECT_FALSE(b.check({"only-a"}));
+  EXPECT_EQ(thrownBy([&] { b.get("only-a", milliseconds(50)); }).code(), ErrorCode::Timeout);
+  EXPECT_EQ(thrownBy([&] { b.wait({"only-a"}, milliseconds(50)); }).code(), ErrorCode::Timeout);
+  a.wait({"only-a"}, milliseconds(50));
+
+  EXPECT_EQ(a.add("n", 5), 5);
+  EXPECT_EQ(b.add("n", 1), 1);
+  PrefixStore nested(std::make_shared<PrefixStore>(base, "comm1"), "sub");
+  nested.setString("k", "v");
+  EXPECT_EQ(a.getString("sub/k", kLong), "v");
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,156 @@
+// braid-info: what this build of braid can do and how it is configured here: version, the
+// instruction set the reduction kernels dispatch to, the algorithms of every collective, the
+// launch environment and every environment variable braid reads.
+#include <braid/braid.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algo/algorithm.hpp"
+#include "kernels/reduce.hpp"
+
+namespace braid::info {
+namespace {
+
+constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [-h|--help]
+
+Prints the braid version, the instruction set the reduction kernels use on this CPU, the
+algorithms available for each collective, the launch environment and the options as braid
+would read them here, and every environment variable braid reads (value if set, default,
+meaning). Without options everything is printed.
+
+  --env     only the environment variables
+  --algos   only the algorithms
+  -h, --help
+)";
+
+void printAlgorithms() {
+  std::printf("algorithms:\n");
+  const auto algos = algo::registry();
+  // Grouped by collective, in the order of the Collective enum; registry order within a group.
+  for (int c = 0; c <= static_cast<int>(Collective::Recv); ++c) {
+    const auto coll = static_cast<Collective>(c);
+    bool first = true;
+    for (const algo::AlgoInfo& a : algos) {
+      if (a.coll != coll) continue;
+      if (first) std::printf("  %s\n", toString(coll));
+      first = false;
+      std::printf("    %-24s %s\n", a.name, a.summary != nullptr ? a.summary : "");
+    }
+  }
+  if (algos.empty()) std::printf("  (none registered)\n");
+}
+
+/// One documented row may name several variables: "MASTER_ADDR / MASTER_PORT", or
+/// "OMPI_COMM_WORLD_RANK / _SIZE" where a leading '_' continues the first name's stem.
+std::vector<std::string> variableNames(std::string_view names) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < names.size()) {
+    std::size_t end = names.find('/', start);
+    if (end == std::string_view::npos) end = names.size();
+    std::string_view name = names.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (!name.empty() && name.front() == '_' && !out.empty()) {
+      const std::size_t stem = out.front().rfind('_');
+      out.push_back(out.front().substr(0, stem == std::string::npos ? 0 : stem) +
+                    std::string(name));
+    } else if (!name.empty()) {
+      out.emplace_back(name);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+void printEnvironment() {
+  std::printf("environment variables (* = set here):\n");
+  for (const EnvVarDoc& d : environmentVariables()) {
+    std::string current;
+    for (const std::string& name : variableNames(d.name)) {
+      if (const char* v = std::getenv(name.c_str())) {
+        if (!current.empty()) current += ", ";
+        current += name + "=" + v;
+      }
+    }
+    const std::string def =
+        d.defaultValue != nullptr && *d.defaultValue != '\0' ? d.defaultValue : "(empty)";
+    const char mark = current.empty() ? ' ' : '*';
+    if (std::string_view(d.name).size() <= 26) {
+      std::printf("%c %-26s default %-8s %s\n", mark, d.name, def.c_str(), d.meaning);
+    } else {
+      std::printf("%c %s\n  %-26s default %-8s %s\n", mark, d.name, "", def.c_str(), d.meaning);
+    }
+    if (!current.empty()) std::printf("    current: %s\n", current.c_str());
+  }
+}
+
+void printLaunchAndOptions() {
+  try {
+    const LaunchInfo li = LaunchInfo::fromEnv();
+    std::printf("launch: %s, rank %d of %d, local rank %d, store %s:%u%s\n", li.source.c_str(),
+                li.rank, li.size, li.localRank, li.storeHost.c_str(),
+                static_cast<unsigned>(li.storePort), li.storeExternal ? " (external)" : "");
+  } catch (const std::exception& e) {
+    std::printf("launch: invalid environment: %s\n", e.what());
+  }
+  try {
+    const Options o = Options::fromEnv();
+    std::printf(
+        "options: chunk %zu B, buffer %zu B, small messages up to %zu B, algo '%s', "
+        "connect timeout %lld ms, exec timeout %lld ms, spin %lld us, listen '%s', log level "
+        "%d\n",
+        o.chunkBytes, o.bufferBytes, o.smallMessageBytes, o.algo.c_str(),
+        static_cast<long long>(o.connectTimeout.count()),
+        static_cast<long long>(o.execTimeout.count()), static_cast<long long>(o.spin.count()),
+        o.listenAddress.c_str(), o.logLevel);
+  } catch (const std::exception& e) {
+    std::printf("options: invalid environment: %s\n", e.what());
+  }
+}
+
+int run(int argc, char** argv) {
+  bool env = false;
+  bool algos = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--env") {
+      env = true;
+    } else if (arg == "--algos") {
+      algos = true;
+    } else {
+      std::fprintf(stderr, "braid-info: unknown option '%s'\n(braid-info --help shows the usage)\n",
+                   argv[i]);
+      return 2;
+    }
+  }
+  const bool all = !env && !algos;
+  if (all) {
+    std::printf("braid %s\n", braid::version());
+    std::printf("kernels: %s\n", kernels::selectedIsa());
+    printLaunchAndOptions();
+  }
+  if (all || algos) printAlgorithms();
+  if (all || env) printEnvironment();
+  return 0;
+}
+
+}  // namespace
+}  // namespace braid::info
+
+int main(int argc, char** argv) {
+  try {
+    return braid::info::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "braid-info: %s\n", e.what());
+    return 1;
+  }
+}

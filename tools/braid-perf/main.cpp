@@ -1,0 +1,321 @@
+// braid-perf: nccl-tests-style benchmark of braid's collectives.
+//
+// Method (the same as the reference benchmarks in anchors/, so ratios mean something): for
+// each size, W untimed operations, then K repetitions of [barrier; N back-to-back blocking
+// operations timed on each rank; per-op mean; max over ranks]; the median repetition is
+// reported. With -c 1 one more operation runs on fresh inputs and every output element on every
+// rank is compared with an independently computed value.
+#include <algorithm>
+#include <braid/braid.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "bench_ops.hpp"
+#include "kernels/reduce.hpp"
+#include "perf_args.hpp"
+
+namespace braid::perf {
+namespace {
+
+constexpr int kExitBraidError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitWrong = 3;
+
+/// Page-aligned memory, touched once so page faults stay out of the timings.
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(std::size_t bytes) {
+    constexpr std::size_t kAlign = 4096;
+    const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    data_.reset(std::aligned_alloc(kAlign, rounded));
+    if (!data_) throw std::bad_alloc();
+    std::memset(data_.get(), 0, rounded);
+  }
+  void* get() const { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> data_;
+};
+
+std::string formatBytes(std::size_t b) {
+  if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0)
+    return std::to_string(b >> 30) + "G";
+  if (b >= (std::size_t{1} << 20) && b % (std::size_t{1} << 20) == 0)
+    return std::to_string(b >> 20) + "M";
+  if (b >= (std::size_t{1} << 10) && b % (std::size_t{1} << 10) == 0)
+    return std::to_string(b >> 10) + "K";
+  return std::to_string(b);
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+struct Result {
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  std::string algo;
+  int iters = 0;
+  double seconds = 0;  // median over repetitions of the max over ranks of the per-op mean
+  std::int64_t wrong = 0;
+};
+
+class Benchmark {
+ public:
+  Benchmark(const PerfArgs& args, Comm& comm)
+      : args_(args),
+        comm_(comm),
+        send_(args.maxBytes),
+        recv_(args.maxBytes),
+        runner_(comm, send_.get(), recv_.get()) {}
+
+  int run();
+
+ private:
+  Result measure(const BenchCase& c);
+  std::string algorithmName(const BenchCase& c, std::size_t bytes) const;
+  void printHeader() const;
+  void printGroupHeader(const BenchOpInfo& op) const;
+  void report(const BenchCase& c, const Result& r);
+  bool openJson();
+
+  const PerfArgs& args_;
+  Comm& comm_;
+  AlignedBuffer send_;
+  AlignedBuffer recv_;
+  BenchRunner runner_;
+  std::ofstream jsonFile_;
+  std::ostream* json_ = nullptr;
+  double busbwSum_ = 0;
+  int busbwRows_ = 0;
+  std::int64_t totalWrong_ = 0;
+};
+
+double maxOverRanks(Comm& comm, double v) {
+  double out = 0;
+  comm.allreduce(&v, &out, 1, DataType::Float64, ReduceOp::Max);
+  return out;
+}
+
+std::int64_t sumOverRanks(Comm& comm, std::int64_t v) {
+  std::int64_t out = 0;
+  comm.allreduce(&v, &out, 1, DataType::Int64, ReduceOp::Sum);
+  return out;
+}
+
+std::string Benchmark::algorithmName(const BenchCase& c, std::size_t bytes) const {
+  if (c.info->op == BenchOp::SendRecv) return "p2p";
+  try {
+    return comm_.selectedAlgorithm(c.info->coll, bytes);
+  } catch (const std::exception&) {
+    return args_.algo.empty() ? "?" : args_.algo;
+  }
+}
+
+Result Benchmark::measure(const BenchCase& c) {
+  using Clock = std::chrono::steady_clock;
+  Result r;
+  r.count = c.count;
+  r.bytes = c.count * dataTypeSize(c.dtype);
+  r.algo = algorithmName(c, r.bytes);
+  r.iters = args_.iters > 0 ? args_.iters : itersForBytes(r.bytes);
+
+  runner_.prepare(c);
+  for (int w = 0; w < args_.warmup; ++w) runner_.run(c);
+  std::vector<double> reps;
+  for (int k = 0; k < args_.reps; ++k) {
+    comm_.barrier();
+    const auto t0 = Clock::now();
+    for (int it = 0; it < r.iters; ++it) runner_.run(c);
+    const double perOp = std::chrono::duration<double>(Clock::now() - t0).count() / r.iters;
+    reps.push_back(maxOverRanks(comm_, perOp));
+  }
+  std::sort(reps.begin(), reps.end());
+  const std::size_t mid = reps.size() / 2;
+  r.seconds = reps.size() % 2 == 1 ? reps[mid] : 0.5 * (reps[mid - 1] + reps[mid]);
+
+  if (args_.check) {
+    runner_.prepare(c);
+    runner_.run(c);
+    r.wrong = sumOverRanks(comm_, runner_.verify(c));
+  }
+  return r;
+}
+
+void Benchmark::printHeader() const {
+  std::string launch = "?";
+  try {
+    launch = LaunchInfo::fromEnv().source;
+  } catch (const std::exception&) {
+  }
+  const Options& o = comm_.options();
+  std::printf("# braid-perf (braid %s)\n", braid::version());
+  std::printf("# nranks %d, launch %s, isa %s\n", comm_.size(), launch.c_str(),
+              kernels::selectedIsa());
+  std::printf("# minBytes %zu maxBytes %zu step %zu(factor) warmup %d iters %s reps %d check %d\n",
+              args_.minBytes, args_.maxBytes, args_.stepFactor, args_.warmup,
+              args_.iters > 0 ? std::to_string(args_.iters).c_str() : "by-size", args_.reps,
+              args_.check ? 1 : 0);
+  std::printf("# options: chunk %s buffer %s small %s algo '%s'\n",
+              formatBytes(o.chunkBytes).c_str(), formatBytes(o.bufferBytes).c_str(),
+              formatBytes(o.smallMessageBytes).c_str(), o.algo.c_str());
+  std::printf(
+      "# time: per-op mean of back-to-back blocking ops, max over ranks, median of %d reps\n",
+      args_.reps);
+}
+
+void Benchmark::printGroupHeader(const BenchOpInfo& op) const {
+  std::printf("#\n# %s\n", op.name);
+  std::printf("# %10s %12s %6s %6s %5s %20s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+              "root", "algo", "time", "algbw", "busbw", "#wrong");
+  std::printf("# %10s %12s %6s %6s %5s %20s %10s %8s %8s\n", "(B)", "(elements)", "", "", "", "",
+              "(us)", "(GB/s)", "(GB/s)");
+  std::fflush(stdout);
+}
+
+void Benchmark::report(const BenchCase& c, const Result& r) {
+  totalWrong_ += r.wrong;
+  if (comm_.rank() != 0) return;
+  const double algbw = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0;
+  const double busbw = algbw * busFactor(c.info->op, comm_.size());
+  if (r.bytes > 0) {
+    busbwSum_ += busbw;
+    ++busbwRows_;
+  }
+  const std::string redop = c.info->reduces ? toString(c.redop) : "none";
+  const int root = c.info->rooted ? c.root : -1;
+  const std::string wrong = args_.check ? std::to_string(r.wrong) : "N/A";
+  std::printf("  %10zu %12zu %6s %6s %5d %20s %10.2f %8.3f %8.3f %7s\n", r.bytes, r.count,
+              toString(c.dtype), redop.c_str(), root, r.algo.c_str(), r.seconds * 1e6, algbw, busbw,
+              wrong.c_str());
+  std::fflush(stdout);
+  if (json_ != nullptr) {
+    char nums[160];
+    std::snprintf(nums, sizeof nums, "\"time_us\":%.3f,\"algbw\":%.6f,\"busbw\":%.6f",
+                  r.seconds * 1e6, algbw, busbw);
+    *json_ << "{\"collective\":" << jsonString(c.info->name) << ",\"nranks\":" << comm_.size()
+           << ",\"size\":" << r.bytes << ",\"count\":" << r.count
+           << ",\"dtype\":" << jsonString(toString(c.dtype)) << ",\"redop\":" << jsonString(redop)
+           << ",\"root\":" << root << ",\"algo\":" << jsonString(r.algo) << "," << nums
+           << ",\"wrong\":" << (args_.check ? std::to_string(r.wrong) : "null")
+           << ",\"iters\":" << r.iters << ",\"reps\":" << args_.reps << "}\n";
+    json_->flush();
+  }
+}
+
+/// Rank 0 opens the JSON file; every rank learns whether that worked, so all exit together.
+bool Benchmark::openJson() {
+  double failed = 0;
+  if (comm_.rank() == 0 && args_.jsonPath) {
+    if (*args_.jsonPath == "-") {
+      json_ = &std::cout;
+    } else {
+      jsonFile_.open(*args_.jsonPath, std::ios::out | std::ios::trunc);
+      if (jsonFile_) {
+        json_ = &jsonFile_;
+      } else {
+        std::fprintf(stderr, "braid-perf: cannot write --json file '%s': %s\n",
+                     args_.jsonPath->c_str(), std::strerror(errno));
+        failed = 1;
+      }
+    }
+  }
+  return maxOverRanks(comm_, failed) == 0;
+}
+
+int Benchmark::run() {
+  if (!openJson()) return kExitUsage;
+  if (comm_.rank() == 0) printHeader();
+  const int n = comm_.size();
+  for (const BenchOpInfo* op : args_.ops) {
+    if (comm_.rank() == 0) printGroupHeader(*op);
+    const std::vector<ReduceOp> redops =
+        op->reduces ? args_.redops : std::vector<ReduceOp>{ReduceOp::Sum};
+    for (DataType dtype : args_.dtypes) {
+      for (ReduceOp redop : redops) {
+        for (std::size_t size : sizeSteps(args_)) {
+          std::size_t count = size / dataTypeSize(dtype);
+          if (op->perRankSplit) count = count / static_cast<std::size_t>(n) * n;
+          const BenchCase c{op, dtype, redop, args_.root, count};
+          report(c, measure(c));
+        }
+      }
+    }
+  }
+  if (comm_.rank() == 0) {
+    std::printf("#\n# avg bus bandwidth: %.3f GB/s\n",
+                busbwRows_ > 0 ? busbwSum_ / busbwRows_ : 0.0);
+    if (args_.check)
+      std::printf("# wrong elements: %lld (%s)\n", static_cast<long long>(totalWrong_),
+                  totalWrong_ == 0 ? "OK" : "FAILED");
+    std::fflush(stdout);
+  }
+  return totalWrong_ == 0 ? 0 : kExitWrong;
+}
+
+int run(int argc, char** argv) {
+  PerfArgs args;
+  try {
+    args = parsePerfArgs(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "braid-perf: %s\n(braid-perf --help shows the usage)\n", e.what());
+    return kExitUsage;
+  }
+  if (args.help) {
+    std::fputs(kPerfUsage, stdout);
+    return 0;
+  }
+  int rank = -1;
+  try {
+    Options options = Options::fromEnv();
+    if (!args.algo.empty()) options.algo = args.algo;
+    std::unique_ptr<Comm> comm = Comm::fromEnv(options);
+    rank = comm->rank();
+    if (args.root >= comm->size()) {
+      if (rank == 0)
+        std::fprintf(stderr, "braid-perf: -r %d: the root must be below nranks (%d)\n", args.root,
+                     comm->size());
+      return kExitUsage;
+    }
+    Benchmark bench(args, *comm);
+    return bench.run();
+  } catch (const std::exception& e) {
+    if (rank >= 0)
+      std::fprintf(stderr, "braid-perf: rank %d: %s\n", rank, e.what());
+    else
+      std::fprintf(stderr, "braid-perf: %s\n", e.what());
+    return kExitBraidError;
+  }
+}
+
+}  // namespace
+}  // namespace braid::perf
+
+int main(int argc, char** argv) {
+  return braid::perf::run(argc, argv);
+}

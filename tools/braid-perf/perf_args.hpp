@@ -1,0 +1,51 @@
+// braid-perf's command line: the nccl-tests flags plus --algo, --json and --reps.
+#pragma once
+
+#include <braid/types.hpp>
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_ops.hpp"
+
+namespace braid::perf {
+
+struct PerfArgs {
+  std::vector<const BenchOpInfo*> ops;
+  std::size_t minBytes = 8;
+  std::size_t maxBytes = 256u << 20;
+  std::size_t stepFactor = 4;
+  int iters = 0;  // 0: by size, as the anchors (200 up to 64K ... 2 above 64M)
+  int warmup = 5;
+  bool check = true;
+  std::vector<DataType> dtypes{DataType::Float32};
+  std::vector<ReduceOp> redops{ReduceOp::Sum};
+  int root = 0;
+  std::string algo;  // sets Options::algo when not empty
+  std::optional<std::string> jsonPath;
+  int reps = 7;
+  bool help = false;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Throws UsageError naming the offending argument.
+PerfArgs parsePerfArgs(int argc, char** argv);
+
+/// "8", "64K", "4M", "1G" (binary multiples, optional trailing B). nullopt when malformed.
+std::optional<std::size_t> parseByteSize(const std::string& text);
+
+/// minBytes, minBytes*f, ... up to maxBytes, and maxBytes itself (as the anchor benchmarks).
+std::vector<std::size_t> sizeSteps(const PerfArgs& args);
+
+/// Iterations per repetition when -n is not given: ~ a constant amount of data per repetition.
+int itersForBytes(std::size_t bytes);
+
+extern const char* const kPerfUsage;
+
+}  // namespace braid::perf

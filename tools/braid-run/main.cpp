@@ -1,0 +1,277 @@
+// braid-run: starts the local ranks of a braid job, like torchrun or mpirun on one node.
+//
+//   braid-run -n N [--nnodes M --node-rank K --master HOST:PORT] [--] PROGRAM ARGS...
+//
+// Each rank gets the BRAID_* launch variables (and torchrun's names, so torch programs run
+// unchanged); its output comes back line by line prefixed with "[rank] ". The job fails as soon
+// as one rank fails: the others are stopped and braid-run exits non-zero naming the rank.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "launcher.hpp"
+
+extern char** environ;
+
+namespace braid::run {
+namespace {
+
+constexpr const char* kUsage = R"(usage: braid-run -n N [options] [--] PROGRAM [ARGS...]
+
+Starts N ranks of PROGRAM on this node and waits for all of them. Each rank's stdout and stderr
+come back line by line, prefixed with "[RANK] ". When a rank fails (non-zero exit or a signal)
+the other ranks get SIGTERM, then SIGKILL after the grace period, and braid-run exits with the
+failed rank's status (128 + signal when it was killed).
+
+options:
+  -n, --nproc-per-node N  ranks to start on this node (required; torchrun's --nproc_per_node
+                          and --node_rank spellings work too)
+  --nnodes M              nodes in the job (default 1); run one braid-run per node
+  --node-rank K           this node's index, 0..M-1 (default 0)
+  --master HOST:PORT      the job's store; global rank 0 (on node 0) serves it. Required when
+                          M > 1. Default on one node: 127.0.0.1 and a free port.
+  --timeout SECONDS       stop every rank and exit 124 after this long
+  --grace SECONDS         wait between SIGTERM and SIGKILL when stopping ranks (default 3)
+  --no-prefix             relay output lines without the "[RANK] " prefix
+  -h, --help              show this help
+
+environment of each rank (global rank = node_rank * N + local rank):
+  BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_WORLD_SIZE BRAID_NODE_RANK
+  BRAID_STORE=HOST:PORT
+  torchrun's RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK ROLE_WORLD_SIZE
+  MASTER_ADDR MASTER_PORT (MASTER_PORT is the store port + 1, so that a program that also
+  creates torch's own store does not collide with braid's)
+
+SIGINT, SIGTERM and SIGHUP are forwarded to the ranks (a second one kills them). Rank 0 reads
+braid-run's stdin unless it is a terminal; the other ranks read /dev/null.
+)";
+
+struct Args {
+  int nproc = 0;
+  int nnodes = 1;
+  int nodeRank = 0;
+  std::string masterHost;
+  int masterPort = 0;
+  LaunchSettings settings;
+  std::vector<std::string> program;
+};
+
+class UsageError : public std::exception {
+ public:
+  explicit UsageError(std::string m) : message_(std::move(m)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+int parseInt(std::string_view option, std::string_view text, int min, int max) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max)
+    throw UsageError(std::string(option) + ": expected an integer in [" + std::to_string(min) +
+                     ", " + std::to_string(max) + "], got '" + std::string(text) + "'");
+  return value;
+}
+
+std::chrono::milliseconds parseSeconds(std::string_view option, std::string_view text) {
+  double seconds = -1;
+  try {
+    std::size_t used = 0;
+    seconds = std::stod(std::string(text), &used);
+    if (used != text.size()) seconds = -1;
+  } catch (const std::exception&) {
+    seconds = -1;
+  }
+  if (!(seconds >= 0) || !std::isfinite(seconds) || seconds > 1e9)
+    throw UsageError(std::string(option) + ": expected seconds (>= 0), got '" + std::string(text) +
+                     "'");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
+}
+
+void parseMaster(std::string_view text, Args& args) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0)
+    throw UsageError("--master: expected HOST:PORT, got '" + std::string(text) + "'");
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')  // [v6 address]
+    host = host.substr(1, host.size() - 2);
+  args.masterHost = std::string(host);
+  args.masterPort = parseInt("--master port", text.substr(colon + 1), 1, 65534);
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args args;
+  bool haveN = false;
+  int i = 1;
+  // Options accept "--name value" and "--name=value"; "-n4" too.
+  auto value = [&](std::string_view arg, std::string_view name) -> std::optional<std::string> {
+    if (arg == name) {
+      if (i + 1 >= argc) throw UsageError(std::string(name) + " needs a value");
+      return std::string(argv[++i]);
+    }
+    if (arg.size() > name.size() && arg.starts_with(name)) {
+      if (name.starts_with("--") && arg[name.size()] == '=')
+        return std::string(arg.substr(name.size() + 1));
+      if (!name.starts_with("--")) return std::string(arg.substr(name.size()));
+    }
+    return std::nullopt;
+  };
+  for (; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // the program starts here
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      std::exit(0);
+    }
+    if (arg == "--no-prefix") {
+      args.settings.prefixOutput = false;
+    } else if (auto v = value(arg, "-n")) {
+      args.nproc = parseInt("-n", *v, 1, 4096);
+      haveN = true;
+    } else if (auto v2 = value(arg, "--nproc-per-node")) {
+      args.nproc = parseInt("--nproc-per-node", *v2, 1, 4096);
+      haveN = true;
+    } else if (auto v2b = value(arg, "--nproc_per_node")) {  // torchrun's spelling
+      args.nproc = parseInt("--nproc_per_node", *v2b, 1, 4096);
+      haveN = true;
+    } else if (auto v3 = value(arg, "--nnodes")) {
+      args.nnodes = parseInt("--nnodes", *v3, 1, 1 << 20);
+    } else if (auto v4 = value(arg, "--node-rank")) {
+      args.nodeRank = parseInt("--node-rank", *v4, 0, (1 << 20) - 1);
+    } else if (auto v4b = value(arg, "--node_rank")) {  // torchrun's spelling
+      args.nodeRank = parseInt("--node_rank", *v4b, 0, (1 << 20) - 1);
+    } else if (auto v5 = value(arg, "--master")) {
+      parseMaster(*v5, args);
+    } else if (auto v6 = value(arg, "--timeout")) {
+      args.settings.timeout = parseSeconds("--timeout", *v6);
+    } else if (auto v7 = value(arg, "--grace")) {
+      args.settings.grace = parseSeconds("--grace", *v7);
+    } else {
+      throw UsageError("unknown option '" + std::string(arg) + "'");
+    }
+  }
+  for (; i < argc; ++i) args.program.emplace_back(argv[i]);
+  if (!haveN) throw UsageError("-n N is required");
+  if (args.program.empty()) throw UsageError("no program to run");
+  if (args.nodeRank >= args.nnodes)
+    throw UsageError("--node-rank " + std::to_string(args.nodeRank) + " is not below --nnodes " +
+                     std::to_string(args.nnodes));
+  if (args.nnodes > 1 && args.masterHost.empty())
+    throw UsageError("--master HOST:PORT is required with --nnodes > 1");
+  if (static_cast<long long>(args.nnodes) * args.nproc > (1LL << 30))
+    throw UsageError("too many ranks");
+  return args;
+}
+
+/// A port nobody listens on right now: bind port 0, read what the kernel picked, close. Another
+/// process could take it before rank 0 binds it; the window is short and the failure loud.
+int pickFreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+/// The inherited environment with `overrides` replacing variables of the same name.
+std::vector<std::string> makeEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : overrides) replaced = replaced || name == k;
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [k, v] : overrides) env.push_back(std::string(k).append("=").append(v));
+  return env;
+}
+
+int run(int argc, char** argv) {
+  Args args = parseArgs(argc, argv);
+  std::string host = args.masterHost;
+  int storePort = args.masterPort;
+  int torchPort = storePort + 1;
+  if (host.empty()) {
+    host = "127.0.0.1";
+    storePort = pickFreePort();
+    do {
+      torchPort = pickFreePort();
+    } while (torchPort == storePort);
+  }
+  const std::string store = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                            std::to_string(storePort);
+  const int world = args.nnodes * args.nproc;
+
+  std::vector<RankSpec> specs;
+  for (int local = 0; local < args.nproc; ++local) {
+    const int rank = args.nodeRank * args.nproc + local;
+    const std::vector<std::pair<std::string, std::string>> vars = {
+        {"BRAID_RANK", std::to_string(rank)},
+        {"BRAID_WORLD_SIZE", std::to_string(world)},
+        {"BRAID_LOCAL_RANK", std::to_string(local)},
+        {"BRAID_LOCAL_WORLD_SIZE", std::to_string(args.nproc)},
+        {"BRAID_NODE_RANK", std::to_string(args.nodeRank)},
+        {"BRAID_STORE", store},
+        {"RANK", std::to_string(rank)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"LOCAL_WORLD_SIZE", std::to_string(args.nproc)},
+        {"GROUP_RANK", std::to_string(args.nodeRank)},
+        {"ROLE_RANK", std::to_string(rank)},
+        {"ROLE_WORLD_SIZE", std::to_string(world)},
+        {"MASTER_ADDR", host},
+        {"MASTER_PORT", std::to_string(torchPort)},
+    };
+    specs.push_back(RankSpec{rank, args.program, makeEnvironment(vars)});
+  }
+  return launch(specs, args.settings);
+}
+
+}  // namespace
+}  // namespace braid::run
+
+int main(int argc, char** argv) {
+  try {
+    return braid::run::run(argc, argv);
+  } catch (const braid::run::UsageError& e) {
+    std::cerr << "braid-run: " << e.what() << "\n(braid-run --help shows the usage)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "braid-run: " << e.what() << "\n";
+    return 1;
+  }
+}
