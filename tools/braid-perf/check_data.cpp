@@ -161,78 +161,11 @@ float halfBitsToFloat(std::uint16_t h) noexcept {
   return sign != 0 ? -magnitude : magnitude;
 }
 
-namespace {
-
 std::uint16_t floatToBf16Bits(float f) noexcept {
   const auto x = std::bit_cast<std::uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
   const std::uint32_t roundingBias = 0x7fffu + ((x >> 16) & 1u);
   return static_cast<std::uint16_t>((x + roundingBias) >> 16);
-}
-
-template <class T>
-void put(void* buf, std::size_t i, T v) {
-  std::memcpy(static_cast<unsigned char*>(buf) + i * sizeof(T), &v, sizeof(T));
-}
-
-template <class T>
-T get(const void* buf, std::size_t i) {
-  T v;
-  std::memcpy(&v, static_cast<const unsigned char*>(buf) + i * sizeof(T), sizeof(T));
-  return v;
-}
-
-}  // namespace
-
-void storeElement(DataType t, void* buf, std::size_t i, double v) noexcept {
-  switch (t) {
-    case DataType::Int8:
-      put(buf, i, static_cast<std::int8_t>(v));
-      break;
-    case DataType::Uint8:
-      put(buf, i, static_cast<std::uint8_t>(v));
-      break;
-    case DataType::Int32:
-      put(buf, i, static_cast<std::int32_t>(v));
-      break;
-    case DataType::Int64:
-      put(buf, i, static_cast<std::int64_t>(v));
-      break;
-    case DataType::Float16:
-      put(buf, i, floatToHalfBits(static_cast<float>(v)));
-      break;
-    case DataType::BFloat16:
-      put(buf, i, floatToBf16Bits(static_cast<float>(v)));
-      break;
-    case DataType::Float32:
-      put(buf, i, static_cast<float>(v));
-      break;
-    case DataType::Float64:
-      put(buf, i, v);
-      break;
-  }
-}
-
-double loadElement(DataType t, const void* buf, std::size_t i) noexcept {
-  switch (t) {
-    case DataType::Int8:
-      return get<std::int8_t>(buf, i);
-    case DataType::Uint8:
-      return get<std::uint8_t>(buf, i);
-    case DataType::Int32:
-      return get<std::int32_t>(buf, i);
-    case DataType::Int64:
-      return static_cast<double>(get<std::int64_t>(buf, i));
-    case DataType::Float16:
-      return halfBitsToFloat(get<std::uint16_t>(buf, i));
-    case DataType::BFloat16:
-      return std::bit_cast<float>(static_cast<std::uint32_t>(get<std::uint16_t>(buf, i)) << 16);
-    case DataType::Float32:
-      return get<float>(buf, i);
-    case DataType::Float64:
-      return get<double>(buf, i);
-  }
-  return NAN;
 }
 
 }  // namespace braid::perf

@@ -4,9 +4,12 @@
 // results are computed here, in double, without any braid code.
 #pragma once
 
+#include <bit>
 #include <braid/types.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <optional>
 
 namespace braid::perf {
@@ -34,28 +37,119 @@ class DataPattern {
   int maxTwos_;     // Prod: at most this many factors of 2 per index
 };
 
+/// IEEE binary16 <-> float, written here so the check does not trust braid's own conversions.
+std::uint16_t floatToHalfBits(float f) noexcept;
+float halfBitsToFloat(std::uint16_t h) noexcept;
+std::uint16_t floatToBf16Bits(float f) noexcept;
+
 /// Stores the (exactly representable) value v as element i of a dtype buffer.
-void storeElement(DataType t, void* buf, std::size_t i, double v) noexcept;
+inline void storeElement(DataType t, void* buf, std::size_t i, double v) noexcept {
+  auto put = [&](auto x) {
+    std::memcpy(static_cast<unsigned char*>(buf) + i * sizeof(x), &x, sizeof(x));
+  };
+  switch (t) {
+    case DataType::Int8:
+      put(static_cast<std::int8_t>(v));
+      break;
+    case DataType::Uint8:
+      put(static_cast<std::uint8_t>(v));
+      break;
+    case DataType::Int32:
+      put(static_cast<std::int32_t>(v));
+      break;
+    case DataType::Int64:
+      put(static_cast<std::int64_t>(v));
+      break;
+    case DataType::Float16:
+      put(floatToHalfBits(static_cast<float>(v)));
+      break;
+    case DataType::BFloat16:
+      put(floatToBf16Bits(static_cast<float>(v)));
+      break;
+    case DataType::Float32:
+      put(static_cast<float>(v));
+      break;
+    case DataType::Float64:
+      put(v);
+      break;
+  }
+}
+
 /// Element i of a dtype buffer as a double (NaN stays NaN).
-double loadElement(DataType t, const void* buf, std::size_t i) noexcept;
+inline double loadElement(DataType t, const void* buf, std::size_t i) noexcept {
+  auto get = [&](auto x) {
+    std::memcpy(&x, static_cast<const unsigned char*>(buf) + i * sizeof(x), sizeof(x));
+    return x;
+  };
+  switch (t) {
+    case DataType::Int8:
+      return get(std::int8_t{});
+    case DataType::Uint8:
+      return get(std::uint8_t{});
+    case DataType::Int32:
+      return get(std::int32_t{});
+    case DataType::Int64:
+      return static_cast<double>(get(std::int64_t{}));
+    case DataType::Float16:
+      return halfBitsToFloat(get(std::uint16_t{}));
+    case DataType::BFloat16:
+      return std::bit_cast<float>(static_cast<std::uint32_t>(get(std::uint16_t{})) << 16);
+    case DataType::Float32:
+      return get(float{});
+    case DataType::Float64:
+      return get(double{});
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+namespace detail {
+/// Calls f(tag) with a tag whose ::dtype is t, so loops below are compiled once per dtype
+/// instead of switching on the dtype for every element.
+template <DataType T>
+struct DtypeTag {
+  static constexpr DataType dtype = T;
+};
+template <class F>
+decltype(auto) withDtype(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Int8:
+      return f(DtypeTag<DataType::Int8>{});
+    case DataType::Uint8:
+      return f(DtypeTag<DataType::Uint8>{});
+    case DataType::Int32:
+      return f(DtypeTag<DataType::Int32>{});
+    case DataType::Int64:
+      return f(DtypeTag<DataType::Int64>{});
+    case DataType::Float16:
+      return f(DtypeTag<DataType::Float16>{});
+    case DataType::BFloat16:
+      return f(DtypeTag<DataType::BFloat16>{});
+    case DataType::Float32:
+      return f(DtypeTag<DataType::Float32>{});
+    case DataType::Float64:
+      return f(DtypeTag<DataType::Float64>{});
+  }
+  return f(DtypeTag<DataType::Float32>{});
+}
+}  // namespace detail
 
 /// buf[i] = f(i) for i < count.
 template <class F>
 void fillBuffer(DataType t, void* buf, std::size_t count, F&& f) {
-  for (std::size_t i = 0; i < count; ++i) storeElement(t, buf, i, f(i));
+  detail::withDtype(t, [&](auto tag) {
+    for (std::size_t i = 0; i < count; ++i) storeElement(tag.dtype, buf, i, f(i));
+  });
 }
 
 /// Number of i < count where buf[i] != expected(i).
 template <class F>
 std::int64_t countWrong(DataType t, const void* buf, std::size_t count, F&& expected) {
-  std::int64_t wrong = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    if (!(loadElement(t, buf, i) == expected(i))) ++wrong;
-  return wrong;
+  return detail::withDtype(t, [&](auto tag) {
+    std::int64_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (!(loadElement(tag.dtype, buf, i) == expected(i))) ++wrong;
+    return wrong;
+  });
 }
-
-/// IEEE binary16 <-> float, written here so the check does not trust braid's own conversions.
-std::uint16_t floatToHalfBits(float f) noexcept;
-float halfBitsToFloat(std::uint16_t h) noexcept;
 
 }  // namespace braid::perf
