@@ -167,10 +167,18 @@ void Comm::Impl::workerLoop() {
       lk.lock();
       inflightCount = inflight.size();
       if (!inflight.empty() && queue.empty()) {
-        // Poll with growing sleeps: the transport's own progress thread moves the bytes; this
-        // only notices completion. New work wakes the worker at once.
-        queueCv.wait_for(lk, backoff);
-        backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+        // Poll: yield first (completion is often imminent), then sleep with growing intervals;
+        // the transport's own progress thread moves the bytes meanwhile, and new work wakes
+        // the worker at once.
+        if (backoff < std::chrono::microseconds(80)) {
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
+          backoff += std::chrono::microseconds(1);
+        } else {
+          queueCv.wait_for(lk, backoff);
+          backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+        }
       }
       continue;
     }

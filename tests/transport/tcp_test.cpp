@@ -6,11 +6,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
-#include <latch>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +76,23 @@ ErrorCode codeOf(Fn&& fn, std::string& message) {
   ADD_FAILURE() << "expected a braid::Error";
   return ErrorCode::Internal;
 }
+
+// std::latch with a bound: a rank that failed before arriving fails the test instead of hanging it.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int count) : left_(count) {}
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (--left_ == 0) cv_.notify_all();
+    if (!cv_.wait_for(lk, 15s, [this] { return left_ <= 0; }))
+      ADD_FAILURE() << "rendezvous: another rank never arrived";
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+};
 
 // Runs body(rank, transport) on `size` threads, each with its own transport; every exception is
 // reported as a failure naming the rank.
@@ -220,7 +240,7 @@ TEST(TcpTransport, ThousandSmallMessagesInOrder) {
 
 // Rank 1 sends (tag 5, 8 bytes); rank 0 expects (expectTag, expectBytes).
 void expectMismatch(std::uint64_t expectTag, std::size_t expectBytes, const std::string& want) {
-  std::latch done(2);
+  Rendezvous done(2);
   runRanks(2, [&](int rank, Transport& t) {
     Bytes buf(64);
     Request req;
@@ -238,7 +258,7 @@ void expectMismatch(std::uint64_t expectTag, std::size_t expectBytes, const std:
       t.postSend(1, buf.data(), 1, 6, later);
       EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, message), ErrorCode::Mismatch);
     }
-    done.arrive_and_wait();  // rank 1 stays up until rank 0 has checked
+    done.arriveAndWait();  // rank 1 stays up until rank 0 has checked
   });
 }
 
@@ -253,7 +273,7 @@ TEST(TcpTransport, SizeMismatch) {
 }
 
 TEST(TcpTransport, TagDescriberNamesTheOperation) {
-  std::latch done(2);
+  Rendezvous done(2);
   runRanks(2, [&](int rank, Transport& t) {
     t.setTagDescriber([](std::uint64_t tag) { return "allreduce #" + std::to_string(tag); });
     Bytes buf(8);
@@ -268,7 +288,7 @@ TEST(TcpTransport, TagDescriberNamesTheOperation) {
       EXPECT_NE(message.find("expected allreduce #42 (8 bytes)"), std::string::npos) << message;
       EXPECT_NE(message.find("received allreduce #41 (8 bytes)"), std::string::npos) << message;
     }
-    done.arrive_and_wait();
+    done.arriveAndWait();
   });
 }
 
@@ -318,7 +338,7 @@ TEST(TcpTransport, SendToDestroyedPeerIsPeerLost) {
 }
 
 TEST(TcpTransport, UnmatchedRecvTimesOutAtDeadline) {
-  std::latch done(2);
+  Rendezvous done(2);
   runRanks(2, [&](int rank, Transport& t) {
     if (rank == 0) {
       Bytes buf(16);
@@ -341,7 +361,7 @@ TEST(TcpTransport, UnmatchedRecvTimesOutAtDeadline) {
       EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, again), ErrorCode::Timeout);
       EXPECT_EQ(again, message);
     }
-    done.arrive_and_wait();
+    done.arriveAndWait();
   });
 }
 
@@ -395,7 +415,7 @@ TEST(TcpTransport, UnreachableRankTimesOutNamingItsAddress) {
 }
 
 TEST(TcpTransport, AbortWakesABlockedWait) {
-  std::latch done(2);
+  Rendezvous done(2);
   runRanks(2, [&](int rank, Transport& t) {
     if (rank == 0) {
       Bytes buf(16);
@@ -423,12 +443,12 @@ TEST(TcpTransport, AbortWakesABlockedWait) {
       EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::PeerLost);
       EXPECT_NE(message.find("rank 0 (127.0.0.1:"), std::string::npos) << message;
     }
-    done.arrive_and_wait();
+    done.arriveAndWait();
   });
 }
 
 TEST(TcpTransport, P2PMessageArrivesBeforeItsRecv) {
-  std::latch sent(2);
+  Rendezvous sent(2);
   runRanks(2, [&](int rank, Transport& t) {
     const std::uint64_t a = kP2PTagBit | 7, b = kP2PTagBit | 8;
     if (rank == 1) {
@@ -438,9 +458,9 @@ TEST(TcpTransport, P2PMessageArrivesBeforeItsRecv) {
       t.postSend(0, y.data(), y.size(), b, ry);
       t.wait(rx, after(5s));  // both complete although no receive is posted yet
       t.wait(ry, after(5s));
-      sent.arrive_and_wait();
+      sent.arriveAndWait();
     } else {
-      sent.arrive_and_wait();
+      sent.arriveAndWait();
       // Receive them in the other order: b was queued behind a.
       Bytes x(100), y(3000);
       Request rx, ry;
@@ -526,15 +546,32 @@ TEST(TcpTransport, RejectsInvalidArguments) {
   });
 }
 
+std::size_t openFileDescriptors() {
+  return static_cast<std::size_t>(std::distance(
+      std::filesystem::directory_iterator("/proc/self/fd"), std::filesystem::directory_iterator()));
+}
+
+TEST(TcpTransport, LeavesNoFileDescriptorsBehind) {
+  const std::size_t before = openFileDescriptors();
+  runRanks(4, [](int rank, Transport& t) { exchangeAll(rank, t, 1000, 1); });
+  {
+    MemoryStore store;  // a failed setup too
+    TcpOptions o = testOptions();
+    o.connectTimeout = 100ms;
+    EXPECT_THROW(createTcpTransport(store, 0, 2, o), Error);
+  }
+  EXPECT_EQ(openFileDescriptors(), before);
+}
+
 TEST(TcpTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
   const std::size_t bytes = 32 << 20;  // far more than the socket buffers hold
   // Rank 0 posts a large send and does not wait for 1.2 s; rank 1 must still receive it.
   {
-    std::latch ready(2);
+    Rendezvous ready(2);
     runRanks(2, [&](int rank, Transport& t) {
       Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
       Request req;
-      ready.arrive_and_wait();
+      ready.arriveAndWait();
       const auto start = Clock::now();
       if (rank == 0) {
         t.postSend(1, buf.data(), bytes, 1, req);
@@ -550,11 +587,11 @@ TEST(TcpTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
   }
   // Rank 1 posts a large receive and does not wait; rank 0's blocking send must complete.
   {
-    std::latch ready(2);
+    Rendezvous ready(2);
     runRanks(2, [&](int rank, Transport& t) {
       Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
       Request req;
-      ready.arrive_and_wait();
+      ready.arriveAndWait();
       const auto start = Clock::now();
       if (rank == 0) {
         t.postSend(1, buf.data(), bytes, 2, req);
@@ -671,6 +708,7 @@ double rawSocketPingPongMicros() {
         const ssize_t n = ::recv(fd, reinterpret_cast<char*>(&v) + got, 8 - got, MSG_DONTWAIT);
         if (n > 0) got += static_cast<std::size_t>(n);
         if (n == 0) break;
+        if (n < 0) std::this_thread::yield();  // as the transport's spin does
       }
       EXPECT_EQ(got, 8u);
       return v;

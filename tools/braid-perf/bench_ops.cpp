@@ -91,23 +91,16 @@ void BenchRunner::run(const BenchCase& c) {
       comm_.scatter(send_, recv_, per, c.dtype, c.root);
       break;
     case BenchOp::SendRecv: {
-      // A ring: send to rank+1 while receiving from rank-1. The API has no combined sendrecv
-      // and a communicator runs one operation at a time, so even ranks send first and odd ranks
-      // receive first: no cycle of ranks all waiting to send can form.
+      // A ring: send to rank+1 while receiving from rank-1, both in flight at once (the
+      // receive is posted asynchronously first, so no cycle of waiting senders can form).
       if (n == 1) {
         std::memcpy(recv_, send_, c.count * dataTypeSize(c.dtype));
         break;
       }
       const int r = comm_.rank();
-      const int next = (r + 1) % n;
-      const int prev = (r + n - 1) % n;
-      if (r % 2 == 0) {
-        comm_.send(send_, c.count, c.dtype, next);
-        comm_.recv(recv_, c.count, c.dtype, prev);
-      } else {
-        comm_.recv(recv_, c.count, c.dtype, prev);
-        comm_.send(send_, c.count, c.dtype, next);
-      }
+      Work incoming = comm_.recvAsync(recv_, c.count, c.dtype, (r + n - 1) % n);
+      comm_.send(send_, c.count, c.dtype, (r + 1) % n);
+      incoming.wait();
       break;
     }
   }

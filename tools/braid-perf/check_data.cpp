@@ -5,6 +5,7 @@
 //   prod:     factors 1 or 2 (negated for some ranks in signed types), at most log2(L) twos;
 //   min, max: values in [-100, 100] ([0, 200] unsigned);
 //   moved:    values in [-2^20, 2^20] (clamped to L), distinct over a wide range of indices.
+// L is capped at 2^30 for the wide types so all of this is 32-bit modular arithmetic.
 #include "check_data.hpp"
 
 #include <algorithm>
@@ -15,71 +16,77 @@
 namespace braid::perf {
 namespace {
 
-double exactLimit(DataType t) {
+/// Every integer in [-L, L] ([0, L] for uint8) is exact in the dtype. Wide types are capped at
+/// 2^30 so that all arithmetic here fits 32-bit moduli and the double we compute in.
+std::int64_t exactLimit(DataType t) {
   switch (t) {
     case DataType::Int8:
       return 127;
     case DataType::Uint8:
       return 255;
-    case DataType::Int32:
-      return 2147483647.0;
-    case DataType::Int64:
-      return 4503599627370496.0;  // 2^52: exact in the double we compute in
     case DataType::Float16:
       return 2048;
     case DataType::BFloat16:
       return 256;
     case DataType::Float32:
-      return 16777216.0;
+      return std::int64_t{1} << 24;
+    case DataType::Int32:
+    case DataType::Int64:
     case DataType::Float64:
-      return 4503599627370496.0;
+      return std::int64_t{1} << 30;
   }
   return 0;
 }
 
-/// v mapped into [-m, m] (signed) or [0, m].
-double wrapInto(std::uint64_t h, double m, bool isSigned) {
-  if (m < 1) return 0;
-  const auto mi = static_cast<std::uint64_t>(m);
-  if (isSigned) return static_cast<double>(h % (2 * mi + 1)) - m;
-  return static_cast<double>(h % (mi + 1));
-}
-
 }  // namespace
 
-DataPattern::DataPattern(DataType dtype, std::optional<ReduceOp> op, int nranks)
-    : dtype_(dtype),
-      op_(op),
-      nranks_(std::max(nranks, 1)),
-      signed_(dtype != DataType::Uint8),
-      limit_(exactLimit(dtype)),
-      perRank_(std::floor(limit_ / nranks_)),
-      maxTwos_(static_cast<int>(std::floor(std::log2(limit_)))) {}
+DataPattern::Range DataPattern::makeRange(std::int64_t m, bool isSigned) {
+  if (m < 1) return Range{};
+  return isSigned ? Range{static_cast<std::uint32_t>(2 * m + 1), m}
+                  : Range{static_cast<std::uint32_t>(m + 1), 0};
+}
 
-double DataPattern::sumTerm(int rank, std::size_t index, double magnitude) const {
-  const std::uint64_t h = index * 7 + static_cast<std::uint64_t>(rank) * 13 + (index >> 5) * 3;
-  return wrapInto(h, magnitude, signed_);
+std::uint32_t DataPattern::sumHash(int rank, std::size_t index) {
+  const auto i = static_cast<std::uint32_t>(index);
+  return i * 7u + static_cast<std::uint32_t>(rank) * 13u + (i >> 5) * 3u;
+}
+
+DataPattern::DataPattern(DataType dtype, std::optional<ReduceOp> op, int nranks)
+    : op_(op), nranks_(std::max(nranks, 1)), signed_(dtype != DataType::Uint8) {
+  const std::int64_t limit = exactLimit(dtype);
+  const std::int64_t perRank = limit / nranks_;
+  sum_ = makeRange(perRank, signed_);
+  avgAdjusts_ = perRank - nranks_ >= 0;
+  avg_ = makeRange(perRank - nranks_, signed_);
+  moved_ = makeRange(std::min<std::int64_t>(limit, 1 << 20), signed_);
+  maxTwos_ = std::bit_width(static_cast<std::uint64_t>(limit)) - 1;
+}
+
+std::int64_t DataPattern::avgTotal(std::size_t index) const {
+  std::int64_t total = 0;
+  for (int r = 0; r < nranks_; ++r) total += term(sumHash(r, index), avg_);
+  return total;
+}
+
+std::int64_t DataPattern::avgAdjust(std::int64_t total) const {
+  return (nranks_ - total % nranks_) % nranks_;  // total % n is in (-n, n)
 }
 
 double DataPattern::value(int rank, std::size_t index) const {
   if (!op_) {
-    const std::uint64_t h = static_cast<std::uint64_t>(rank) * 1009 + index * 3 + (index >> 8);
-    return wrapInto(h, std::min(limit_, 1048576.0), signed_);
+    const auto i = static_cast<std::uint32_t>(index);
+    return static_cast<double>(
+        term(static_cast<std::uint32_t>(rank) * 1009u + i * 3u + (i >> 8), moved_));
   }
   switch (*op_) {
     case ReduceOp::Sum:
-      return sumTerm(rank, index, perRank_);
+      return static_cast<double>(term(sumHash(rank, index), sum_));
     case ReduceOp::Avg: {
-      const double m = perRank_ - nranks_;
-      if (m < 0) return sumTerm(0, index, perRank_);  // same on every rank: the average is exact
-      double v = sumTerm(rank, index, m);
-      if (rank == nranks_ - 1) {
-        double total = 0;
-        for (int r = 0; r < nranks_; ++r) total += sumTerm(r, index, m);
-        const auto rem = static_cast<std::int64_t>(std::fmod(total, nranks_));
-        v += static_cast<double>((nranks_ - rem) % nranks_);
-      }
-      return v;
+      // Same value on every rank when there is no room to adjust: the average is exact.
+      if (!avgAdjusts_) return static_cast<double>(term(sumHash(0, index), sum_));
+      std::int64_t v = term(sumHash(rank, index), avg_);
+      if (rank == nranks_ - 1) v += avgAdjust(avgTotal(index));
+      return static_cast<double>(v);
     }
     case ReduceOp::Prod: {
       const bool two = (index + static_cast<std::size_t>(rank)) % 4 == 0 && rank < 4 * maxTwos_;
@@ -89,8 +96,9 @@ double DataPattern::value(int rank, std::size_t index) const {
     }
     case ReduceOp::Min:
     case ReduceOp::Max: {
-      const std::uint64_t h = index * 31 + static_cast<std::uint64_t>(rank) * 17 + (index >> 6);
-      return signed_ ? static_cast<double>(h % 201) - 100 : static_cast<double>(h % 201);
+      const auto i = static_cast<std::uint32_t>(index);
+      const std::uint32_t h = i * 31u + static_cast<std::uint32_t>(rank) * 17u + (i >> 6);
+      return signed_ ? static_cast<double>(h % 201u) - 100 : static_cast<double>(h % 201u);
     }
   }
   return 0;
@@ -98,22 +106,20 @@ double DataPattern::value(int rank, std::size_t index) const {
 
 double DataPattern::reduced(std::size_t index) const {
   if (!op_) return value(0, index);
-  if (*op_ == ReduceOp::Avg && perRank_ - nranks_ >= 0) {
-    // value() of the last rank sums every rank's term: reuse one pass instead of n.
-    const double m = perRank_ - nranks_;
-    double total = 0;
-    for (int r = 0; r < nranks_; ++r) total += sumTerm(r, index, m);
-    const auto rem = static_cast<std::int64_t>(std::fmod(total, nranks_));
-    return (total + static_cast<double>((nranks_ - rem) % nranks_)) / nranks_;
+  if (*op_ == ReduceOp::Sum) {
+    std::int64_t total = 0;
+    for (int r = 0; r < nranks_; ++r) total += term(sumHash(r, index), sum_);
+    return static_cast<double>(total);
+  }
+  if (*op_ == ReduceOp::Avg) {
+    if (!avgAdjusts_) return value(0, index);
+    const std::int64_t total = avgTotal(index);
+    return static_cast<double>((total + avgAdjust(total)) / nranks_);  // exact by construction
   }
   double acc = value(0, index);
   for (int r = 1; r < nranks_; ++r) {
     const double v = value(r, index);
     switch (*op_) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        acc += v;
-        break;
       case ReduceOp::Prod:
         acc *= v;
         break;
@@ -123,9 +129,10 @@ double DataPattern::reduced(std::size_t index) const {
       case ReduceOp::Max:
         acc = std::max(acc, v);
         break;
+      default:
+        break;
     }
   }
-  if (*op_ == ReduceOp::Avg) acc /= nranks_;  // exact: the patterns make the sum divisible
   return acc;
 }
 

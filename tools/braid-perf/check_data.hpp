@@ -26,15 +26,26 @@ class DataPattern {
   double reduced(std::size_t index) const;
 
  private:
-  double sumTerm(int rank, std::size_t index, double magnitude) const;
+  /// value = hash % modulus - offset: a term in [-m, m] (modulus 2m+1, offset m) or [0, m].
+  struct Range {
+    std::uint32_t modulus = 1;
+    std::int64_t offset = 0;
+  };
+  static Range makeRange(std::int64_t m, bool isSigned);
+  static std::int64_t term(std::uint32_t hash, Range r) { return (hash % r.modulus) - r.offset; }
+  static std::uint32_t sumHash(int rank, std::size_t index);
+  /// Avg: the sum over ranks of the unadjusted terms, and what the last rank adds to it.
+  std::int64_t avgTotal(std::size_t index) const;
+  std::int64_t avgAdjust(std::int64_t total) const;
 
-  DataType dtype_;
   std::optional<ReduceOp> op_;
   int nranks_;
   bool signed_;
-  double limit_;    // every integer in [-limit, limit] ([0, limit] for uint8) is exact
-  double perRank_;  // Sum/Avg: bound on one rank's |value|, so n of them stay within limit
-  int maxTwos_;     // Prod: at most this many factors of 2 per index
+  Range sum_;        // Sum: n terms stay within the exact range
+  Range avg_;        // Avg: as sum_, leaving room for the last rank's adjustment
+  bool avgAdjusts_;  // false: too little room; every rank sends the same value instead
+  Range moved_;      // data that is only moved
+  int maxTwos_;      // Prod: at most this many factors of 2 per index
 };
 
 /// IEEE binary16 <-> float, written here so the check does not trust braid's own conversions.

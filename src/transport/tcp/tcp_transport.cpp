@@ -60,6 +60,18 @@ constexpr std::size_t kAuxBackground = 1;
 constexpr std::size_t kAuxConnectionError = 2;
 constexpr std::size_t kAuxTransportError = 4;
 
+// Holds the right to drive the epoll set (TcpTransport::driving_) for one round.
+class DrivingToken {
+ public:
+  explicit DrivingToken(bool& driving) : driving_(driving) { driving_ = true; }
+  ~DrivingToken() { driving_ = false; }
+  DrivingToken(const DrivingToken&) = delete;
+  DrivingToken& operator=(const DrivingToken&) = delete;
+
+ private:
+  bool& driving_;
+};
+
 class TcpTransport final : public Transport, private tcp::CompletionSink {
  public:
   TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh);
@@ -282,20 +294,23 @@ void TcpTransport::throwFailure(const Request& req) const {
 void TcpTransport::drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper) {
   std::array<epoll_event, kMaxEvents> events;
   int n;
+  int err = 0;
   if (timeoutMs == 0) {
     n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, 0);
+    err = errno;
   } else {
     sleeperRequest_ = sleeper;
     lk.unlock();
     n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, timeoutMs);
+    err = errno;
     lk.lock();
     sleeperRequest_ = nullptr;
     kickSleeper_ = false;
   }
   if (n < 0) {
-    if (errno == EINTR) return;
-    failTransport(Error(ErrorCode::Internal, "rank " + std::to_string(rank_) +
-                                                 ": epoll_wait: " + tcp::errnoText(errno)));
+    if (err == EINTR) return;
+    failTransport(Error(ErrorCode::Internal,
+                        "rank " + std::to_string(rank_) + ": epoll_wait: " + tcp::errnoText(err)));
     return;
   }
   for (int i = 0; i < n; ++i) {
@@ -314,9 +329,10 @@ bool TcpTransport::test(Request& req) {
   if (s == State::Done || s == State::Idle) return true;
   std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
   if (lk.owns_lock() && s == State::Pending && !driving_) {
-    driving_ = true;
-    drive(lk, 0, nullptr);
-    driving_ = false;
+    {
+      const DrivingToken token(driving_);
+      drive(lk, 0, nullptr);
+    }
     notifyCompletions();
     wakeBackground();
   }
@@ -368,13 +384,10 @@ void TcpTransport::wait(Request& req, Deadline deadline) {
     }
     const bool spinning = now < spinUntil;
     if (!driving_) {
-      driving_ = true;
-      struct Release {
-        bool& driving;
-        ~Release() { driving = false; }
-      } release{driving_};
-      drive(lk, spinning ? 0 : std::max(1, tcp::millisecondsUntil(deadline, kMaxSleepMs)), &req);
-      driving_ = false;
+      {
+        const DrivingToken token(driving_);
+        drive(lk, spinning ? 0 : std::max(1, tcp::millisecondsUntil(deadline, kMaxSleepMs)), &req);
+      }
       notifyCompletions();
       if (spinning) {
         // Between two polls let posting threads in, and give the CPU to a runnable thread (on

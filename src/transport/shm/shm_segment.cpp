@@ -1,0 +1,172 @@
+#include "transport/shm/shm_segment.hpp"
+
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <bit>
+#include <braid/error.hpp>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <memory>
+
+namespace braid::transport::shm {
+
+namespace {
+
+constexpr std::size_t kPage = 4096;
+
+std::size_t alignUp(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
+
+std::size_t controlBytes(std::size_t ranks) {
+  return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) +
+         ranks * ranks * sizeof(ChannelControl);
+}
+
+}  // namespace
+
+std::string errnoText(int err) {
+  char buf[256];
+  const char* text = ::strerror_r(err, buf, sizeof buf);  // GNU: may or may not return buf
+  return text;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
+                      std::size_t maxSegmentBytes) {
+  if (slots < kMinSlots || slots > kMaxSlots)
+    throw Error(ErrorCode::InvalidArgument,
+                "shm transport: " + std::to_string(slots) + " ring slots, expected " +
+                    std::to_string(kMinSlots) + " to " + std::to_string(kMaxSlots));
+  if (slotBytes < kMinSlotBytes || slotBytes > kMaxSlotBytes || !std::has_single_bit(slotBytes))
+    throw Error(ErrorCode::InvalidArgument,
+                "shm transport: slot size " + std::to_string(slotBytes) +
+                    " bytes, expected a power of two from " + std::to_string(kMinSlotBytes) +
+                    " to " + std::to_string(kMaxSlotBytes));
+  Geometry g;
+  g.ranks = ranks;
+  g.slots = slots;
+  g.slotBytes = slotBytes;
+  g.ringsOffset = alignUp(controlBytes(ranks), kPage);
+  const std::size_t rings = ranks * (ranks - (ranks > 0 ? 1 : 0));
+  while (g.slotBytes > kMinSlotBytes && g.ringsOffset + rings * g.ringBytes() > maxSegmentBytes)
+    g.slotBytes /= 2;
+  g.totalBytes = g.ringsOffset + rings * g.ringBytes();
+  return g;
+}
+
+// ---- mapping ----
+
+Segment::Segment(int fd, std::size_t bytes, const std::string& what) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throw Error(ErrorCode::Internal, what + ": mmap of " + std::to_string(bytes) +
+                                         " bytes: " + errnoText(errno));
+  base_ = static_cast<std::uint8_t*>(p);
+  bytes_ = bytes;
+}
+
+Segment::~Segment() {
+  reset();
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : base_(other.base_), bytes_(other.bytes_), geometry_(other.geometry_) {
+  other.base_ = nullptr;
+  other.bytes_ = 0;
+}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+  if (this != &other) {
+    reset();
+    base_ = other.base_;
+    bytes_ = other.bytes_;
+    geometry_ = other.geometry_;
+    other.base_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Segment::reset() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+  base_ = nullptr;
+  bytes_ = 0;
+}
+
+void Segment::initialize(const Geometry& g) {
+  SegmentHeader* h = std::construct_at(reinterpret_cast<SegmentHeader*>(base_));
+  h->magic = kSegmentMagic;
+  h->version = kSegmentVersion;
+  h->ranks = static_cast<std::uint32_t>(g.ranks);
+  h->slots = g.slots;
+  h->slotBytes = g.slotBytes;
+  h->totalBytes = g.totalBytes;
+  geometry_ = g;
+  for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
+  for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)
+    std::construct_at(reinterpret_cast<ChannelControl*>(base_ + sizeof(SegmentHeader) +
+                                                         g.ranks * sizeof(RankSlot)) +
+                      i);
+}
+
+Geometry Segment::geometry(const std::string& what) const {
+  const SegmentHeader& h = header();
+  if (bytes_ < sizeof(SegmentHeader) || h.magic != kSegmentMagic || h.version != kSegmentVersion)
+    throw Error(ErrorCode::Internal, what + ": the segment has no valid braid header");
+  Geometry g;
+  g.ranks = h.ranks;
+  g.slots = h.slots;
+  g.slotBytes = h.slotBytes;
+  g.ringsOffset = alignUp(controlBytes(g.ranks), kPage);
+  g.totalBytes = g.ringsOffset + g.ranks * (g.ranks - 1) * g.ringBytes();
+  if (g.totalBytes != h.totalBytes || g.totalBytes > bytes_)
+    throw Error(ErrorCode::Internal, what + ": the segment header describes " +
+                                         std::to_string(h.totalBytes) + " bytes, mapped " +
+                                         std::to_string(bytes_));
+  const_cast<Segment*>(this)->geometry_ = g;
+  return g;
+}
+
+RankSlot& Segment::rank(std::size_t local) const {
+  return reinterpret_cast<RankSlot*>(base_ + sizeof(SegmentHeader))[local];
+}
+
+ChannelControl& Segment::control(std::size_t from, std::size_t to) const {
+  auto* controls = reinterpret_cast<ChannelControl*>(base_ + sizeof(SegmentHeader) +
+                                                     geometry_.ranks * sizeof(RankSlot));
+  return controls[from * geometry_.ranks + to];
+}
+
+std::uint8_t* Segment::ring(std::size_t from, std::size_t to) const {
+  const std::size_t index = from * (geometry_.ranks - 1) + (to < from ? to : to - 1);
+  return base_ + geometry_.ringsOffset + index * geometry_.ringBytes();
+}
+
+// ---- futex ----
+
+void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0) return;
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts,
+            nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<std::uint32_t>& word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+}  // namespace braid::transport::shm

@@ -1,0 +1,189 @@
+// The shared segment of one host's ranks in one communicator: its layout, its size, and the
+// owning handles (file descriptor, mapping) that unmap it when the transport goes.
+//
+// Layout (L = local ranks, S = slots, B = slot bytes, R = S * B ring bytes):
+//
+//   SegmentHeader                      64 B   magic, version, geometry
+//   RankSlot[L]                   L *  64 B   pid, doorbell (futex word + sleeper count), probe
+//   ChannelControl[L * L]     L * L * 128 B   per ordered pair: producer line, consumer line
+//   (padding to 4 KiB)
+//   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
+//                                             ordered pair of distinct local ranks
+//
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B
+//
+// Defaults S = 8, B = 64 KiB: 512 KiB per ring, so 1 MiB for 2 ranks, 6 MiB for 4, 28 MiB for
+// 8. planGeometry halves B (down to 4 KiB) until the total fits maxSegmentBytes (default
+// 256 MiB), so 24 ranks get 32 KiB slots. Memory is only committed where rings are used.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace braid::transport::shm {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
+inline constexpr std::uint32_t kSegmentVersion = 1;
+inline constexpr std::size_t kMinSlotBytes = 4096;
+inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
+inline constexpr std::size_t kMinSlots = 2;
+inline constexpr std::size_t kMaxSlots = 1024;
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+struct alignas(kCacheLine) SegmentHeader {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t ranks;
+  std::uint64_t slots;
+  std::uint64_t slotBytes;
+  std::uint64_t totalBytes;
+};
+
+/// One local rank. The doorbell is how others wake it: `bell` is the futex word, bumped by
+/// whoever changes something this rank may wait for, but only when `sleepers` says a thread
+/// of this rank sleeps (so the fast path makes no system call).
+struct alignas(kCacheLine) RankSlot {
+  std::atomic<std::uint32_t> bell;
+  std::atomic<std::uint32_t> sleepers;
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint32_t> attached;
+  // Where this rank's own mapping of probeCookie lives in its address space: peers read it
+  // with process_vm_readv to learn whether single-copy reads from this rank work.
+  std::atomic<std::uint64_t> probeAddress;
+  std::atomic<std::uint64_t> probeCookie;
+};
+
+/// Written only by the sending side of a pair.
+struct alignas(kCacheLine) ProducerLine {
+  std::atomic<std::uint64_t> head;    // ring bytes published
+  std::atomic<std::uint32_t> closed;  // the sender will write nothing more; its buffers are gone
+};
+
+/// Written only by the receiving side of a pair.
+struct alignas(kCacheLine) ConsumerLine {
+  std::atomic<std::uint64_t> tail;         // ring bytes consumed
+  std::atomic<std::uint64_t> rendezvousDone;  // single-copy messages read (or dropped)
+  std::atomic<std::uint32_t> closed;       // the receiver reads nothing more
+  std::atomic<std::uint32_t> canReadSender;  // the receiver's probe read the sender's memory
+};
+
+struct ChannelControl {
+  ProducerLine producer;
+  ConsumerLine consumer;
+};
+
+static_assert(sizeof(RankSlot) == kCacheLine);
+static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
+
+/// Sizes and offsets of a segment for `ranks` local ranks.
+struct Geometry {
+  std::size_t ranks = 0;
+  std::size_t slots = 0;
+  std::size_t slotBytes = 0;
+  std::size_t ringsOffset = 0;
+  std::size_t totalBytes = 0;
+  std::size_t ringBytes() const { return slots * slotBytes; }
+};
+
+/// The geometry for `ranks` ranks: slots x slotBytes per ring, slotBytes halved (not below
+/// kMinSlotBytes) until the segment fits maxSegmentBytes. Throws Error(InvalidArgument) for
+/// slots outside [kMinSlots, kMaxSlots] or slotBytes not a power of two in [kMinSlotBytes,
+/// kMaxSlotBytes].
+Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
+                      std::size_t maxSegmentBytes);
+
+/// Owns one file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+/// Owns one shared mapping of a whole segment.
+class Segment {
+ public:
+  Segment() = default;
+  /// Maps `bytes` of fd read-write and shared. Throws Error(Internal) naming `what`.
+  Segment(int fd, std::size_t bytes, const std::string& what);
+  ~Segment();
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  explicit operator bool() const { return base_ != nullptr; }
+  std::size_t bytes() const { return bytes_; }
+  /// Writes the header and constructs every control structure (creator only, on fresh zeroed
+  /// memory).
+  void initialize(const Geometry& g);
+  /// Reads and checks the header written by the creator. Throws Error(Internal) on a mismatch.
+  Geometry geometry(const std::string& what) const;
+
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  RankSlot& rank(std::size_t local) const;
+  ChannelControl& control(std::size_t from, std::size_t to) const;
+  std::uint8_t* ring(std::size_t from, std::size_t to) const;
+
+ private:
+  void reset();
+
+  std::uint8_t* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  Geometry geometry_;
+};
+
+/// strerror text.
+std::string errnoText(int err);
+
+/// Sleeps while `word` == expected, at most `timeout`; returns early on a wake-up, a signal, or
+/// when the word already differs. Works across processes (not FUTEX_PRIVATE).
+void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+               std::chrono::nanoseconds timeout);
+/// Wakes every thread sleeping on `word`.
+void futexWakeAll(std::atomic<std::uint32_t>& word);
+
+/// Rings the doorbell of `slot` if a thread of that rank sleeps (or is about to). The caller
+/// has published the change the sleeper waits for before calling.
+inline void notify(RankSlot& slot) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (slot.sleepers.load(std::memory_order_relaxed) != 0) {
+    slot.bell.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(slot.bell);
+  }
+}
+
+/// Rings unconditionally (abort, shutdown).
+inline void ring(RankSlot& slot) {
+  slot.bell.fetch_add(1, std::memory_order_seq_cst);
+  futexWakeAll(slot.bell);
+}
+
+}  // namespace braid::transport::shm
