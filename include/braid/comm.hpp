@@ -56,6 +56,9 @@ inline constexpr int kUndefinedColor = -1;
 /// input at offset rank*count of the output). Buffers may be null only when their count is 0.
 ///
 /// Every failure throws braid::Error naming the operation, the argument and the rank.
+/// InvalidArgument errors are raised before anything is sent and leave the communicator usable.
+/// An operation that fails with Timeout, PeerLost, Mismatch or Aborted leaves it failed: every
+/// later operation fails too (its peers see PeerLost promptly); create a new communicator.
 class Comm {
  public:
   /// Joins the job described by the launcher's environment (see LaunchInfo::fromEnv); rank 0

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <string>
 
-#if defined(__x86_64__)
+// TSan cannot run ifunc resolvers (they run before its runtime starts): sanitizer builds set
+// BRAID_NO_CLONES and use the baseline loops.
+#if defined(__x86_64__) && !defined(BRAID_NO_CLONES)
 #define BRAID_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define BRAID_CLONES

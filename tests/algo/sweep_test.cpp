@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,11 +54,21 @@ std::string caseName(const Case& c) {
     << (c.chunkBytes != 64 ? "_chunk" + std::to_string(c.chunkBytes) : "");
   return s.str();
 }
-std::string paramName(const testing::TestParamInfo<Case>& info) {
-  return caseName(info.param);
+enum class Suite { Sizes, Types, Large };
+
+/// One gtest case: an algorithm at one world size; it loops over its counts, dtypes, ops and
+/// in-place variants (one process per gtest case keeps ctest fast).
+struct Group {
+  const AlgoInfo* algo = nullptr;
+  int size = 1;
+  Suite suite = Suite::Sizes;
+};
+std::string paramName(const testing::TestParamInfo<Group>& info) {
+  return std::string(toString(info.param.algo->coll)) + "_" + info.param.algo->name + "_n" +
+         std::to_string(info.param.size);
 }
-void PrintTo(const Case& c, std::ostream* os) {
-  *os << caseName(c);
+void PrintTo(const Group& g, std::ostream* os) {
+  *os << toString(g.algo->coll) << " " << g.algo->name << " n=" << g.size;
 }
 
 constexpr double kSentinel = 77;
@@ -105,11 +116,13 @@ class Checker {
   std::ostringstream out_;
 };
 
-class AlgoSweep : public testing::TestWithParam<Case> {
+class AlgoSweep : public testing::TestWithParam<Group> {
  protected:
+  Case cur_;  // the case being run
+
   /// Runs `body` on every rank; body returns the rank's mismatch report ("" when correct).
   void run(const std::function<std::string(Context&)>& body) {
-    const Case& c = GetParam();
+    const Case& c = cur_;
     RankSetup setup;
     setup.size = c.size;
     setup.chunkBytes = c.chunkBytes;
@@ -125,12 +138,12 @@ class AlgoSweep : public testing::TestWithParam<Case> {
   }
 
   double value(int rank, std::size_t i) const {
-    const Case& c = GetParam();
+    const Case& c = cur_;
     return testValue(c.dtype, isReduction(c.algo->coll) ? c.op : ReduceOp::Sum, rank, i);
   }
   /// Expected reduction over all ranks of element i.
   std::vector<double> expectedReductions(std::size_t n) const {
-    const Case& c = GetParam();
+    const Case& c = cur_;
     std::vector<double> exp(n);
     std::vector<double> v(static_cast<std::size_t>(c.size));
     for (std::size_t i = 0; i < n; ++i) {
@@ -140,7 +153,7 @@ class AlgoSweep : public testing::TestWithParam<Case> {
     return exp;
   }
   CollArgs args() const {
-    const Case& c = GetParam();
+    const Case& c = cur_;
     CollArgs a;
     a.coll = c.algo->coll;
     a.count = c.count;
@@ -149,15 +162,16 @@ class AlgoSweep : public testing::TestWithParam<Case> {
     return a;
   }
   std::vector<int> roots() const {
-    const Case& c = GetParam();
+    const Case& c = cur_;
     if (!isRooted(c.algo->coll)) return {0};
     if (!c.allRoots) return {c.size - 1};
-    std::vector<int> r{0, c.size / 2, c.size - 1};
-    r.erase(std::unique(r.begin(), r.end()), r.end());
+    std::vector<int> r{0};
+    for (int root : {c.size / 2, c.size - 1})
+      if (root != r.back()) r.push_back(root);
     return r;
   }
   Buffer filled(std::size_t n, double v) const {
-    Buffer b(GetParam().dtype, n);
+    Buffer b(cur_.dtype, n);
     for (std::size_t i = 0; i < n; ++i) b.set(i, v);
     return b;
   }
@@ -177,7 +191,7 @@ class AlgoSweep : public testing::TestWithParam<Case> {
 };
 
 void AlgoSweep::allreduce() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto exp = expectedReductions(c.count);
   run([&](Context& ctx) {
     Buffer in(c.dtype, c.count);
@@ -195,7 +209,7 @@ void AlgoSweep::allreduce() {
 }
 
 void AlgoSweep::reduce(int root) {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto exp = expectedReductions(c.count);
   run([&](Context& ctx) {
     Buffer in(c.dtype, c.count);
@@ -217,7 +231,7 @@ void AlgoSweep::reduce(int root) {
 }
 
 void AlgoSweep::broadcast(int root) {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   run([&](Context& ctx) {
     Buffer buf = filled(c.count, kSentinel);
     Buffer src(c.dtype, c.count);
@@ -240,7 +254,7 @@ void AlgoSweep::broadcast(int root) {
 }
 
 void AlgoSweep::allgather() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto n = static_cast<std::size_t>(c.size);
   run([&](Context& ctx) {
     const auto me = static_cast<std::size_t>(ctx.rank);
@@ -267,7 +281,7 @@ void AlgoSweep::allgather() {
 }
 
 void AlgoSweep::allgatherv() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   std::vector<std::size_t> counts(static_cast<std::size_t>(c.size));
   for (int j = 0; j < c.size; ++j) counts[static_cast<std::size_t>(j)] = varyingCount(c.count, j);
   // Odd world sizes use explicit displacements with gaps, even ones packed (no displs).
@@ -305,7 +319,7 @@ void AlgoSweep::allgatherv() {
 }
 
 void AlgoSweep::reduceScatter() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto n = static_cast<std::size_t>(c.size);
   const auto exp = expectedReductions(n * c.count);
   run([&](Context& ctx) {
@@ -327,7 +341,7 @@ void AlgoSweep::reduceScatter() {
 }
 
 void AlgoSweep::reduceScatterv() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   std::vector<std::size_t> counts(static_cast<std::size_t>(c.size));
   for (int j = 0; j < c.size; ++j) counts[static_cast<std::size_t>(j)] = varyingCount(c.count, j);
   const bool gapped = c.size % 2 == 1;
@@ -355,7 +369,7 @@ void AlgoSweep::reduceScatterv() {
 }
 
 void AlgoSweep::gather(int root) {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto n = static_cast<std::size_t>(c.size);
   run([&](Context& ctx) {
     Buffer in(c.dtype, c.count);
@@ -385,7 +399,7 @@ void AlgoSweep::gather(int root) {
 }
 
 void AlgoSweep::scatter(int root) {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto n = static_cast<std::size_t>(c.size);
   run([&](Context& ctx) {
     const auto me = static_cast<std::size_t>(ctx.rank);
@@ -409,7 +423,7 @@ void AlgoSweep::scatter(int root) {
 }
 
 void AlgoSweep::alltoall() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const auto n = static_cast<std::size_t>(c.size);
   run([&](Context& ctx) {
     const auto me = static_cast<std::size_t>(ctx.rank);
@@ -432,7 +446,7 @@ void AlgoSweep::alltoall() {
 }
 
 void AlgoSweep::alltoallv() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   const bool gapped = c.size % 2 == 1;
   constexpr std::size_t kStride = 7919;  // value index of element i of the block a -> b
   run([&](Context& ctx) {
@@ -478,7 +492,7 @@ void AlgoSweep::alltoallv() {
 }
 
 void AlgoSweep::barrier() {
-  const Case& c = GetParam();
+  const Case& c = cur_;
   std::atomic<int> arrived{0};
   run([&](Context& ctx) {
     arrived.fetch_add(1);
@@ -489,124 +503,130 @@ void AlgoSweep::barrier() {
   });
 }
 
-TEST_P(AlgoSweep, MatchesExpected) {
-  const Case& c = GetParam();
-  for (int root : roots()) {
-    SCOPED_TRACE("root " + std::to_string(root));
-    switch (c.algo->coll) {
-      case Collective::Allreduce:
-        allreduce();
-        break;
-      case Collective::Reduce:
-        reduce(root);
-        break;
-      case Collective::Broadcast:
-        broadcast(root);
-        break;
-      case Collective::Allgather:
-        allgather();
-        break;
-      case Collective::Allgatherv:
-        allgatherv();
-        break;
-      case Collective::ReduceScatter:
-        reduceScatter();
-        break;
-      case Collective::ReduceScatterv:
-        reduceScatterv();
-        break;
-      case Collective::Gather:
-        gather(root);
-        break;
-      case Collective::Scatter:
-        scatter(root);
-        break;
-      case Collective::Alltoall:
-        alltoall();
-        break;
-      case Collective::Alltoallv:
-        alltoallv();
-        break;
-      case Collective::Barrier:
-        barrier();
-        break;
-      default:
-        FAIL() << "no sweep for " << toString(c.algo->coll);
-    }
-  }
-}
-
 constexpr int kSizes[] = {1, 2, 3, 4, 5, 7, 8};
+constexpr int kTypeSizes[] = {3, 4};
+constexpr int kLargeSizes[] = {4, 5};
 // 5003 fp32 elements are 313 chunks of 64 bytes and five times the 4 KiB scratch.
 constexpr std::size_t kCounts[] = {0, 1, 7, 13, 257, 1031, 5003};
 
-std::vector<Case> sizeCases() {
+std::vector<Case> casesOf(const Group& g) {
   std::vector<Case> cases;
-  for (const AlgoInfo& algo : algo::registry()) {
-    const Collective coll = algo.coll;
-    std::vector<std::pair<DataType, ReduceOp>> kinds;
-    if (coll == Collective::Barrier)
-      kinds = {{DataType::Uint8, ReduceOp::Sum}};
-    else if (isReduction(coll))
-      kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int32, ReduceOp::Max}};
-    else
-      kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int8, ReduceOp::Sum}};
-    for (int n : kSizes) {
+  const Collective coll = g.algo->coll;
+  const int n = g.size;
+  switch (g.suite) {
+    case Suite::Sizes: {
+      // Every count with two dtype/op pairs, every root.
+      std::vector<std::pair<DataType, ReduceOp>> kinds;
+      if (coll == Collective::Barrier)
+        kinds = {{DataType::Uint8, ReduceOp::Sum}};
+      else if (isReduction(coll))
+        kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int32, ReduceOp::Max}};
+      else
+        kinds = {{DataType::Float32, ReduceOp::Sum}, {DataType::Int8, ReduceOp::Sum}};
       for (std::size_t count : kCounts) {
         if (coll == Collective::Barrier && count > 0) continue;
         for (auto [dt, op] : kinds) {
           for (bool inPlace : {false, true}) {
             if (inPlace && !hasInPlace(coll)) continue;
-            cases.push_back({&algo, n, count, dt, op, inPlace, true});
+            cases.push_back({g.algo, n, count, dt, op, inPlace, true});
           }
         }
       }
+      break;
     }
-  }
-  return cases;
-}
-
-std::vector<Case> typeCases() {
-  std::vector<Case> cases;
-  for (const AlgoInfo& algo : algo::registry()) {
-    const Collective coll = algo.coll;
-    if (coll == Collective::Barrier) continue;
-    std::vector<ReduceOp> ops{ReduceOp::Sum};
-    if (isReduction(coll)) ops = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
-    for (int n : {3, 4}) {
+    case Suite::Types: {
+      // Every dtype and op at two counts (one chunk, several chunks).
+      std::vector<ReduceOp> ops{ReduceOp::Sum};
+      if (isReduction(coll)) ops = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
       for (std::size_t count : {std::size_t{13}, std::size_t{257}}) {
         for (DataType dt : kAllDataTypes) {
           for (ReduceOp op : ops) {
             for (bool inPlace : {false, true}) {
               if (inPlace && !hasInPlace(coll)) continue;
-              cases.push_back({&algo, n, count, dt, op, inPlace, false});
+              cases.push_back({g.algo, n, count, dt, op, inPlace, false});
             }
           }
         }
       }
+      break;
     }
-  }
-  return cases;
-}
-
-/// The communicator's default chunk (256 KiB) and scratch (4 MiB), a message of several chunks.
-std::vector<Case> largeCases() {
-  std::vector<Case> cases;
-  for (const AlgoInfo& algo : algo::registry()) {
-    if (algo.coll == Collective::Barrier) continue;
-    for (int n : {4, 5}) {
-      Case c{&algo, n, 300007, DataType::Float32, ReduceOp::Sum, false, false};
+    case Suite::Large: {
+      // The communicator's default chunk (256 KiB) and scratch (4 MiB), several chunks.
+      Case c{g.algo, n, 300007, DataType::Float32, ReduceOp::Sum, false, false};
       c.chunkBytes = 256 * 1024;
       c.scratchBytes = 4 * 1024 * 1024;
       cases.push_back(c);
+      break;
     }
   }
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, AlgoSweep, testing::ValuesIn(sizeCases()), paramName);
-INSTANTIATE_TEST_SUITE_P(Types, AlgoSweep, testing::ValuesIn(typeCases()), paramName);
-INSTANTIATE_TEST_SUITE_P(Large, AlgoSweep, testing::ValuesIn(largeCases()), paramName);
+std::vector<Group> groups(Suite suite, std::span<const int> sizes) {
+  std::vector<Group> out;
+  for (const AlgoInfo& algo : algo::registry()) {
+    if (suite != Suite::Sizes && algo.coll == Collective::Barrier) continue;
+    for (int n : sizes) out.push_back({&algo, n, suite});
+  }
+  return out;
+}
+
+TEST_P(AlgoSweep, MatchesExpected) {
+  for (const Case& c : casesOf(GetParam())) {
+    cur_ = c;
+    for (int root : roots()) {
+      SCOPED_TRACE(caseName(c) + " root " + std::to_string(root));
+      switch (c.algo->coll) {
+        case Collective::Allreduce:
+          allreduce();
+          break;
+        case Collective::Reduce:
+          reduce(root);
+          break;
+        case Collective::Broadcast:
+          broadcast(root);
+          break;
+        case Collective::Allgather:
+          allgather();
+          break;
+        case Collective::Allgatherv:
+          allgatherv();
+          break;
+        case Collective::ReduceScatter:
+          reduceScatter();
+          break;
+        case Collective::ReduceScatterv:
+          reduceScatterv();
+          break;
+        case Collective::Gather:
+          gather(root);
+          break;
+        case Collective::Scatter:
+          scatter(root);
+          break;
+        case Collective::Alltoall:
+          alltoall();
+          break;
+        case Collective::Alltoallv:
+          alltoallv();
+          break;
+        case Collective::Barrier:
+          barrier();
+          break;
+        default:
+          FAIL() << "no sweep for " << toString(c.algo->coll);
+      }
+    }
+    if (HasFailure()) return;  // one failing case is enough to read
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, AlgoSweep, testing::ValuesIn(groups(Suite::Sizes, kSizes)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(Types, AlgoSweep, testing::ValuesIn(groups(Suite::Types, kTypeSizes)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(Large, AlgoSweep, testing::ValuesIn(groups(Suite::Large, kLargeSizes)),
+                         paramName);
 
 }  // namespace
 }  // namespace braid::test
