@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing braid needs from Debian 12, only when missing (idempotent).
 set -euo pipefail
-pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2)
+pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

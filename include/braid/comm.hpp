@@ -164,6 +164,10 @@ class Comm {
   /// Fails every pending and later operation with Error(Aborted). Callable from any thread.
   void abort();
 
+  /// How this rank reaches `peer`: "shm+cma" (shared memory, single copy for large messages),
+  /// "shm", "tcp", or "self".
+  std::string pathTo(int peer) const;
+
   /// Name of the algorithm the communicator would pick for this collective and byte size.
   std::string selectedAlgorithm(Collective c, std::size_t bytes) const;
 

@@ -10,6 +10,26 @@
 
 namespace braid {
 
+/// Who may connect to this process's store server and transport listeners, and how connections
+/// prove they belong to the job (docs/security.md). Shared by the store and the transports.
+struct SecurityOptions {
+  /// Per-job secret (BRAID_AUTH_KEY). Non-empty: every store and peer connection runs a mutual
+  /// HMAC-SHA256 challenge-response over it, and a peer without the same key is dropped (the
+  /// side that connected fails with Error(Auth)). Empty: connections are not authenticated.
+  /// braid-run generates one per job when the variable is not set.
+  std::string authKey;
+  /// Peer addresses allowed to connect (BRAID_WHITELIST=FILE): IPv4/IPv6 addresses or CIDR
+  /// networks. Empty: any address. Loopback is not implied: list 127.0.0.1 when ranks or the
+  /// store are reached over loopback.
+  std::vector<std::string> allowedPeers;
+  /// Bound on one incoming connection's handshake: a peer that stays silent or slow longer is
+  /// dropped. Other connections are served meanwhile.
+  std::chrono::milliseconds handshakeTimeout{10000};
+  /// Log every dropped connection (rate-limited) on stderr as a WARN naming the remote address.
+  /// BRAID_DEBUG=NONE turns it off.
+  bool logRejections = true;
+};
+
 struct Options {
   /// Pipelining unit: large messages are cut into chunks of this many bytes (BRAID_CHUNK_SIZE).
   std::size_t chunkBytes = 256 * 1024;
@@ -30,6 +50,20 @@ struct Options {
   std::string listenAddress;
   /// Log level: 0 none, 1 WARN, 2 INFO, 3 TRACE (BRAID_DEBUG=WARN|INFO|TRACE).
   int logLevel = 1;
+  /// Ranks of one host talk through shared memory unless this is set (BRAID_SHM_DISABLE=1).
+  bool shmDisable = false;
+  /// Shared-memory rings: slots per ordered pair of ranks and bytes per slot
+  /// (BRAID_SHM_SLOTS, BRAID_SHM_SLOT_SIZE); the segment of one host is bounded by
+  /// shmMaxSegmentBytes (BRAID_SHM_MAX_SEGMENT): slots shrink until it fits.
+  std::size_t shmSlots = 8;
+  std::size_t shmSlotBytes = 64 * 1024;
+  std::size_t shmMaxSegmentBytes = std::size_t{256} << 20;
+  /// Same-host messages of at least this size go single-copy with process_vm_readv where the
+  /// kernel allows it (BRAID_SHM_CMA_THRESHOLD); BRAID_SHM_CMA_DISABLE=1 never uses it.
+  std::size_t shmCmaThresholdBytes = 64 * 1024;
+  bool shmCmaDisable = false;
+  /// Authentication and peer address filtering (BRAID_AUTH_KEY, BRAID_WHITELIST).
+  SecurityOptions security;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

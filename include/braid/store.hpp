@@ -1,6 +1,7 @@
 // braid public API: the key-value store ranks rendezvous through.
 #pragma once
 
+#include <braid/options.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -34,9 +35,13 @@ class Store {
 
 /// Serves a store over TCP (what rank 0 runs unless the store is external). Binds host:port;
 /// port 0 picks a free port. Serves until destroyed. The server runs one thread with epoll.
+/// `security`: a connection from an address outside security.allowedPeers, or one that fails the
+/// handshake (wrong or missing security.authKey, garbage, silence past handshakeTimeout), is
+/// closed and logged without disturbing the other clients (docs/security.md).
 class TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, std::uint16_t port);
+  TcpStoreServer(const std::string& host, std::uint16_t port,
+                 const SecurityOptions& security = SecurityOptions());
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -49,11 +54,16 @@ class TcpStoreServer {
 };
 
 /// Client of a TcpStoreServer. Connecting retries until connectTimeout, then throws
-/// Error(Timeout) naming the address. `opTimeout` bounds set/add/check.
+/// Error(Timeout) naming the address. `opTimeout` bounds set/add/check. Every connection opens
+/// with the handshake; when the server and this client disagree on security.authKey (different
+/// keys, or a key on one side only) the constructor (or the request that reconnects) throws
+/// Error(Auth) naming the store's address.
 class TcpStore : public Store {
  public:
+  static constexpr std::chrono::milliseconds kDefaultOpTimeout{60000};
   TcpStore(const std::string& host, std::uint16_t port, std::chrono::milliseconds connectTimeout,
-           std::chrono::milliseconds opTimeout = std::chrono::milliseconds(60000));
+           std::chrono::milliseconds opTimeout = kDefaultOpTimeout,
+           const SecurityOptions& security = SecurityOptions());
   ~TcpStore() override;
   void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
   std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;

@@ -1,5 +1,4 @@
 #include <braid/types.hpp>
-
 #include <string>
 
 namespace braid {
@@ -7,61 +6,96 @@ namespace braid {
 std::size_t dataTypeSize(DataType t) noexcept {
   switch (t) {
     case DataType::Int8:
-    case DataType::Uint8: return 1;
+    case DataType::Uint8:
+      return 1;
     case DataType::Float16:
-    case DataType::BFloat16: return 2;
+    case DataType::BFloat16:
+      return 2;
     case DataType::Int32:
-    case DataType::Float32: return 4;
+    case DataType::Float32:
+      return 4;
     case DataType::Int64:
-    case DataType::Float64: return 8;
+    case DataType::Float64:
+      return 8;
   }
   return 0;
 }
 
-bool isValid(DataType t) noexcept { return dataTypeSize(t) != 0; }
-bool isValid(ReduceOp op) noexcept { return static_cast<unsigned>(op) < kNumReduceOps; }
+bool isValid(DataType t) noexcept {
+  return dataTypeSize(t) != 0;
+}
+bool isValid(ReduceOp op) noexcept {
+  return static_cast<unsigned>(op) < kNumReduceOps;
+}
 
 const char* toString(DataType t) noexcept {
   switch (t) {
-    case DataType::Int8: return "int8";
-    case DataType::Uint8: return "uint8";
-    case DataType::Int32: return "int32";
-    case DataType::Int64: return "int64";
-    case DataType::Float16: return "fp16";
-    case DataType::BFloat16: return "bf16";
-    case DataType::Float32: return "fp32";
-    case DataType::Float64: return "fp64";
+    case DataType::Int8:
+      return "int8";
+    case DataType::Uint8:
+      return "uint8";
+    case DataType::Int32:
+      return "int32";
+    case DataType::Int64:
+      return "int64";
+    case DataType::Float16:
+      return "fp16";
+    case DataType::BFloat16:
+      return "bf16";
+    case DataType::Float32:
+      return "fp32";
+    case DataType::Float64:
+      return "fp64";
   }
   return "invalid-dtype";
 }
 
 const char* toString(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "invalid-op";
 }
 
 const char* toString(Collective c) noexcept {
   switch (c) {
-    case Collective::Allreduce: return "allreduce";
-    case Collective::Reduce: return "reduce";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::Allgather: return "allgather";
-    case Collective::Allgatherv: return "allgatherv";
-    case Collective::ReduceScatter: return "reducescatter";
-    case Collective::ReduceScatterv: return "reducescatterv";
-    case Collective::Gather: return "gather";
-    case Collective::Scatter: return "scatter";
-    case Collective::Alltoall: return "alltoall";
-    case Collective::Alltoallv: return "alltoallv";
-    case Collective::Barrier: return "barrier";
-    case Collective::Send: return "send";
-    case Collective::Recv: return "recv";
+    case Collective::Allreduce:
+      return "allreduce";
+    case Collective::Reduce:
+      return "reduce";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Allgather:
+      return "allgather";
+    case Collective::Allgatherv:
+      return "allgatherv";
+    case Collective::ReduceScatter:
+      return "reducescatter";
+    case Collective::ReduceScatterv:
+      return "reducescatterv";
+    case Collective::Gather:
+      return "gather";
+    case Collective::Scatter:
+      return "scatter";
+    case Collective::Alltoall:
+      return "alltoall";
+    case Collective::Alltoallv:
+      return "alltoallv";
+    case Collective::Barrier:
+      return "barrier";
+    case Collective::Send:
+      return "send";
+    case Collective::Recv:
+      return "recv";
   }
   return "invalid-collective";
 }

@@ -7,7 +7,7 @@
 #include "core/validate.hpp"
 #include "kernels/reduce.hpp"
 #include "store/memory_store.hpp"
-#include "transport/tcp/tcp_transport.hpp"
+#include "transport/factory.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -252,13 +252,27 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   }
   tcp.connectTimeout = opts.connectTimeout;
   tcp.spin = opts.spin;
-  impl->transport = transport::createTcpTransport(*impl->commStore, rank, size, tcp);
+  tcp.security = opts.security;
+  transport::TransportOptions transportOptions;
+  transportOptions.tcp = tcp;
+  transportOptions.shmDisable = opts.shmDisable;
+  transportOptions.shm.slots = opts.shmSlots;
+  transportOptions.shm.slotBytes = opts.shmSlotBytes;
+  transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;
+  transportOptions.shm.cmaThresholdBytes = opts.shmCmaThresholdBytes;
+  transportOptions.shm.cmaDisable = opts.shmCmaDisable;
+  impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->scratch.resize(opts.bufferBytes);
-  impl->log(2, "joined: rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                   ", transport tcp, listen " +
-                   (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
-                   ", kernels " + kernels::selectedIsa());
+  if (opts.logLevel >= 2) {
+    std::string paths;
+    for (int p = 0; p < size; ++p)
+      paths += (p ? " " : "") + std::to_string(p) + ":" + transport::pathTo(*impl->transport, p);
+    impl->log(2, "joined: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                     ", paths to peers [" + paths + "], tcp listen " +
+                     (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
+                     ", kernels " + kernels::selectedIsa());
+  }
   return impl;
 }
 
@@ -280,9 +294,10 @@ std::unique_ptr<Comm> Comm::create(const LaunchInfo& launch, const Options& opti
     return create(std::make_shared<MemoryStore>(), 0, 1, options);
   std::shared_ptr<TcpStoreServer> server;
   if (launch.rank == 0 && !launch.storeExternal)
-    server = std::make_shared<TcpStoreServer>(launch.storeHost, launch.storePort);
-  auto store =
-      std::make_shared<TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout);
+    server = std::make_shared<TcpStoreServer>(launch.storeHost, launch.storePort, options.security);
+  auto store = std::make_shared<TcpStore>(launch.storeHost, launch.storePort,
+                                          options.connectTimeout, TcpStore::kDefaultOpTimeout,
+                                          options.security);
   auto gen = store->add("braid/generation/" + std::to_string(launch.rank), 1) - 1;
   return std::unique_ptr<Comm>(new Comm(makeImpl(std::move(store), std::move(server), launch.rank,
                                                  launch.size, std::to_string(gen), options)));
@@ -318,6 +333,15 @@ void Comm::abort() {
   }
   for (auto& op : dropped)
     op.work->finish(std::make_exception_ptr(Error(ErrorCode::Aborted, why)));
+}
+
+std::string Comm::pathTo(int peer) const {
+  if (peer < 0 || peer >= impl_->size)
+    throw Error(ErrorCode::InvalidArgument, "pathTo on rank " + std::to_string(impl_->rank) +
+                                                ": argument 'peer' = " + std::to_string(peer) +
+                                                " is outside [0, " + std::to_string(impl_->size) +
+                                                ")");
+  return transport::pathTo(*impl_->transport, peer);
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {

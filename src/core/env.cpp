@@ -2,13 +2,13 @@
 // `braid-info --env`, documented in docs/env.md).
 #include <braid/error.hpp>
 #include <braid/options.hpp>
-
-#include "tuning/rules.hpp"
-
 #include <charconv>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+
+#include "common/address_filter.hpp"
+#include "tuning/rules.hpp"
 
 namespace braid {
 namespace {
@@ -30,8 +30,18 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_CONNECT_TIMEOUT", "60000", "ms: bound on store and peer connection setup"},
     {"BRAID_EXEC_TIMEOUT", "300000", "ms: bound on one operation"},
     {"BRAID_SPIN_US", "50", "us a waiting thread polls before it sleeps"},
-    {"BRAID_LISTEN_ADDR", "", "address to listen on for peers (default: the one reaching the store)"},
+    {"BRAID_LISTEN_ADDR", "",
+     "address to listen on for peers (default: the one reaching the store)"},
     {"BRAID_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
+    {"BRAID_SHM_DISABLE", "0", "1: ranks of one host use TCP instead of shared memory"},
+    {"BRAID_SHM_SLOTS", "8", "shared-memory ring slots per ordered pair of local ranks"},
+    {"BRAID_SHM_SLOT_SIZE", "64K", "bytes per ring slot (power of two, 4K..16M)"},
+    {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
+    {"BRAID_SHM_CMA_THRESHOLD", "64K", "same-host messages this big go single-copy (CMA)"},
+    {"BRAID_SHM_CMA_DISABLE", "0", "1: never use process_vm_readv (everything via the ring)"},
+    {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
+    {"BRAID_WHITELIST", "",
+     "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
 };
 
 const char* get(const char* name) {
@@ -40,8 +50,8 @@ const char* get(const char* name) {
 }
 
 Error badValue(const char* name, const char* value, const char* expected) {
-  return Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" +
-                                               value + "' is not " + expected);
+  return Error(ErrorCode::InvalidArgument,
+               std::string("environment variable ") + name + "='" + value + "' is not " + expected);
 }
 
 std::size_t sizeVar(const char* name, std::size_t def) {
@@ -78,7 +88,9 @@ bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
 
 }  // namespace
 
-const std::vector<EnvVarDoc>& environmentVariables() { return kVariables; }
+const std::vector<EnvVarDoc>& environmentVariables() {
+  return kVariables;
+}
 
 Options Options::fromEnv() {
   Options o;
@@ -87,18 +99,34 @@ Options Options::fromEnv() {
   o.bufferBytes = sizeVar("BRAID_BUFFSIZE", o.bufferBytes);
   o.smallMessageBytes = sizeVar("BRAID_SMALL_MSG_SIZE", o.smallMessageBytes);
   if (const char* v = get("BRAID_ALGO")) o.algo = v;
-  o.connectTimeout = std::chrono::milliseconds(intVar("BRAID_CONNECT_TIMEOUT", o.connectTimeout.count()));
+  o.connectTimeout =
+      std::chrono::milliseconds(intVar("BRAID_CONNECT_TIMEOUT", o.connectTimeout.count()));
   o.execTimeout = std::chrono::milliseconds(intVar("BRAID_EXEC_TIMEOUT", o.execTimeout.count()));
   o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count()));
   if (const char* v = get("BRAID_LISTEN_ADDR")) o.listenAddress = v;
+  o.shmDisable = intVar("BRAID_SHM_DISABLE", 0) != 0;
+  o.shmSlots = sizeVar("BRAID_SHM_SLOTS", o.shmSlots);
+  o.shmSlotBytes = sizeVar("BRAID_SHM_SLOT_SIZE", o.shmSlotBytes);
+  o.shmMaxSegmentBytes = sizeVar("BRAID_SHM_MAX_SEGMENT", o.shmMaxSegmentBytes);
+  o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", o.shmCmaThresholdBytes);
+  o.shmCmaDisable = intVar("BRAID_SHM_CMA_DISABLE", 0) != 0;
   if (const char* v = get("BRAID_DEBUG")) {
     std::string_view s(v);
-    if (s == "NONE" || s == "none" || s == "0") o.logLevel = 0;
-    else if (s == "WARN" || s == "warn" || s == "1") o.logLevel = 1;
-    else if (s == "INFO" || s == "info" || s == "2") o.logLevel = 2;
-    else if (s == "TRACE" || s == "trace" || s == "3") o.logLevel = 3;
-    else throw badValue("BRAID_DEBUG", v, "one of NONE, WARN, INFO, TRACE");
+    if (s == "NONE" || s == "none" || s == "0")
+      o.logLevel = 0;
+    else if (s == "WARN" || s == "warn" || s == "1")
+      o.logLevel = 1;
+    else if (s == "INFO" || s == "info" || s == "2")
+      o.logLevel = 2;
+    else if (s == "TRACE" || s == "trace" || s == "3")
+      o.logLevel = 3;
+    else
+      throw badValue("BRAID_DEBUG", v, "one of NONE, WARN, INFO, TRACE");
   }
+  if (const char* v = get("BRAID_AUTH_KEY")) o.security.authKey = v;
+  if (const char* v = get("BRAID_WHITELIST"))
+    o.security.allowedPeers = security::readWhitelistFile(v);
+  o.security.logRejections = o.logLevel >= 1;
   return o;
 }
 
@@ -128,9 +156,9 @@ LaunchInfo LaunchInfo::fromEnv() {
     break;
   }
   if (li.size < 1 || li.rank < 0 || li.rank >= li.size)
-    throw Error(ErrorCode::InvalidArgument, "launch environment (" + li.source + "): rank " +
-                                                std::to_string(li.rank) + " is outside world size " +
-                                                std::to_string(li.size));
+    throw Error(ErrorCode::InvalidArgument,
+                "launch environment (" + li.source + "): rank " + std::to_string(li.rank) +
+                    " is outside world size " + std::to_string(li.size));
   if (const char* s = get("BRAID_STORE")) {
     if (!parseHostPort(s, li.storeHost, li.storePort))
       throw badValue("BRAID_STORE", s, "HOST:PORT");

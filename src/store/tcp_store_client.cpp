@@ -6,6 +6,14 @@
 // client's own deadline pass, or the connection fail mid-request, the connection's state is
 // unknown (a late reply could be taken for the next request's), so it is closed and the next
 // request reconnects.
+//
+// Every connection opens with the handshake (common/handshake.hpp). With an auth key it runs to
+// the end while connecting: both sides prove they hold the key, and a server that disagrees
+// fails the connect with Error(Auth) at once (retrying cannot help), while a server that drops
+// the connection during the handshake (a whitelist that does not list this host) is retried
+// like a refused connect until connectTimeout. Without a key the Hello goes out at connect and
+// the server's answer is read before the first reply, under that request's deadline: no extra
+// round trip, and a server that wants a key still fails the request with Error(Auth).
 
 #include <netdb.h>
 #include <poll.h>
@@ -20,10 +28,12 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/handshake_io.hpp"
 #include "store/store_protocol.hpp"
 #include "store/tcp_socket.hpp"
 
@@ -142,14 +152,17 @@ Attempt connectOnce(const addrinfo& ai, Clock::time_point deadline) {
 }  // namespace
 
 struct TcpStore::Impl {
-  Impl(std::string host, std::uint16_t port, milliseconds connectTimeout, milliseconds opTimeout)
+  Impl(std::string host, std::uint16_t port, milliseconds connectTimeout, milliseconds opTimeout,
+       std::string authKey)
       : host_(std::move(host)),
         port_(port),
         address_(store_socket::formatHostPort(host_, port)),
         connectTimeout_(clampTimeout(connectTimeout)),
-        opTimeout_(clampTimeout(opTimeout)) {}
+        opTimeout_(clampTimeout(opTimeout)),
+        authKey_(std::move(authKey)) {}
 
   void connect();
+  void finishHandshake(const proto::Request& req, Clock::time_point deadline);
   proto::Response request(const proto::Request& req, Clock::time_point deadline);
   void sendAll(const std::vector<std::uint8_t>& bytes, const proto::Request& req,
                Clock::time_point deadline);
@@ -166,10 +179,13 @@ struct TcpStore::Impl {
   const std::string address_;  // "host:port", for error messages
   const milliseconds connectTimeout_;
   const milliseconds opTimeout_;
+  const std::string authKey_;
 
   mutable std::mutex mu_;  // serialises requests; guards everything below
   Fd fd_;
   std::string localAddress_;
+  // Without a key: the handshake whose answer has not been read yet.
+  std::optional<security::Initiator> pendingHandshake_;
 };
 
 void TcpStore::Impl::connect() {
@@ -196,6 +212,29 @@ void TcpStore::Impl::connect() {
           lastError = a.error;
           continue;
         }
+        security::Initiator initiator(authKey_, security::Service::Store, {});
+        pendingHandshake_.reset();
+        if (authKey_.empty()) {
+          std::vector<std::uint8_t> hello;
+          initiator.appendHello(hello);
+          // A new socket's buffer takes the few bytes of a Hello at once.
+          if (::send(a.fd.get(), hello.data(), hello.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+              static_cast<ssize_t>(hello.size())) {
+            lastError = "handshake: send: " + errnoText(errno);
+            continue;
+          }
+          pendingHandshake_.emplace(std::move(initiator));
+        } else {
+          const auto hs = security::runInitiator(a.fd.get(), initiator, deadline);
+          if (!hs.ok) {
+            if (hs.failure == security::Failure::Auth)
+              throw Error(ErrorCode::Auth, "store at " + address_ + ": " + hs.error);
+            lastError = "handshake: " + hs.error;
+            if (hs.failure == security::Failure::Closed)
+              lastError += " (is this host's address in the store's BRAID_WHITELIST?)";
+            continue;
+          }
+        }
         sockaddr_storage local{};
         socklen_t len = sizeof local;
         if (::getsockname(a.fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0)
@@ -216,6 +255,7 @@ void TcpStore::Impl::connect() {
 
 void TcpStore::Impl::fail(ErrorCode code, const std::string& message) {
   fd_.reset();  // the connection's state is unknown now; the next request reconnects
+  pendingHandshake_.reset();
   throw Error(code, message);
 }
 
@@ -270,6 +310,40 @@ void TcpStore::Impl::recvExactly(std::uint8_t* data, std::size_t n, const proto:
   }
 }
 
+// Reads the server's answer to the Hello that connect() sent without waiting (no key).
+void TcpStore::Impl::finishHandshake(const proto::Request& req, Clock::time_point deadline) {
+  security::Initiator& initiator = *pendingHandshake_;
+  std::vector<std::uint8_t> in(security::kHandshakeHeaderBytes);
+  security::Message m;
+  security::DecodeResult r;
+  try {
+    recvExactly(in.data(), in.size(), req, deadline);
+    r = security::decodeMessage(in, m);
+    if (r.status == security::DecodeStatus::Incomplete && r.frameBytes > in.size()) {
+      in.resize(r.frameBytes);
+      recvExactly(in.data() + security::kHandshakeHeaderBytes,
+                  in.size() - security::kHandshakeHeaderBytes, req, deadline);
+      r = security::decodeMessage(in, m);
+    }
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::PeerLost) throw;
+    throw Error(ErrorCode::PeerLost, e.detail() +
+                                         " before answering the handshake (is this host's address "
+                                         "in the store's BRAID_WHITELIST?)");
+  }
+  if (r.status != security::DecodeStatus::Complete)
+    fail(ErrorCode::Mismatch, "store at " + address_ + " is not a braid store (" + r.error +
+                                  "), answering " + describe(req));
+  std::vector<std::uint8_t> out;
+  initiator.onMessage(m, out);
+  if (initiator.state() == security::HandshakeState::Failed) {
+    const bool auth = initiator.failure() == security::Failure::Auth;
+    fail(auth ? ErrorCode::Auth : ErrorCode::Mismatch,
+         "store at " + address_ + ": " + initiator.error() + " (before " + describe(req) + ")");
+  }
+  pendingHandshake_.reset();
+}
+
 proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_point deadline) {
   std::vector<std::uint8_t> frame;
   if (!proto::appendRequest(req, frame))
@@ -277,6 +351,7 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
                                                 address_ + ": " + boundBroken(req));
   if (!fd_.valid()) connect();
   sendAll(frame, req, deadline);
+  if (pendingHandshake_) finishHandshake(req, deadline);
 
   std::vector<std::uint8_t> in(proto::kFrameHeaderBytes);
   recvExactly(in.data(), in.size(), req, deadline);
@@ -295,8 +370,8 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
 }
 
 TcpStore::TcpStore(const std::string& host, std::uint16_t port, milliseconds connectTimeout,
-                   milliseconds opTimeout)
-    : impl_(std::make_unique<Impl>(host, port, connectTimeout, opTimeout)) {
+                   milliseconds opTimeout, const SecurityOptions& security)
+    : impl_(std::make_unique<Impl>(host, port, connectTimeout, opTimeout, security.authKey)) {
   std::lock_guard<std::mutex> lk(impl_->mu_);
   impl_->connect();
 }

@@ -6,6 +6,13 @@
 // missing key and in the deadline set. A SET or ADD of that key moves it on to its next missing
 // key or answers it; the deadline set answers TIMEOUT when the client's timeout elapses. The
 // destructor wakes the thread through an eventfd, joins it, and every fd closes with its owner.
+//
+// Admission (docs/security.md). A connection from an address outside the whitelist is closed at
+// accept. Every other one starts in the handshake (common/handshake_io.hpp), driven by the same
+// loop as requests, so a silent or slow client holds up nobody; it has handshakeTimeout to
+// finish, else it is dropped. With an auth key only a client that proved it holds the key gets
+// past the handshake; without one, a client that skips the handshake and sends requests
+// straight away is served too (tools and tests that speak the raw protocol).
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -29,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/handshake_io.hpp"
+#include "common/peer_policy.hpp"
 #include "store/store_protocol.hpp"
 #include "store/tcp_socket.hpp"
 
@@ -61,6 +70,9 @@ struct Parked {
 struct Connection {
   std::uint64_t id = 0;
   Fd fd;
+  std::string peer;  // "host:port" of the client, for the log
+  // Set until the client passed the handshake; no request is read before that.
+  std::unique_ptr<security::ResponderSession> handshake;
   std::vector<std::uint8_t> in;   // received bytes not yet decoded
   std::vector<std::uint8_t> out;  // encoded replies not yet sent, from outSent on
   std::size_t outSent = 0;
@@ -71,7 +83,7 @@ struct Connection {
 }  // namespace
 
 struct TcpStoreServer::Impl {
-  Impl(const std::string& host, std::uint16_t port);
+  Impl(const std::string& host, std::uint16_t port, const SecurityOptions& security);
   ~Impl();
 
   void run() noexcept;
@@ -80,6 +92,9 @@ struct TcpStoreServer::Impl {
   template <typename Fn>
   void guarded(std::uint64_t id, Fn&& fn);
   void onEvent(std::uint64_t id, std::uint32_t events);
+  void continueHandshake(Connection& c);
+  void drop(Connection& c, const std::string& why);
+  void expireHandshakes();
   void readFrom(Connection& c);
   void serve(Connection& c);
   void handle(Connection& c, proto::Request& req);
@@ -96,6 +111,7 @@ struct TcpStoreServer::Impl {
 
   std::string address_;  // "host:port" as bound, for error messages
   std::uint16_t port_ = 0;
+  security::PeerPolicy policy_;
   Fd listen_;
   Fd epoll_;
   Fd wake_;
@@ -106,13 +122,16 @@ struct TcpStoreServer::Impl {
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
+  std::set<std::pair<Clock::time_point, std::uint64_t>> handshakeDeadlines_;
   std::vector<std::uint64_t> resumable_;  // unparked connections that may hold buffered requests
   std::uint64_t nextId_ = kFirstConnectionId;
 
   std::thread thread_;  // last: started once everything above exists, joined first
 };
 
-TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port) {
+TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port,
+                           const SecurityOptions& security)
+    : policy_(security) {
   address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -238,6 +257,7 @@ void TcpStoreServer::Impl::loop() {
       guarded(id, [&] { onEvent(id, events[i].events); });
     }
     expireDeadlines();
+    expireHandshakes();
     // Requests that arrived while their connection was parked, now that it is not.
     while (!resumable_.empty()) {
       const std::uint64_t id = resumable_.back();
@@ -252,18 +272,80 @@ void TcpStoreServer::Impl::loop() {
 
 void TcpStoreServer::Impl::accept() {
   for (;;) {
-    Fd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage from{};
+    socklen_t fromLen = sizeof from;
+    Fd fd(::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&from), &fromLen,
+                    SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) return;  // EAGAIN, or a failure (EMFILE, ECONNABORTED) the next round retries
+    const auto* fromAddr = reinterpret_cast<const sockaddr*>(&from);
+    std::string peer = store_socket::formatHostPort(store_socket::numericHost(fromAddr, fromLen),
+                                                    store_socket::portOf(fromAddr));
+    if (!policy_.filter().allows(fromAddr, fromLen)) {
+      policy_.reportDropped("store server " + address_, peer, "address not in BRAID_WHITELIST");
+      continue;  // fd closes here
+    }
     store_socket::setNoDelay(fd.get());
     auto c = std::make_unique<Connection>();
     c->id = nextId_++;
+    c->peer = std::move(peer);
+    const auto deadline = Clock::now() + policy_.handshakeTimeout();
+    c->handshake = std::make_unique<security::ResponderSession>(
+        fd.get(), security::Responder(policy_.key(), security::Service::Store, {}), deadline);
     c->fd = std::move(fd);
     c->events = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
     ev.events = c->events;
     ev.data.u64 = c->id;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;
+    handshakeDeadlines_.emplace(deadline, c->id);
     connections_.emplace(c->id, std::move(c));
+  }
+}
+
+void TcpStoreServer::Impl::drop(Connection& c, const std::string& why) {
+  policy_.reportDropped("store server " + address_, c.peer, why);
+  // Unread bytes at close turn the FIN into a reset, which could overtake a Reject the client
+  // should read (say, a request it pipelined behind its Hello): read them first.
+  std::uint8_t sink[4096];
+  for (int i = 0; i < 16 && ::recv(c.fd.get(), sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+  }
+  close(c.id);
+}
+
+// Feeds the handshake what arrived; once the client is admitted its connection serves requests.
+void TcpStoreServer::Impl::continueHandshake(Connection& c) {
+  using Progress = security::ResponderSession::Progress;
+  security::ResponderSession& hs = *c.handshake;
+  switch (hs.onReadable()) {
+    case Progress::Waiting:
+      return;
+    case Progress::Failed:
+      // A client that connects and leaves without a byte (a reachability probe) is not news.
+      if (hs.failure() == security::Failure::Closed && !hs.sawBytes()) return close(c.id);
+      return drop(c, "handshake failed: " + hs.error());
+    case Progress::NotHandshake:
+      if (policy_.authenticated())
+        return drop(c, "not a braid handshake (this store requires authentication)");
+      c.in = hs.takeBuffered();  // a raw-protocol client of an unauthenticated store
+      break;
+    case Progress::Verified:
+      if (!hs.accept()) return drop(c, "the client does not take the handshake reply");
+      break;
+  }
+  handshakeDeadlines_.erase({hs.deadline(), c.id});
+  c.handshake.reset();
+  serve(c);
+}
+
+void TcpStoreServer::Impl::expireHandshakes() {
+  const auto now = Clock::now();
+  while (!handshakeDeadlines_.empty() && handshakeDeadlines_.begin()->first <= now) {
+    const std::uint64_t id = handshakeDeadlines_.begin()->second;
+    handshakeDeadlines_.erase(handshakeDeadlines_.begin());
+    auto it = connections_.find(id);
+    if (it == connections_.end() || !it->second->handshake) continue;
+    drop(*it->second,
+         "no handshake within " + std::to_string(policy_.handshakeTimeout().count()) + " ms");
   }
 }
 
@@ -271,6 +353,10 @@ void TcpStoreServer::Impl::onEvent(std::uint64_t id, std::uint32_t events) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;  // closed earlier in this round
   Connection& c = *it->second;
+  if (c.handshake) {
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) continueHandshake(c);
+    return;
+  }
   if (events & EPOLLERR) return close(id);
   if (events & EPOLLOUT) {
     flush(c);
@@ -492,22 +578,27 @@ void TcpStoreServer::Impl::close(std::uint64_t id) {
     unpark(c);
     deadlines_.erase({c.parked->deadline, id});
   }
+  if (c.handshake) handshakeDeadlines_.erase({c.handshake->deadline(), id});
   // Closing the fd removes it from the epoll set.
   connections_.erase(it);
 }
 
 int TcpStoreServer::Impl::epollTimeoutMs() const {
   if (!resumable_.empty()) return 0;
-  if (deadlines_.empty()) return -1;
-  const auto left = deadlines_.begin()->first - Clock::now();
+  if (deadlines_.empty() && handshakeDeadlines_.empty()) return -1;
+  auto next = Clock::time_point::max();
+  if (!deadlines_.empty()) next = deadlines_.begin()->first;
+  if (!handshakeDeadlines_.empty()) next = std::min(next, handshakeDeadlines_.begin()->first);
+  const auto left = next - Clock::now();
   if (left <= Clock::duration::zero()) return 0;
   // Round up, so a wake-up never comes before the deadline it is for.
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return static_cast<int>(std::min<std::int64_t>(ms, 60 * 1000));
 }
 
-TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port)
-    : impl_(std::make_unique<Impl>(host, port)) {}
+TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port,
+                               const SecurityOptions& security)
+    : impl_(std::make_unique<Impl>(host, port, security)) {}
 
 TcpStoreServer::~TcpStoreServer() = default;
 

@@ -24,7 +24,7 @@ std::string bootId() {
 }
 
 std::string namespaceInode(const char* path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path, &st) != 0) return "";
   return std::to_string(static_cast<unsigned long long>(st.st_ino));
 }

@@ -59,5 +59,25 @@ TEST(BraidInfo, HelpAndUnknownOptions) {
   EXPECT_EQ(r.exitCode(), 2) << describe(r);
 }
 
+TEST(BraidInfo, PathsReportsHowEveryPairOfRanksTalks) {
+  for (const char* disable : {"0", "1"}) {
+    ProcessOptions opts;
+    opts.env = cleanLaunchEnv();
+    opts.env.emplace_back("BRAID_SHM_DISABLE", disable);
+    opts.timeout = std::chrono::seconds(60);
+    const auto r = runProcess({toolPath("braid-run"), "-n", "3", "--timeout", "50", "--",
+                               toolPath("braid-info"), "--paths"},
+                              opts);
+    ASSERT_EQ(r.exitCode(), 0) << describe(r);
+    EXPECT_NE(r.out.find("self"), std::string::npos) << r.out;
+    // Three ranks of one host: every off-diagonal pair uses shared memory unless disabled.
+    const std::string path = std::string(disable) == "1" ? "tcp" : "shm";
+    std::size_t pairs = 0;
+    for (std::size_t at = r.out.find(path); at != std::string::npos; at = r.out.find(path, at + 1))
+      ++pairs;
+    EXPECT_EQ(pairs, 6u) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace braid::tooltest

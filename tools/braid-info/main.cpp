@@ -15,7 +15,7 @@
 namespace braid::info {
 namespace {
 
-constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [-h|--help]
+constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [--paths] [-h|--help]
 
 Prints the braid version, the instruction set the reduction kernels use on this CPU, the
 algorithms available for each collective, the launch environment and the options as braid
@@ -24,6 +24,8 @@ meaning). Without options everything is printed.
 
   --env     only the environment variables
   --algos   only the algorithms
+  --paths   join the job (run it under a launcher: braid-run -n 4 braid-info --paths) and
+            print, on rank 0, how every pair of ranks talks: shm+cma, shm, tcp
   -h, --help
 )";
 
@@ -113,6 +115,30 @@ void printLaunchAndOptions() {
   }
 }
 
+// Collective: every rank sends its row of paths to rank 0, which prints the matrix.
+int printPaths() {
+  auto comm = Comm::fromEnv();
+  const int n = comm->size();
+  constexpr std::size_t kWidth = 8;  // "shm+cma" plus a terminating zero
+  std::vector<char> row(n * kWidth, 0), all(static_cast<std::size_t>(n) * n * kWidth, 0);
+  for (int p = 0; p < n; ++p) {
+    std::string path = comm->pathTo(p).substr(0, kWidth - 1);
+    std::copy(path.begin(), path.end(), row.begin() + p * kWidth);
+  }
+  comm->gather(row.data(), all.data(), row.size(), DataType::Uint8, 0);
+  if (comm->rank() != 0) return 0;
+  std::printf("paths between ranks (row: from, column: to)\n%6s", "");
+  for (int p = 0; p < n; ++p) std::printf(" %8d", p);
+  std::printf("\n");
+  for (int r = 0; r < n; ++r) {
+    std::printf("%6d", r);
+    for (int p = 0; p < n; ++p)
+      std::printf(" %8s", &all[(static_cast<std::size_t>(r) * n + p) * kWidth]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   bool env = false;
   bool algos = false;
@@ -126,6 +152,8 @@ int run(int argc, char** argv) {
       env = true;
     } else if (arg == "--algos") {
       algos = true;
+    } else if (arg == "--paths") {
+      return printPaths();
     } else {
       std::fprintf(stderr, "braid-info: unknown option '%s'\n(braid-info --help shows the usage)\n",
                    argv[i]);

@@ -5,17 +5,23 @@
 // Each rank gets the BRAID_* launch variables (and torchrun's names, so torch programs run
 // unchanged); its output comes back line by line prefixed with "[rank] ". The job fails as soon
 // as one rank fails: the others are stopped and braid-run exits non-zero naming the rank.
+//
+// Security: every job is authenticated. braid-run passes BRAID_AUTH_KEY through when it is set,
+// and otherwise generates a fresh 256-bit key for the job (one node only: separate braid-runs
+// on several nodes cannot agree on one, so there the key must come from the environment).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -26,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/crypto.hpp"
 #include "launcher.hpp"
 
 extern char** environ;
@@ -50,11 +57,16 @@ options:
   --timeout SECONDS       stop every rank and exit 124 after this long
   --grace SECONDS         wait between SIGTERM and SIGKILL when stopping ranks (default 3)
   --no-prefix             relay output lines without the "[RANK] " prefix
+  --no-auth               do not generate BRAID_AUTH_KEY (connections are then authenticated
+                          only if BRAID_AUTH_KEY is already set)
   -h, --help              show this help
 
 environment of each rank (global rank = node_rank * N + local rank):
   BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_WORLD_SIZE BRAID_NODE_RANK
   BRAID_STORE=HOST:PORT
+  BRAID_AUTH_KEY: passed through when set; otherwise a fresh random key for this job (on one
+  node; with --nnodes > 1 set the same BRAID_AUTH_KEY on every node). Every store and peer
+  connection of the job proves knowledge of it (docs/security.md).
   torchrun's RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK ROLE_WORLD_SIZE
   MASTER_ADDR MASTER_PORT (MASTER_PORT is the store port + 1, so that a program that also
   creates torch's own store does not collide with braid's)
@@ -69,6 +81,7 @@ struct Args {
   int nodeRank = 0;
   std::string masterHost;
   int masterPort = 0;
+  bool generateKey = true;
   LaunchSettings settings;
   std::vector<std::string> program;
 };
@@ -147,6 +160,8 @@ Args parseArgs(int argc, char** argv) {
     }
     if (arg == "--no-prefix") {
       args.settings.prefixOutput = false;
+    } else if (arg == "--no-auth") {
+      args.generateKey = false;
     } else if (auto v = value(arg, "-n")) {
       args.nproc = parseInt("-n", *v, 1, 4096);
       haveN = true;
@@ -236,6 +251,23 @@ int run(int argc, char** argv) {
                             std::to_string(storePort);
   const int world = args.nnodes * args.nproc;
 
+  std::vector<std::pair<std::string, std::string>> common;
+  const char* inherited = std::getenv("BRAID_AUTH_KEY");
+  if ((inherited == nullptr || *inherited == '\0') && args.generateKey) {
+    if (args.nnodes == 1) {
+      std::array<std::uint8_t, 32> key;
+      braid::crypto::randomBytes(key);
+      common.emplace_back("BRAID_AUTH_KEY", braid::crypto::toHex(key));
+    } else {
+      std::cerr << "braid-run: warning: BRAID_AUTH_KEY is not set, and braid-runs on "
+                << args.nnodes
+                << " nodes cannot generate one key they share: this job's connections are not "
+                   "authenticated. Set the same BRAID_AUTH_KEY on every node (e.g. "
+                   "BRAID_AUTH_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n')), or pass "
+                   "--no-auth to silence this.\n";
+    }
+  }
+
   std::vector<RankSpec> specs;
   for (int local = 0; local < args.nproc; ++local) {
     const int rank = args.nodeRank * args.nproc + local;
@@ -256,7 +288,9 @@ int run(int argc, char** argv) {
         {"MASTER_ADDR", host},
         {"MASTER_PORT", std::to_string(torchPort)},
     };
-    specs.push_back(RankSpec{rank, args.program, makeEnvironment(vars)});
+    std::vector<std::pair<std::string, std::string>> all = vars;
+    all.insert(all.end(), common.begin(), common.end());
+    specs.push_back(RankSpec{rank, args.program, makeEnvironment(all)});
   }
   return launch(specs, args.settings);
 }

@@ -24,8 +24,7 @@ std::size_t alignUp(std::size_t n, std::size_t a) {
 }
 
 std::size_t controlBytes(std::size_t ranks) {
-  return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) +
-         ranks * ranks * sizeof(ChannelControl);
+  return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) + ranks * ranks * sizeof(ChannelControl);
 }
 
 }  // namespace
@@ -69,8 +68,8 @@ Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotByte
 Segment::Segment(int fd, std::size_t bytes, const std::string& what) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
-    throw Error(ErrorCode::Internal, what + ": mmap of " + std::to_string(bytes) +
-                                         " bytes: " + errnoText(errno));
+    throw Error(ErrorCode::Internal,
+                what + ": mmap of " + std::to_string(bytes) + " bytes: " + errnoText(errno));
   base_ = static_cast<std::uint8_t*>(p);
   bytes_ = bytes;
 }
@@ -115,11 +114,11 @@ void Segment::initialize(const Geometry& g) {
   for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
   for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)
     std::construct_at(reinterpret_cast<ChannelControl*>(base_ + sizeof(SegmentHeader) +
-                                                         g.ranks * sizeof(RankSlot)) +
+                                                        g.ranks * sizeof(RankSlot)) +
                       i);
 }
 
-Geometry Segment::geometry(const std::string& what) const {
+Geometry Segment::adopt(const std::string& what) {
   const SegmentHeader& h = header();
   if (bytes_ < sizeof(SegmentHeader) || h.magic != kSegmentMagic || h.version != kSegmentVersion)
     throw Error(ErrorCode::Internal, what + ": the segment has no valid braid header");
@@ -133,7 +132,7 @@ Geometry Segment::geometry(const std::string& what) const {
     throw Error(ErrorCode::Internal, what + ": the segment header describes " +
                                          std::to_string(h.totalBytes) + " bytes, mapped " +
                                          std::to_string(bytes_));
-  const_cast<Segment*>(this)->geometry_ = g;
+  geometry_ = g;
   return g;
 }
 
@@ -160,8 +159,8 @@ void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts,
-            nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
 }
 
 void futexWakeAll(std::atomic<std::uint32_t>& word) {

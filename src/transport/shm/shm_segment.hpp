@@ -70,10 +70,10 @@ struct alignas(kCacheLine) ProducerLine {
 
 /// Written only by the receiving side of a pair.
 struct alignas(kCacheLine) ConsumerLine {
-  std::atomic<std::uint64_t> tail;         // ring bytes consumed
+  std::atomic<std::uint64_t> tail;            // ring bytes consumed
   std::atomic<std::uint64_t> rendezvousDone;  // single-copy messages read (or dropped)
-  std::atomic<std::uint32_t> closed;       // the receiver reads nothing more
-  std::atomic<std::uint32_t> canReadSender;  // the receiver's probe read the sender's memory
+  std::atomic<std::uint32_t> closed;          // the receiver reads nothing more
+  std::atomic<std::uint32_t> canReadSender;   // the receiver's probe read the sender's memory
 };
 
 struct ChannelControl {
@@ -144,8 +144,9 @@ class Segment {
   /// Writes the header and constructs every control structure (creator only, on fresh zeroed
   /// memory).
   void initialize(const Geometry& g);
-  /// Reads and checks the header written by the creator. Throws Error(Internal) on a mismatch.
-  Geometry geometry(const std::string& what) const;
+  /// Reads and checks the header the creator wrote, and lays the segment out accordingly.
+  /// Throws Error(Internal) naming `what` when it does not describe a braid segment.
+  Geometry adopt(const std::string& what);
 
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
   RankSlot& rank(std::size_t local) const;

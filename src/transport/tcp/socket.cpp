@@ -167,6 +167,35 @@ Fd acceptFrom(int listenFd, Deadline deadline) {
   }
 }
 
+Accepted acceptPending(int listenFd) {
+  Accepted a;
+  for (;;) {
+    a.length = sizeof a.address;
+    const int fd = ::accept4(listenFd, reinterpret_cast<sockaddr*>(&a.address), &a.length,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      a.fd.reset(fd);
+      return a;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EMFILE || errno == ENFILE ||
+        errno == ENOBUFS || errno == ENOMEM)
+      return Accepted{};
+    throwSystem("tcp accept", errno);
+  }
+}
+
+std::string describeAddress(const sockaddr* address, socklen_t length) {
+  char host[NI_MAXHOST];
+  char port[NI_MAXSERV];
+  if (::getnameinfo(address, length, host, sizeof host, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "an unknown address";
+  unsigned portNumber = 0;
+  std::from_chars(port, port + std::strlen(port), portNumber);
+  return formatHostPort(host, static_cast<std::uint16_t>(portNumber));
+}
+
 namespace {
 
 // Moves bytes with `io` (one send or recv call) until done, polling for `events` in between.

@@ -3,6 +3,8 @@
 // tcp_transport.cpp).
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -65,6 +67,19 @@ Fd connectTo(const HostPort& address, std::size_t bufferBytes, Deadline deadline
 
 /// Waits for one incoming connection until deadline; empty Fd on timeout.
 Fd acceptFrom(int listenFd, Deadline deadline);
+
+struct Accepted {
+  Fd fd;  ///< empty when no connection was pending
+  sockaddr_storage address{};
+  socklen_t length = 0;
+};
+/// Takes one pending connection (non-blocking) with the peer's address; an empty fd when none
+/// is pending. Throws Error(Internal) when accept fails for a reason other than a lack of
+/// connections or of descriptors (EMFILE leaves the connection in the backlog, for later).
+Accepted acceptPending(int listenFd);
+
+/// "host:port" (numeric) of a socket address.
+std::string describeAddress(const sockaddr* address, socklen_t length);
 
 /// Sets TCP_NODELAY (data sockets are latency-bound; frames are written in one call).
 void setNoDelay(int fd);

@@ -4,56 +4,41 @@
 // before the lower rank calls accept, and a rank only waits for the handshake reply of a lower
 // rank, which in turn only waits for ranks lower than itself.
 //
-// Handshake, 16 bytes each way, little-endian: {magic, version, rank, size}. The connecting rank
-// sends its own; the accepting rank checks it and answers with its own, so both ends know they
-// reached the right job and the right rank.
+// Each connection opens with the handshake of common/handshake.hpp (service Transport, context
+// {rank, size}): Hello/Reply without a key, Hello/Reply/Proof/Accept with one. The connecting
+// rank checks that it reached the rank it meant to; the accepting rank checks that the
+// newcomer is a higher rank of a job of the same size that it has not accepted yet.
+//
+// The accepting side runs every pending handshake at once in one poll loop, each bounded by
+// handshakeTimeout, so a stranger that connects and stays silent (or sends garbage, or has the
+// wrong key, or an address outside the whitelist) is dropped and logged while the real ranks
+// get through. What was dropped is remembered for the timeout message, should a rank never
+// arrive.
 #include "transport/tcp/tcp_bootstrap.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
-#include <array>
 #include <braid/error.hpp>
+#include <climits>
 #include <cstdint>
+#include <list>
 #include <thread>
+
+#include "common/handshake_io.hpp"
+#include "common/peer_policy.hpp"
 
 namespace braid::transport::tcp {
 
 namespace {
 
-constexpr std::uint32_t kHandshakeMagic = 0x42524443;  // "BRDC"
-constexpr std::uint32_t kHandshakeVersion = 1;
-constexpr std::size_t kHandshakeBytes = 16;
-using Handshake = std::array<std::uint8_t, kHandshakeBytes>;
+// Handshakes in progress at once on one listener; more are dropped (a flood, not a job).
+constexpr std::size_t kMaxPendingHandshakes = 256;
 
-void putU32(std::uint8_t* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
 std::uint32_t getU32(const std::uint8_t* p) {
   std::uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
   return v;
-}
-
-Handshake makeHandshake(int rank, int size) {
-  Handshake h{};
-  putU32(h.data(), kHandshakeMagic);
-  putU32(h.data() + 4, kHandshakeVersion);
-  putU32(h.data() + 8, static_cast<std::uint32_t>(rank));
-  putU32(h.data() + 12, static_cast<std::uint32_t>(size));
-  return h;
-}
-
-struct Hello {
-  bool valid = false;
-  int rank = -1;
-  int size = -1;
-};
-
-Hello parseHandshake(const Handshake& h) {
-  Hello hello;
-  hello.valid = getU32(h.data()) == kHandshakeMagic && getU32(h.data() + 4) == kHandshakeVersion;
-  hello.rank = static_cast<int>(getU32(h.data() + 8));
-  hello.size = static_cast<int>(getU32(h.data() + 12));
-  return hello;
 }
 
 std::string addressKey(int rank) {
@@ -78,15 +63,22 @@ Fd connectToPeer(int rank, int size, int peer, const std::string& address,
     Fd fd = connectTo(*hostPort, options.socketBufferBytes, deadline, lastError);
     if (fd) {
       setNoDelay(fd.get());
-      const Handshake mine = makeHandshake(rank, size);
-      Handshake reply{};
-      if (sendExactly(fd.get(), mine.data(), mine.size(), deadline, lastError) &&
-          recvExactly(fd.get(), reply.data(), reply.size(), deadline, lastError)) {
-        const Hello hello = parseHandshake(reply);
-        if (hello.valid && hello.rank == peer && hello.size == size) return fd;
-        lastError = hello.valid ? "reached rank " + std::to_string(hello.rank) + " of a job of " +
-                                      std::to_string(hello.size) + " ranks"
-                                : "not a braid endpoint";
+      security::Initiator initiator(options.security.authKey, security::Service::Transport,
+                                    encodeRankContext(rank, size));
+      const auto hs = security::runInitiator(fd.get(), initiator, deadline);
+      if (hs.ok) {
+        const auto theirs = decodeRankContext(hs.peerContext);
+        if (theirs && theirs->rank == peer && theirs->size == size) return fd;
+        lastError = theirs ? "reached rank " + std::to_string(theirs->rank) + " of a job of " +
+                                 std::to_string(theirs->size) + " ranks"
+                           : "not a braid rank";
+      } else if (hs.failure == security::Failure::Auth) {
+        // Retrying cannot help: the keys differ (or only one side has one).
+        throw Error(ErrorCode::Auth, "rank " + std::to_string(rank) +
+                                         " failed to authenticate with rank " +
+                                         std::to_string(peer) + " at " + address + ": " + hs.error);
+      } else {
+        lastError = hs.error;
       }
     }
     const auto now = Clock::now();
@@ -101,7 +93,207 @@ Fd connectToPeer(int rank, int size, int peer, const std::string& address,
   }
 }
 
+// One incoming connection whose handshake is in progress.
+struct Incoming {
+  Incoming(Fd f, std::string from, security::ResponderSession s)
+      : fd(std::move(f)), peer(std::move(from)), session(std::move(s)) {}
+  Fd fd;
+  std::string peer;  // "host:port" it connected from
+  security::ResponderSession session;
+};
+
+// Accepts ranks rank+1..size-1 (see the top of the file).
+class Acceptor {
+ public:
+  Acceptor(Store& store, int rank, int size, const TcpOptions& options, Mesh& mesh, Fd& listener,
+           Deadline deadline)
+      : store_(store),
+        rank_(rank),
+        size_(size),
+        options_(options),
+        policy_(options.security),
+        mesh_(mesh),
+        listener_(listener),
+        deadline_(deadline),
+        self_("rank " + std::to_string(rank) + " (" +
+              mesh.links[static_cast<std::size_t>(rank)].address + ")") {}
+
+  void run() {
+    missing_ = size_ - rank_ - 1;
+    std::vector<pollfd> fds;
+    while (missing_ > 0) {
+      const auto now = Clock::now();
+      if (now >= deadline_) throwTimeout();
+      expire(now);
+      auto wake = deadline_;
+      fds.assign(1, pollfd{listener_.get(), POLLIN, 0});
+      for (const Incoming& in : incoming_) {
+        fds.push_back(pollfd{in.fd.get(), POLLIN, 0});
+        wake = std::min(wake, in.session.deadline());
+      }
+      const int rc = ::poll(fds.data(), fds.size(), millisecondsUntil(wake, 1000));
+      if (rc < 0 && errno != EINTR)
+        throw Error(ErrorCode::Internal, self_ + ": poll while accepting: " + errnoText(errno));
+      if (rc <= 0) continue;
+      // Existing handshakes first (fds[1..] match incoming_ as it was when polled).
+      auto it = incoming_.begin();
+      for (std::size_t i = 1; i < fds.size() && missing_ > 0; ++i) {
+        auto current = it++;
+        if (fds[i].revents != 0) advance(current);
+      }
+      if (fds[0].revents != 0) acceptAll();
+    }
+    for (Incoming& in : incoming_) drop(in, "every rank arrived; the connection is not needed");
+    incoming_.clear();
+  }
+
+ private:
+  void acceptAll() {
+    for (;;) {
+      Accepted a = acceptPending(listener_.get());
+      if (!a.fd) return;
+      const auto* from = reinterpret_cast<const sockaddr*>(&a.address);
+      std::string peer = describeAddress(from, a.length);
+      if (!policy_.filter().allows(from, a.length)) {
+        report(peer, "address not in BRAID_WHITELIST");
+        continue;
+      }
+      if (incoming_.size() >= kMaxPendingHandshakes) {
+        report(peer, "too many handshakes in progress");
+        continue;
+      }
+      setNoDelay(a.fd.get());
+      const auto until = std::min(deadline_, Clock::now() + policy_.handshakeTimeout());
+      security::Responder responder(policy_.key(), security::Service::Transport,
+                                    encodeRankContext(rank_, size_));
+      security::ResponderSession session(a.fd.get(), std::move(responder), until);
+      incoming_.emplace_back(std::move(a.fd), std::move(peer), std::move(session));
+      // Most handshakes have their Hello in already.
+      advance(std::prev(incoming_.end()));
+      if (missing_ == 0) return;
+    }
+  }
+
+  void advance(std::list<Incoming>::iterator it) {
+    using Progress = security::ResponderSession::Progress;
+    Incoming& in = *it;
+    switch (in.session.onReadable()) {
+      case Progress::Waiting:
+        return;
+      case Progress::NotHandshake:
+        drop(in, "not a braid handshake");
+        break;
+      case Progress::Failed:
+        if (in.session.failure() == security::Failure::Closed && !in.session.sawBytes())
+          break;  // connected and left without a byte: a reachability probe
+        drop(in, "handshake failed: " + in.session.error());
+        break;
+      case Progress::Verified:
+        admit(in);
+        break;
+    }
+    incoming_.erase(it);
+  }
+
+  // The peer passed the handshake: take it if it is a rank this one waits for.
+  void admit(Incoming& in) {
+    const auto theirs = decodeRankContext(in.session.peerContext());
+    if (!theirs) {
+      in.session.reject(security::RejectReason::Refused, "not a rank context");
+      return drop(in, "not a braid rank");
+    }
+    if (theirs->size != size_) {
+      in.session.reject(security::RejectReason::Refused,
+                        "this job has " + std::to_string(size_) + " ranks");
+      throw Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + ": rank " +
+                                           std::to_string(theirs->rank) + " connected from " +
+                                           in.peer + " with a job of " +
+                                           std::to_string(theirs->size) + " ranks, this job has " +
+                                           std::to_string(size_));
+    }
+    PeerLink& link = mesh_.links[static_cast<std::size_t>(theirs->rank)];
+    if (theirs->rank <= rank_ || link.fd) {
+      in.session.reject(security::RejectReason::Refused,
+                        "rank " + std::to_string(rank_) + " does not accept rank " +
+                            std::to_string(theirs->rank) + " (lower, or already connected)");
+      return drop(in, "rank " + std::to_string(theirs->rank) + " is not expected here");
+    }
+    if (!in.session.accept()) return drop(in, "the peer does not take the handshake reply");
+    // The address the peer listens on, for error messages; it published before connecting.
+    link.address =
+        store_.getString(addressKey(theirs->rank),
+                         std::chrono::ceil<std::chrono::milliseconds>(std::max(
+                             deadline_ - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
+    link.fd = std::move(in.fd);
+    --missing_;
+  }
+
+  void expire(Deadline now) {
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      if (it->session.deadline() > now) {
+        ++it;
+        continue;
+      }
+      drop(*it, "no handshake within " + msText(policy_.handshakeTimeout()));
+      it = incoming_.erase(it);
+    }
+  }
+
+  void report(const std::string& peer, const std::string& why) {
+    policy_.reportDropped(self_, peer, why);
+    lastDrop_ = peer + ": " + why;
+  }
+
+  void drop(Incoming& in, const std::string& why) {
+    report(in.peer, why);
+    in.fd.reset();
+  }
+
+  [[noreturn]] void throwTimeout() const {
+    std::string names;
+    for (int peer = rank_ + 1; peer < size_; ++peer)
+      if (!mesh_.links[static_cast<std::size_t>(peer)].fd)
+        names += (names.empty() ? "" : ", ") + std::to_string(peer);
+    std::string text = self_ + " timed out after " + msText(options_.connectTimeout) +
+                       " waiting for rank" + (missing_ > 1 ? "s " : " ") + names + " to connect";
+    if (const std::uint64_t n = policy_.dropped(); n > 0)
+      text += "; " + std::to_string(n) + " incoming connection" + (n > 1 ? "s were" : " was") +
+              " dropped meanwhile (last: " + lastDrop_ + ")";
+    throw Error(ErrorCode::Timeout, text);
+  }
+
+  Store& store_;
+  const int rank_;
+  const int size_;
+  const TcpOptions& options_;
+  security::PeerPolicy policy_;
+  Mesh& mesh_;
+  Fd& listener_;
+  const Deadline deadline_;
+  const std::string self_;
+  std::list<Incoming> incoming_;
+  int missing_ = 0;
+  std::string lastDrop_;
+};
+
 }  // namespace
+
+std::vector<std::uint8_t> encodeRankContext(int rank, int size) {
+  std::vector<std::uint8_t> out(kRankContextBytes);
+  for (int i = 0; i < 4; ++i) {
+    out[i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(rank) >> (8 * i));
+    out[4 + i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(size) >> (8 * i));
+  }
+  return out;
+}
+
+std::optional<RankContext> decodeRankContext(std::span<const std::uint8_t> bytes) {
+  if (bytes.size() != kRankContextBytes) return std::nullopt;
+  const std::uint32_t rank = getU32(bytes.data());
+  const std::uint32_t size = getU32(bytes.data() + 4);
+  if (size == 0 || size > static_cast<std::uint32_t>(INT_MAX) || rank >= size) return std::nullopt;
+  return RankContext{static_cast<int>(rank), static_cast<int>(size)};
+}
 
 Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
   if (size < 1 || rank < 0 || rank >= size)
@@ -116,6 +308,8 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
   Mesh mesh;
   mesh.links.resize(static_cast<std::size_t>(size));
   mesh.links[static_cast<std::size_t>(rank)].address = formatHostPort(host, port);
+  // Checked before anything is published, so a bad entry fails every rank the same way.
+  Acceptor acceptor(store, rank, size, options, mesh, listener, deadline);
   store.setString(addressKey(rank), mesh.links[static_cast<std::size_t>(rank)].address);
 
   for (int peer = 0; peer < rank; ++peer) {
@@ -133,46 +327,7 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
     }
     link.fd = connectToPeer(rank, size, peer, link.address, options, deadline);
   }
-
-  int missing = size - rank - 1;
-  while (missing > 0) {
-    Fd fd = acceptFrom(listener.get(), deadline);
-    if (!fd) {
-      std::string names;
-      for (int peer = rank + 1; peer < size; ++peer)
-        if (!mesh.links[static_cast<std::size_t>(peer)].fd)
-          names += (names.empty() ? "" : ", ") + std::to_string(peer);
-      throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + " (" +
-                                          mesh.links[static_cast<std::size_t>(rank)].address +
-                                          ") timed out after " + msText(options.connectTimeout) +
-                                          " waiting for rank" + (missing > 1 ? "s " : " ") + names +
-                                          " to connect");
-    }
-    setNoDelay(fd.get());
-    Handshake theirs{};
-    std::string error;
-    if (!recvExactly(fd.get(), theirs.data(), theirs.size(), deadline, error)) continue;
-    const Hello hello = parseHandshake(theirs);
-    if (!hello.valid) continue;  // a stray connection, not a braid rank
-    if (hello.size != size)
-      throw Error(ErrorCode::Mismatch,
-                  "rank " + std::to_string(rank) + ": rank " + std::to_string(hello.rank) +
-                      " connected from a job of " + std::to_string(hello.size) +
-                      " ranks, this job has " + std::to_string(size));
-    if (hello.rank <= rank || hello.rank >= size ||
-        mesh.links[static_cast<std::size_t>(hello.rank)].fd)
-      continue;  // not a rank this one accepts (or a duplicate): drop it
-    const Handshake mine = makeHandshake(rank, size);
-    if (!sendExactly(fd.get(), mine.data(), mine.size(), deadline, error)) continue;
-    PeerLink& link = mesh.links[static_cast<std::size_t>(hello.rank)];
-    // The address the peer listens on, for error messages; it published before connecting.
-    link.address =
-        store.getString(addressKey(hello.rank),
-                        std::chrono::ceil<std::chrono::milliseconds>(std::max(
-                            deadline - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
-    link.fd = std::move(fd);
-    --missing;
-  }
+  acceptor.run();
   return mesh;
 }
 

@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -16,11 +17,13 @@ namespace {
 
 using State = Request::State;
 
-constexpr std::size_t kHeaderBytes = 16;
+constexpr std::size_t kHeaderBytes = kFrameHeaderBytes;
 constexpr std::size_t kStagingBytes = 16 * 1024;
 // Bytes moved per call before other peers get a turn (the transport's lock is held meanwhile).
 constexpr std::size_t kIoBudget = 4 << 20;
 constexpr int kMaxIov = 64;
+// A held (early) P2P message grows by at most this much per read.
+constexpr std::size_t kHeldGrowthBytes = 1 << 20;
 
 void encodeHeader(std::uint8_t* out, std::uint64_t tag, std::uint64_t bytes) {
   if constexpr (std::endian::native == std::endian::little) {
@@ -65,6 +68,24 @@ void append(Request*& head, Request*& tail, Request& req) {
 }
 
 }  // namespace
+
+FrameHeader decodeFrameHeader(std::span<const std::uint8_t, kFrameHeaderBytes> in) noexcept {
+  return FrameHeader{decodeU64(in.data()), decodeU64(in.data() + 8)};
+}
+
+void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept {
+  encodeHeader(out, h.tag, h.bytes);
+}
+
+std::uint64_t maxHeldFrameBytes() noexcept {
+  static const std::uint64_t kBytes = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long pageBytes = ::sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || pageBytes <= 0) return std::uint64_t{1} << 40;
+    return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageBytes);
+  }();
+  return kBytes;
+}
 
 Connection::Connection(int selfRank, int peer, std::string description, Fd fd, int epollFd,
                        CompletionSink& sink)
@@ -127,15 +148,15 @@ void Connection::postRecv(Request& req) {
     const auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
                                  [&](const Unexpected& u) { return u.tag == req.tag; });
     if (it != unexpected_.end()) {
-      if (it->data.size() != req.bytes) {
-        const Error e = mismatch(req, it->tag, it->data.size());
+      if (it->bytes != req.bytes) {
+        const Error e = mismatch(req, it->tag, it->bytes);
         fail(e);
         sink_->finish(req, State::Failed, true);
         return;
       }
-      if (it->filled > 0) std::memcpy(req.data, it->data.data(), it->filled);
-      req.progress = it->filled;
-      const bool complete = it->filled == it->data.size();
+      if (!it->data.empty()) std::memcpy(req.data, it->data.data(), it->data.size());
+      req.progress = it->data.size();
+      const bool complete = it->data.size() == it->bytes;
       if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
         rxUnexpected_ = nullptr;
         rxRequest_ = &req;
@@ -241,9 +262,10 @@ void Connection::completeRx() {
 
 // Matches the staged header against the posted receives. False when reading must stop.
 bool Connection::matchHeader() {
-  const std::uint8_t* h = staging_.data() + stageBegin_;
-  const std::uint64_t tag = decodeU64(h);
-  const std::uint64_t bytes = decodeU64(h + 8);
+  const FrameHeader header = decodeFrameHeader(
+      std::span<const std::uint8_t, kHeaderBytes>(staging_.data() + stageBegin_, kHeaderBytes));
+  const std::uint64_t tag = header.tag;
+  const std::uint64_t bytes = header.bytes;
   const bool p2p = isP2P(tag);
   Request* prev = nullptr;
   Request* r = recvHead_;
@@ -255,15 +277,14 @@ bool Connection::matchHeader() {
     return false;
   }
   if (r == nullptr) {
-    try {
-      unexpected_.push_back(Unexpected{tag, std::vector<std::uint8_t>(bytes), 0});
-    } catch (const std::exception&) {  // bad_alloc / length_error: a corrupt or absurd frame
-      fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + " cannot hold " +
-                                          sink_->tagText(tag) + " (" + std::to_string(bytes) +
-                                          " bytes) from " + description_ +
-                                          " until its receive is posted"));
+    if (bytes > maxHeldFrameBytes()) {
+      fail(Error(ErrorCode::Mismatch,
+                 "rank " + std::to_string(selfRank_) + " received a frame of " +
+                     std::to_string(bytes) + " bytes (" + sink_->tagText(tag) + ") from " +
+                     description_ + ": more than this host's memory, a corrupt stream"));
       return false;
     }
+    unexpected_.push_back(Unexpected{tag, static_cast<std::size_t>(bytes), {}});
     stageBegin_ += kHeaderBytes;
     if (bytes > 0) rxUnexpected_ = &unexpected_.back();
     return true;
@@ -282,22 +303,64 @@ bool Connection::matchHeader() {
   return true;
 }
 
+// Reads into the held P2P message being received, growing it by what arrives.
+Connection::Step Connection::readHeld(std::size_t& budget, bool& drained) {
+  Unexpected& u = *rxUnexpected_;
+  const std::size_t have = u.data.size();
+  const std::size_t want = u.bytes - have;
+  try {
+    if (staged() > 0) {
+      const std::size_t got = std::min(want, staged());
+      const auto* from = staging_.data() + stageBegin_;
+      u.data.insert(u.data.end(), from, from + got);
+      stageBegin_ += got;
+    } else {
+      if (eof_) {
+        fail(lost(0, "recv", u.bytes));
+        return Step::Stop;
+      }
+      if (drained || budget == 0) return Step::Stop;
+      const std::size_t ask = std::min({want, budget, kHeldGrowthBytes});
+      u.data.resize(have + ask);
+      const ssize_t n = ::recv(fd_.get(), u.data.data() + have, ask, MSG_DONTWAIT);
+      const int err = errno;
+      u.data.resize(have + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+      if (n < 0) {
+        if (err == EINTR) return Step::Continue;
+        if (err == EAGAIN || err == EWOULDBLOCK) return Step::Stop;
+        fail(lost(err, "recv", u.bytes));
+        return Step::Stop;
+      }
+      if (n == 0) {
+        onEof();
+        return Step::Continue;
+      }
+      budget -= static_cast<std::size_t>(n);
+      drained = static_cast<std::size_t>(n) < ask;
+    }
+  } catch (const std::exception&) {  // bad_alloc: this host cannot hold it
+    fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + " cannot hold " +
+                                        sink_->tagText(u.tag) + " (" + std::to_string(u.bytes) +
+                                        " bytes) from " + description_ +
+                                        " until its receive is posted"));
+    return Step::Stop;
+  }
+  if (u.data.size() == u.bytes) completeRx();
+  return Step::Continue;
+}
+
 void Connection::read() {
   std::size_t budget = kIoBudget;
   bool drained = false;  // a recv returned less than asked: the socket is most likely empty
   while (fd_ && !error_) {
-    const bool intoRequest = rxRequest_ != nullptr;
-    if (intoRequest || rxUnexpected_ != nullptr) {
-      std::uint8_t* dst;
-      std::size_t want;
-      if (intoRequest) {
-        dst = rxRequest_->data + rxRequest_->progress;
-        want = rxRequest_->bytes - rxRequest_->progress;
-      } else {
-        dst = rxUnexpected_->data.data() + rxUnexpected_->filled;
-        want = rxUnexpected_->data.size() - rxUnexpected_->filled;
-      }
-      const std::size_t frameBytes = intoRequest ? rxRequest_->bytes : rxUnexpected_->data.size();
+    if (rxRequest_ == nullptr && rxUnexpected_ != nullptr) {
+      if (readHeld(budget, drained) == Step::Stop) return;
+      continue;
+    }
+    if (rxRequest_ != nullptr) {
+      std::uint8_t* dst = rxRequest_->data + rxRequest_->progress;
+      const std::size_t want = rxRequest_->bytes - rxRequest_->progress;
+      const std::size_t frameBytes = rxRequest_->bytes;
       std::size_t got = 0;
       if (staged() > 0) {
         got = std::min(want, staged());
@@ -325,13 +388,8 @@ void Connection::read() {
         budget -= got;
         drained = got < ask;
       }
-      if (intoRequest) {
-        rxRequest_->progress += got;
-        if (rxRequest_->progress == rxRequest_->bytes) completeRx();
-      } else {
-        rxUnexpected_->filled += got;
-        if (rxUnexpected_->filled == rxUnexpected_->data.size()) completeRx();
-      }
+      rxRequest_->progress += got;
+      if (rxRequest_->progress == rxRequest_->bytes) completeRx();
       continue;
     }
     if (staged() >= kHeaderBytes) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,19 @@
 #include "transport/transport.hpp"
 
 namespace braid::transport::tcp {
+
+/// A frame header on the wire: u64 tag, u64 payload bytes, little-endian.
+inline constexpr std::size_t kFrameHeaderBytes = 16;
+struct FrameHeader {
+  std::uint64_t tag = 0;
+  std::uint64_t bytes = 0;
+};
+FrameHeader decodeFrameHeader(std::span<const std::uint8_t, kFrameHeaderBytes> in) noexcept;
+void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept;
+/// The largest P2P payload a connection holds before its receive is posted: this host's
+/// physical memory. A header announcing more is corrupt (or hostile) and fails the connection
+/// instead of making the process allocate it.
+std::uint64_t maxHeldFrameBytes() noexcept;
 
 /// What a connection reports to its transport. Called with the transport's lock held.
 class CompletionSink {
@@ -66,10 +80,12 @@ class Connection {
   void abandon();
 
  private:
+  // A P2P message that arrived before its receive. `data` holds what has arrived so far: it
+  // grows with the bytes, not with what the header announced.
   struct Unexpected {
     std::uint64_t tag = 0;
+    std::size_t bytes = 0;
     std::vector<std::uint8_t> data;
-    std::size_t filled = 0;
   };
 
   std::size_t staged() const { return stageEnd_ - stageBegin_; }
@@ -83,6 +99,8 @@ class Connection {
   void read();
   bool matchHeader();
   void completeRx();
+  enum class Step { Continue, Stop };
+  Step readHeld(std::size_t& budget, bool& drained);
   void write();
 
   int selfRank_ = -1;

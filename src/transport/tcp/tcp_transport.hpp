@@ -40,6 +40,8 @@ struct TcpOptions {
   std::chrono::microseconds spin{50};
   /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
   std::size_t socketBufferBytes = 4 << 20;
+  /// Auth key, address whitelist and handshake bound of every connection (docs/security.md).
+  SecurityOptions security;
 };
 
 /// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes
@@ -48,6 +50,13 @@ struct TcpOptions {
 /// so accept order does not matter). Connecting is retried until connectTimeout, then
 /// Error(Timeout) names the rank and address that could not be reached; a rank that never
 /// publishes its address, or never connects, is named in the Timeout as well.
+/// Every connection opens with the handshake of common/handshake.hpp: with
+/// options.security.authKey set, both ends prove they hold the key; a peer whose key differs
+/// fails the connecting rank with Error(Auth) naming the peer, while the accepting rank drops
+/// the connection, logs it, and keeps accepting (and, if that rank never connects properly,
+/// times out naming it). Incoming connections from outside options.security.allowedPeers, and
+/// handshakes that fail or stall past handshakeTimeout, are dropped and logged the same way;
+/// handshakes run concurrently, so a silent stranger delays no rank.
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options);
 

@@ -1,0 +1,119 @@
+"""braid as a torch.distributed backend.
+
+Importing this package registers the backend ``"braid"``::
+
+    import braid_torch  # noqa: F401  (registers the backend)
+    import torch.distributed as dist
+    dist.init_process_group("braid")  # env://, tcp://, file:// or an explicit store
+
+Rendezvous goes through torch's store (only to bootstrap); data goes over braid's transports.
+See docs/pytorch.md for what is supported, how it maps onto braid, and measured results.
+"""
+
+import datetime
+import inspect
+import ipaddress
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["ProcessGroupBraid", "BACKEND_NAME", "braid_version", "listen_address_for",
+           "backend_of"]
+
+BACKEND_NAME = "braid"
+ProcessGroupBraid = _C.ProcessGroupBraid
+braid_version = _C.braid_version
+__version__ = _C.braid_version()
+
+# The address chosen for the default group is reused by its subgroups (same host, same network).
+_chosen_listen_address = None
+
+
+def _local_address_towards(host):
+    """The address of this host that routes to `host` ("" when it cannot be found)."""
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError:
+        return ""
+    for *_, sockaddr in infos:
+        ip = sockaddr[0]
+        if ipaddress.ip_address(ip).is_loopback:
+            return "127.0.0.1"
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((ip, 9))  # UDP connect sends nothing; it only picks the route
+                return s.getsockname()[0]
+        except OSError:
+            continue
+    return ""
+
+
+def _rendezvous_host():
+    """The host the ranks met at, if this process can tell: torchrun/braid-run's MASTER_ADDR, or
+    the tcp:// init_method of the init_process_group call being executed."""
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "init_process_group":
+            init_method = frame.f_locals.get("init_method") or ""
+            if init_method.startswith("tcp://"):
+                return init_method[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+            break
+        frame = frame.f_back
+    return ""
+
+
+def listen_address_for(host=None):
+    """The address braid listens on for peers: BRAID_LISTEN_ADDR, else the local address that
+    routes to the rendezvous host, else 127.0.0.1 (single host)."""
+    if os.environ.get("BRAID_LISTEN_ADDR"):
+        return os.environ["BRAID_LISTEN_ADDR"]
+    host = host if host is not None else _rendezvous_host()
+    return (_local_address_towards(host) if host else "") or "127.0.0.1"
+
+
+def _create_backend(store, rank, world_size, timeout):
+    """The creator torch.distributed calls for each group using backend "braid"."""
+    global _chosen_listen_address
+    if _chosen_listen_address is None:
+        _chosen_listen_address = listen_address_for()
+    if not isinstance(timeout, datetime.timedelta):
+        timeout = datetime.timedelta(seconds=float(timeout))
+    grace_us = int(os.environ.get("BRAID_TORCH_GRACE_US", "1000"))
+    return _C.ProcessGroupBraid(store, rank, world_size, timeout, _chosen_listen_address,
+                                grace_us)
+
+
+def backend_of(group=None):
+    """The ProcessGroupBraid serving `group` (default: the world), for its braid-specific
+    properties (timeout, comm_id, listen_address, selected_algorithm). torch 1.x hands the
+    backend object itself to the user as the group; torch 2.x wraps it in a ProcessGroup."""
+    from torch.distributed import distributed_c10d as c10d
+    pg = c10d._get_default_group() if group is None or group is dist.group.WORLD else group
+    if isinstance(pg, ProcessGroupBraid):
+        return pg
+    get = getattr(pg, "_get_backend", None)
+    if get is not None:
+        backend = get(torch.device("cpu"))
+        if isinstance(backend, ProcessGroupBraid):
+            return backend
+    raise ValueError(f"{pg!r} is not served by the braid backend")
+
+
+def _register():
+    if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    kwargs = {}
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if "devices" in params:  # torch >= 2.1: the backend serves CPU tensors only
+        kwargs["devices"] = ["cpu"]
+    dist.Backend.register_backend(BACKEND_NAME, _create_backend, **kwargs)
+
+
+_register()

@@ -1,0 +1,71 @@
+// braid_torch._C: the Python face of the backend. braid_torch/__init__.py registers
+// ProcessGroupBraid's constructor as the creator of torch.distributed backend "braid".
+#include "process_group.hpp"
+
+#include <braid/comm.hpp>
+#include <braid/types.hpp>
+
+#include <algorithm>
+
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+namespace braid_torch {
+namespace {
+
+c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                             int rank, int size,
+                                             std::chrono::milliseconds timeout,
+                                             const std::string& listenAddress,
+                                             std::int64_t graceMicroseconds) {
+  BackendConfig config;
+  config.timeout = timeout;
+  config.listenAddress = listenAddress;
+  config.grace = std::chrono::microseconds(std::max<std::int64_t>(0, graceMicroseconds));
+  // Bootstrap waits for the other ranks: let other Python threads run meanwhile.
+  py::gil_scoped_release nogil;
+  return c10::make_intrusive<ProcessGroupBraid>(store, rank, size, config);
+}
+
+}  // namespace
+}  // namespace braid_torch
+
+PYBIND11_MODULE(_C, m) {
+  using braid_torch::ProcessGroupBraid;
+  m.doc() = "braid: torch.distributed backend over braid communicators (C++ part)";
+  // The base class must be known to pybind11 before a subclass is bound.
+  py::module_::import("torch.distributed");
+
+  m.attr("TORCH_VERSION_BUILT") = py::str(TORCH_VERSION);
+  m.attr("USES_BACKEND_CLASS") = py::bool_(BRAID_TORCH_HAS_BACKEND_CLASS != 0);
+  m.def("braid_version", [] { return std::string(braid::version()); });
+
+  py::class_<ProcessGroupBraid, braid_torch::BackendBase, c10::intrusive_ptr<ProcessGroupBraid>>(
+      m, "ProcessGroupBraid",
+      "A torch.distributed backend over braid (use dist.init_process_group('braid')).")
+      .def(py::init(&braid_torch::create), py::arg("store"), py::arg("rank"), py::arg("size"),
+           py::arg("timeout"), py::arg("listen_address") = std::string(),
+           py::arg("grace_us") = 1000)
+      .def_property_readonly(
+          "comm_id", [](ProcessGroupBraid& pg) { return pg.comm().id(); },
+          "braid's id of the collectives communicator")
+      .def_property_readonly(
+          "timeout",
+          [](ProcessGroupBraid& pg) { return pg.comm().options().execTimeout; },
+          "the bound on one operation (from init_process_group's timeout)")
+      .def_property_readonly(
+          "listen_address", [](ProcessGroupBraid& pg) { return pg.comm().options().listenAddress; })
+      .def(
+          "selected_algorithm",
+          [](ProcessGroupBraid& pg, const std::string& collective, std::size_t bytes) {
+            auto c = braid::parseCollective(collective);
+            if (!c) throw py::value_error("unknown collective '" + collective + "'");
+            return pg.comm().selectedAlgorithm(*c, bytes);
+          },
+          py::arg("collective"), py::arg("bytes"),
+          "the algorithm braid picks for this collective and message size");
+}

@@ -1,0 +1,79 @@
+// Point-to-point for the backend: send, recv, and receive-from-any-source on top of braid's
+// per-pair, in-order send/recv, over a communicator of its own.
+//
+// Why a separate communicator: braid orders a collective after every outstanding send/recv of
+// its communicator. torch programs freely leave an isend or irecv pending across collectives
+// (Gloo allows it), and receive-from-any-source below leaves receives posted that may never be
+// matched; on a shared communicator either would stall the next collective.
+//
+// Wire format: every message is a 16-byte header {payload bytes, tag} followed by the payload,
+// both sent back to back under one lock, so per peer the stream alternates header, payload.
+// A receive from a known peer posts its header and payload receives at once (no extra latency)
+// and checks the header when both are in.
+//
+// Receive from any source, without a probe in braid: keep one header receive posted on every
+// peer, take the first that completes, read the size from it and post that peer's payload
+// receive. The header receives that did not win stay posted and are claimed by later receives
+// from their peer (any-source or not): every message starts with a header, so nothing is lost.
+#pragma once
+
+#include "work.hpp"
+
+#include <braid/comm.hpp>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace braid_torch {
+
+class P2P : public std::enable_shared_from_this<P2P> {
+ public:
+  explicit P2P(std::unique_ptr<braid::Comm> comm);
+  ~P2P();
+
+  c10::intrusive_ptr<BraidWork> send(const std::shared_ptr<OpQueue>& queue, const at::Tensor& t,
+                                     int dst, int tag);
+  c10::intrusive_ptr<BraidWork> recv(const std::shared_ptr<OpQueue>& queue, const at::Tensor& t,
+                                     int src, int tag);
+  c10::intrusive_ptr<BraidWork> recvAnySource(const std::shared_ptr<OpQueue>& queue,
+                                              const at::Tensor& t, int tag);
+  braid::Comm& comm() { return *comm_; }
+
+  struct Header {
+    std::uint64_t bytes = 0;
+    std::int64_t tag = 0;
+  };
+  /// A posted header receive.
+  struct HeaderSlot {
+    Header header;
+    braid::Work work;
+  };
+
+ private:
+  struct AnyRequest {
+    std::size_t bytes = 0;
+    std::int64_t tag = 0;
+    void* dst = nullptr;  // contiguous destination of the payload
+    std::shared_ptr<HeaderSlot> header;  // set once resolved
+    braid::Work payload;
+    std::shared_ptr<at::Tensor> sink;  // takes a mismatched payload off the wire
+    int source = -1;
+  };
+
+  /// Posts a header receive on every peer that has none unclaimed (any-source requests wait).
+  void postHeaderSlotsLocked();
+  std::shared_ptr<HeaderSlot> postHeaderLocked(int peer);
+  /// Resolves pending any-source requests, oldest first, with header receives that completed.
+  /// True when `req` is resolved (its payload receive is posted).
+  bool resolve(const std::shared_ptr<AnyRequest>& req);
+
+  std::unique_ptr<braid::Comm> comm_;
+  std::mutex mu_;
+  std::vector<std::deque<std::shared_ptr<HeaderSlot>>> unclaimed_;  // per peer, oldest first
+  std::deque<std::shared_ptr<AnyRequest>> anyQueue_;
+  int nextPeer_ = 0;  // round-robin start, so one busy sender cannot starve the others
+};
+
+}  // namespace braid_torch

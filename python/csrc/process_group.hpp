@@ -1,0 +1,106 @@
+// ProcessGroupBraid: torch.distributed's backend "braid", a c10d ProcessGroup (torch 1.x) or
+// c10d Backend (torch 2.x) over a braid communicator.
+//
+// Bootstrap: torch hands the creator a store (already prefixed with the group's name), the rank
+// and size in the group, and the timeout. Two braid communicators are created through that
+// store: one for collectives, one for point-to-point (p2p.hpp says why). A torch subgroup
+// (new_group) gets its own creator call with its own store prefix, so it is a fresh braid
+// communicator of its members; non-members are never asked.
+//
+// Timeout: the one given to init_process_group/new_group bounds every operation
+// (braid Options::execTimeout) and connection setup (Options::connectTimeout, if smaller).
+// Other braid settings come from the BRAID_* environment as usual.
+#pragma once
+
+#include "p2p.hpp"
+#include "torch_compat.hpp"
+#include "work.hpp"
+
+#include <braid/comm.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace braid_torch {
+
+struct BackendConfig {
+  std::chrono::milliseconds timeout{1800000};
+  /// Address peers connect to; empty: BRAID_LISTEN_ADDR or braid's default.
+  std::string listenAddress;
+  /// How long a queued collective is left to a caller about to wait() on it before the worker
+  /// runs it (BRAID_TORCH_GRACE_US, see work.hpp).
+  std::chrono::microseconds grace{1000};
+};
+
+class ProcessGroupBraid : public BackendBase {
+ public:
+  ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    const BackendConfig& config);
+  ~ProcessGroupBraid() override;
+
+  const std::string getBackendName() const override { return "braid"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<std::int64_t>& outputSplits,
+                                               std::vector<std::int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+
+  void setSequenceNumberForGroup() override;
+  std::uint64_t getSequenceNumberForGroup() override;
+
+  /// The braid communicator of the collectives (for introspection from Python).
+  braid::Comm& comm() { return *comm_; }
+  const BackendConfig& config() const { return config_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
+                                         const std::vector<at::Tensor>& inputs,
+                                         std::vector<at::Tensor> outputs, BraidWork::RunFn run);
+  void shutdown();
+
+  BackendConfig config_;
+  std::shared_ptr<braid::Comm> comm_;
+  std::shared_ptr<P2P> p2p_;
+  std::shared_ptr<OpQueue> queue_;
+  std::atomic<std::uint64_t> seq_{0};  // collectives issued (getSequenceNumberForGroup)
+};
+
+}  // namespace braid_torch

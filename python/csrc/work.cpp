@@ -1,0 +1,286 @@
+#include "work.hpp"
+
+#include <ATen/core/jit_type.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <string>
+
+namespace braid_torch {
+
+namespace {
+
+c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
+  return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
+
+}  // namespace
+
+BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
+                     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                     RunFn run)
+    : c10d::Work(-1, type, profilingTitle, c10::optional<std::vector<at::Tensor>>(inputs)),
+      queue_(std::move(queue)),
+      outputs_(std::move(outputs)),
+      run_(std::move(run)),
+      future_(makeFuture()) {}
+
+BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
+                     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
+                     PollFn poll, BlockFn block)
+    : c10d::Work(-1, type, profilingTitle, c10::optional<std::vector<at::Tensor>>(inputs)),
+      queue_(std::move(queue)),
+      outputs_(std::move(outputs)),
+      poll_(std::move(poll)),
+      block_(std::move(block)),
+      future_(makeFuture()) {}
+
+BraidWork::~BraidWork() = default;
+
+bool BraidWork::isCompleted() {
+  if (!done() && isPosted()) tryPoll();
+  return done();
+}
+
+void BraidWork::complete(std::exception_ptr error) {
+  // Base state first (completed_, exception_, the profiler's end event), then the future, whose
+  // callbacks (DDP's) may look at this work, then `done_`, which releases wait().
+  finish(error);
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+  done_.store(true, std::memory_order_release);
+}
+
+void BraidWork::execute() {
+  std::exception_ptr error;
+  try {
+    at::NoGradGuard noGrad;
+    run_();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  run_ = nullptr;  // drop the tensors the operation captured
+  complete(error);
+}
+
+bool BraidWork::tryPoll() {
+  if (done()) return true;
+  std::unique_lock<std::mutex> lk(pollMu_, std::try_to_lock);
+  if (!lk.owns_lock() || done()) return done();
+  std::exception_ptr error;
+  bool finished = false;
+  try {
+    at::NoGradGuard noGrad;
+    finished = poll_();
+  } catch (...) {
+    error = std::current_exception();
+    finished = true;
+  }
+  if (finished) complete(error);
+  return finished;
+}
+
+void BraidWork::blockUntilPosted() {
+  std::lock_guard<std::mutex> lk(pollMu_);
+  if (done()) return;
+  std::exception_ptr error;
+  try {
+    at::NoGradGuard noGrad;
+    block_();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  complete(error);
+}
+
+bool BraidWork::wait(std::chrono::milliseconds timeout) {
+  if (!done()) {
+    if (timeout == kNoTimeout) {
+      if (isPosted())
+        blockUntilPosted();
+      else
+        queue_->runUntilDone(this);
+    } else if (isPosted()) {
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      auto nap = std::chrono::microseconds(10);
+      while (!tryPoll()) {
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "braid: ",
+                    c10d::opTypeToString(retrieveOpType()), " did not complete within ",
+                    timeout.count(), " ms (Work.wait timeout); it keeps running");
+        std::this_thread::sleep_for(nap);
+        nap = std::min(nap * 2, std::chrono::microseconds(1000));
+      }
+    } else {
+      TORCH_CHECK(queue_->waitDone(this, timeout), "braid: ",
+                  c10d::opTypeToString(retrieveOpType()), " did not complete within ",
+                  timeout.count(), " ms (Work.wait timeout); it keeps running");
+    }
+  }
+  return c10d::Work::wait(kNoTimeout);  // completed: rethrows the operation's error
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  // A queued operation completes its future when it runs (the worker runs it if nobody waits).
+  // A posted one needs somebody to poll it.
+  if (!done()) {
+    if (isPosted())
+      queue_->watch(c10::intrusive_ptr<BraidWork>::reclaim_copy(this));
+    else
+      queue_->expedite();
+  }
+  return future_;
+}
+
+std::vector<at::Tensor> BraidWork::result() { return outputs_; }
+
+int BraidWork::sourceRank() const {
+  const int r = sourceRank_.load();
+  TORCH_CHECK(r >= 0, "braid: sourceRank() is only known for a completed receive");
+  return r;
+}
+
+// ---------------------------------------------------------------- OpQueue
+
+OpQueue::~OpQueue() { shutdown(); }
+
+void OpQueue::startWorkerLocked() {
+  if (!worker_.joinable())
+    worker_ = std::thread([self = shared_from_this()] { self->workerLoop(); });
+}
+
+void OpQueue::push(c10::intrusive_ptr<BraidWork> work) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(!stop_, "braid: the process group was destroyed; no new operations");
+    queue_.push_back({std::move(work), std::chrono::steady_clock::now()});
+    startWorkerLocked();
+    wake = workerState_ == WorkerState::Idle;
+  }
+  if (wake) cv_.notify_all();
+}
+
+void OpQueue::expedite() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.empty()) return;
+    urgent_ = true;
+  }
+  cv_.notify_all();
+}
+
+void OpQueue::runHead(std::unique_lock<std::mutex>& lk) {
+  auto head = std::move(queue_.front().work);
+  queue_.pop_front();
+  running_ = true;
+  lk.unlock();
+  head->execute();
+  head.reset();
+  lk.lock();
+  running_ = false;
+  if (queue_.empty()) urgent_ = false;
+  // Wake whoever can use it: waiters (their op may be done, or next), the worker (more queued).
+  if (waiters_ > 0 || !queue_.empty()) cv_.notify_all();
+}
+
+void OpQueue::runUntilDone(BraidWork* work) {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!work->done()) {
+    if (!running_ && !queue_.empty()) {
+      runHead(lk);
+      continue;
+    }
+    ++waiters_;
+    cv_.wait(lk);
+    --waiters_;
+  }
+}
+
+bool OpQueue::waitDone(BraidWork* work, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  ++waiters_;
+  const bool done = cv_.wait_for(lk, timeout, [&] { return work->done(); });
+  --waiters_;
+  return done;
+}
+
+void OpQueue::watch(c10::intrusive_ptr<BraidWork> work) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& w : watched_)
+      if (w.get() == work.get()) return;
+    watched_.push_back(std::move(work));
+    startWorkerLocked();
+  }
+  cv_.notify_all();
+}
+
+bool OpQueue::pollWatched() {
+  std::vector<c10::intrusive_ptr<BraidWork>> snapshot;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    snapshot = watched_;
+  }
+  for (auto& w : snapshot) w->tryPoll();
+  std::lock_guard<std::mutex> lk(mu_);
+  watched_.erase(std::remove_if(watched_.begin(), watched_.end(),
+                                [](const c10::intrusive_ptr<BraidWork>& w) { return w->done(); }),
+                 watched_.end());
+  return !watched_.empty();
+}
+
+void OpQueue::workerLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto backoff = std::chrono::microseconds(10);
+  while (true) {
+    workerState_ = WorkerState::Busy;
+    if (!running_ && !queue_.empty()) {
+      // A caller that issued a blocking collective is about to wait() on it and run it inline;
+      // leave it the grace period, so the blocking path costs no thread hand-off.
+      const auto due = queue_.front().at + grace_;
+      if (!stop_ && !urgent_ && waiters_ == 0 && std::chrono::steady_clock::now() < due) {
+        workerState_ = WorkerState::Grace;
+        cv_.wait_until(lk, due);
+        continue;
+      }
+      runHead(lk);
+      backoff = std::chrono::microseconds(10);
+      continue;
+    }
+    if (stop_ && queue_.empty() && !running_) break;
+    if (!watched_.empty()) {
+      lk.unlock();
+      const bool more = pollWatched();
+      lk.lock();
+      if (more && queue_.empty() && !stop_) {
+        // Posted operations progress on braid's transport; this only notices completion.
+        workerState_ = WorkerState::Idle;
+        cv_.wait_for(lk, backoff);
+        backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
+      }
+      continue;
+    }
+    workerState_ = WorkerState::Idle;
+    cv_.wait(lk);
+  }
+}
+
+void OpQueue::shutdown() {
+  std::thread worker;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+    worker.swap(worker_);
+  }
+  cv_.notify_all();
+  if (!worker.joinable()) return;
+  if (worker.get_id() == std::this_thread::get_id())
+    worker.detach();  // destroyed from a future callback running on the worker itself
+  else
+    worker.join();
+}
+
+}  // namespace braid_torch

@@ -1,0 +1,83 @@
+#include "transport/routed_transport.hpp"
+
+#include <braid/error.hpp>
+
+namespace braid::transport {
+
+RoutedTransport::RoutedTransport(int rank, int size, std::vector<Leg> legs)
+    : rank_(rank), size_(size), legs_(std::move(legs)) {
+  route_.assign(static_cast<std::size_t>(size), nullptr);
+  path_.assign(static_cast<std::size_t>(size), nullptr);
+  for (Leg& leg : legs_) {
+    if (leg.transport == nullptr || leg.transport->rank() != rank ||
+        leg.transport->size() != size || leg.paths.size() != static_cast<std::size_t>(size))
+      throw Error(ErrorCode::InvalidArgument,
+                  "RoutedTransport: rank " + std::to_string(rank) +
+                      ": every leg must be a transport of the same rank and size with a path "
+                      "per peer");
+    // Mismatch errors of a leg name operations the way this transport was told to.
+    leg.transport->setTagDescriber([this](std::uint64_t tag) { return describeTag(tag); });
+    for (int p = 0; p < size; ++p) {
+      const std::size_t i = static_cast<std::size_t>(p);
+      if (p == rank || route_[i] != nullptr || leg.paths[i].empty()) continue;
+      route_[i] = leg.transport.get();
+      path_[i] = &leg.paths[i];
+    }
+  }
+  for (int p = 0; p < size; ++p)
+    if (p != rank && route_[static_cast<std::size_t>(p)] == nullptr)
+      throw Error(ErrorCode::InvalidArgument, "RoutedTransport: rank " + std::to_string(rank) +
+                                                  " has no transport to rank " + std::to_string(p));
+}
+
+// Legs go in reverse order of creation (each owns its own threads and memory).
+RoutedTransport::~RoutedTransport() {
+  while (!legs_.empty()) legs_.pop_back();
+}
+
+Transport& RoutedTransport::legOf(int peer, const char* op) const {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank_) +
+                                                " cannot address peer " + std::to_string(peer) +
+                                                " (size " + std::to_string(size_) + ")");
+  return *route_[static_cast<std::size_t>(peer)];
+}
+
+void RoutedTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                               Request& req) {
+  legOf(peer, "postSend").postSend(peer, data, bytes, tag, req);
+}
+
+void RoutedTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
+                               Request& req) {
+  legOf(peer, "postRecv").postRecv(peer, data, bytes, tag, req);
+}
+
+bool RoutedTransport::test(Request& req) {
+  const Request::State s = req.state.load(std::memory_order_acquire);
+  if (s == Request::State::Idle || s == Request::State::Done) return true;
+  return legOf(req.peer, "test").test(req);
+}
+
+void RoutedTransport::wait(Request& req, Deadline deadline) {
+  const Request::State s = req.state.load(std::memory_order_acquire);
+  if (s == Request::State::Idle || s == Request::State::Done) return;
+  legOf(req.peer, "wait").wait(req, deadline);
+}
+
+std::string RoutedTransport::describePeer(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) return "rank " + std::to_string(peer);
+  return route_[static_cast<std::size_t>(peer)]->describePeer(peer);
+}
+
+void RoutedTransport::abort(const std::string& why) {
+  for (Leg& leg : legs_) leg.transport->abort(why);
+}
+
+std::string RoutedTransport::pathTo(int peer) const {
+  if (peer < 0 || peer >= size_) return "";
+  if (peer == rank_) return "self";
+  return *path_[static_cast<std::size_t>(peer)];
+}
+
+}  // namespace braid::transport

@@ -1,0 +1,29 @@
+// Setup of the shared-memory transport: create or open the host's segment through the store,
+// register this rank in it, and probe which peers' memory can be read single-copy.
+#pragma once
+
+#include <braid/store.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_segment.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace braid::transport::shm {
+
+struct Attachment {
+  Segment segment;
+  Geometry geometry;
+  std::size_t local = 0;        // this rank's index in localRanks
+  std::vector<int> localRanks;  // global ranks of this host, ascending
+  std::string hostName;         // for describing peers
+};
+
+/// Attaches this rank to the segment of `localRanks` (protocol in shm_bootstrap.cpp). On return
+/// every local rank has mapped the segment, written its RankSlot, and probed its peers, and no
+/// name of the segment exists any more.
+Attachment attachSegment(Store& store, int rank, std::span<const int> localRanks,
+                         const ShmOptions& options);
+
+}  // namespace braid::transport::shm

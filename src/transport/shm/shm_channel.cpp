@@ -1,0 +1,449 @@
+#include "transport/shm/shm_channel.hpp"
+
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+namespace braid::transport::shm {
+
+namespace {
+
+using State = Request::State;
+
+constexpr std::size_t kUnit = 16;
+constexpr std::uint64_t kSingleCopyBit = 1ull << 63;
+// process_vm_readv moves at most this much per call (the kernel caps one call near 2 GiB).
+constexpr std::size_t kMaxReadPerCall = std::size_t{1} << 30;
+
+std::size_t padded(std::size_t bytes) {
+  return (bytes + kUnit - 1) / kUnit * kUnit;
+}
+
+bool isP2P(std::uint64_t tag) {
+  return (tag & kP2PTagBit) != 0;
+}
+
+void append(Request*& head, Request*& tail, Request& req) {
+  req.next = nullptr;
+  if (tail != nullptr)
+    tail->next = &req;
+  else
+    head = &req;
+  tail = &req;
+}
+
+Request* popFront(Request*& head, Request*& tail) {
+  Request* r = head;
+  head = r->next;
+  if (head == nullptr) tail = nullptr;
+  return r;
+}
+
+void writeUnit(std::uint8_t* ring, std::size_t ringBytes, std::uint64_t pos, std::uint64_t a,
+               std::uint64_t b) {
+  std::uint8_t* p = ring + pos % ringBytes;
+  std::memcpy(p, &a, 8);
+  std::memcpy(p + 8, &b, 8);
+}
+
+void readUnit(const std::uint8_t* ring, std::size_t ringBytes, std::uint64_t pos, std::uint64_t& a,
+              std::uint64_t& b) {
+  const std::uint8_t* p = ring + pos % ringBytes;
+  std::memcpy(&a, p, 8);
+  std::memcpy(&b, p + 8, 8);
+}
+
+}  // namespace
+
+Channel::Channel(ChannelConfig config, CompletionSink& sink)
+    : cfg_(std::move(config)), sink_(&sink) {}
+
+Error Channel::lost(const char* during, std::size_t bytes) const {
+  std::string text = "rank " + std::to_string(cfg_.selfRank) + " lost " + cfg_.description +
+                     (exited_ ? ": process " + std::to_string(cfg_.peerPid) + " exited"
+                              : std::string(": it closed its shared-memory channel"));
+  if (during != nullptr)
+    text += std::string(" during ") + during + " of " + std::to_string(bytes) + " bytes";
+  return Error(ErrorCode::PeerLost, text);
+}
+
+Error Channel::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
+  return Error(ErrorCode::Mismatch, "rank " + std::to_string(cfg_.selfRank) + " expected " +
+                                        sink_->tagText(expected.tag) + " (" +
+                                        std::to_string(expected.bytes) + " bytes) from " +
+                                        cfg_.description + " but received " + sink_->tagText(tag) +
+                                        " (" + std::to_string(bytes) + " bytes)");
+}
+
+// ---- posting ----
+
+void Channel::postSend(Request& req) {
+  if (!active()) {
+    sink_->finish(req, State::Failed, static_cast<bool>(error_));
+    return;
+  }
+  if (exited_ || cfg_.out->consumer.closed.load(std::memory_order_acquire) != 0) {
+    fail(lost("send", req.bytes));
+    sink_->finish(req, State::Failed, true);
+    return;
+  }
+  // aux: 0 for a message through the ring, else its number among single-copy messages.
+  req.aux = req.bytes > 0 && req.bytes >= cfg_.singleCopyBytes ? ++singleCopiesPosted_ : 0;
+  append(sendHead_, sendTail_, req);
+  if (sendHead_ == &req) writeSends();
+}
+
+void Channel::postRecv(Request& req) {
+  if (!active()) {
+    sink_->finish(req, State::Failed, static_cast<bool>(error_));
+    return;
+  }
+  if (isP2P(req.tag)) {
+    const auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
+                                 [&](const Unexpected& u) { return u.tag == req.tag; });
+    if (it != unexpected_.end()) {
+      if (it->data.size() != req.bytes) {
+        const Error e = mismatch(req, it->tag, it->data.size());
+        fail(e);
+        sink_->finish(req, State::Failed, true);
+        return;
+      }
+      if (it->filled > 0) std::memcpy(req.data, it->data.data(), it->filled);
+      req.progress = it->filled;
+      const bool complete = it->filled == it->data.size();
+      if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
+        rxUnexpected_ = nullptr;
+        rxRequest_ = &req;
+      }
+      unexpected_.erase(it);
+      if (complete) {
+        sink_->finish(req, State::Done, false);
+        return;
+      }
+      progress();
+      return;
+    }
+  }
+  append(recvHead_, recvTail_, req);
+  progress();
+}
+
+// ---- failure ----
+
+void Channel::closeFlags() {
+  if (cfg_.out == nullptr) return;
+  cfg_.out->producer.closed.store(1, std::memory_order_release);
+  cfg_.in->consumer.closed.store(1, std::memory_order_release);
+  notify(*cfg_.peerSlot);
+}
+
+void Channel::finishAll(bool channelError) {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Failed, channelError);
+  }
+  for (Request** head : {&sendHead_, &copyHead_, &recvHead_}) {
+    Request* r = *head;
+    *head = nullptr;
+    while (r != nullptr) {
+      Request* next = r->next;  // read before finish: the owner may reuse r at once
+      sink_->finish(*r, State::Failed, channelError);
+      r = next;
+    }
+  }
+  sendTail_ = copyTail_ = recvTail_ = nullptr;
+  rxUnexpected_ = nullptr;
+  rxLeft_ = 0;
+  unexpected_.clear();
+}
+
+void Channel::fail(Error error) {
+  if (error_ || abandoned_) return;
+  error_ = std::move(error);
+  closeFlags();
+  finishAll(true);
+}
+
+void Channel::abandon() {
+  if (abandoned_) return;
+  abandoned_ = true;
+  closeFlags();
+  finishAll(false);
+}
+
+void Channel::close() {
+  closeFlags();
+}
+
+void Channel::peerExited() {
+  exited_ = true;
+}
+
+// ---- progress ----
+
+bool Channel::progress() {
+  if (!active()) return false;
+  bool moved = writeSends();
+  moved = reapSingleCopies() || moved;
+  bool read = readIncoming();
+  moved = moved || read;
+  if (!active()) return true;
+  // The closed flags sit on lines the peer writes all the time: look only when stuck.
+  if ((sendHead_ != nullptr || copyHead_ != nullptr) && !moved &&
+      (exited_ || cfg_.out->consumer.closed.load(std::memory_order_acquire) != 0)) {
+    const Request* r = sendHead_ != nullptr ? sendHead_ : copyHead_;
+    fail(lost("send", r->bytes));
+    return true;
+  }
+  if ((recvHead_ != nullptr || rxRequest_ != nullptr) && !read &&
+      (exited_ || cfg_.in->producer.closed.load(std::memory_order_acquire) != 0)) {
+    // A peer publishes its last data before it closes: read once more after seeing the flag,
+    // and if nothing comes, nothing will.
+    read = readIncoming();
+    if (!active() || read) return true;
+    if (recvHead_ != nullptr || rxRequest_ != nullptr) {
+      const Request* r = rxRequest_ != nullptr ? rxRequest_ : recvHead_;
+      fail(lost("recv", r->bytes));
+      return true;
+    }
+  }
+  return moved;
+}
+
+bool Channel::needsBackground() const {
+  if (!active()) return false;
+  if (sendHead_ != nullptr) return true;
+  if (rxRequest_ != nullptr && rxRequest_->bytes >= cfg_.slotBytes) return true;
+  for (const Request* r = recvHead_; r != nullptr; r = r->next)
+    if (r->bytes >= cfg_.slotBytes) return true;
+  return false;
+}
+
+// ---- sending ----
+
+bool Channel::writeSends() {
+  const std::size_t cap = cfg_.ringBytes;
+  bool moved = false;
+  auto freeBytes = [&](std::size_t need) {
+    std::size_t free = cap - static_cast<std::size_t>(head_ - tailSeen_);
+    if (free < need) {
+      tailSeen_ = cfg_.out->consumer.tail.load(std::memory_order_acquire);
+      free = cap - static_cast<std::size_t>(head_ - tailSeen_);
+    }
+    return free;
+  };
+  auto publish = [&] {
+    cfg_.out->producer.head.store(head_, std::memory_order_release);
+    notify(*cfg_.peerSlot);
+    moved = true;
+  };
+  while (sendHead_ != nullptr) {
+    Request& r = *sendHead_;
+    const bool single = r.aux != 0;
+    const std::size_t total = kUnit + (single ? kUnit : padded(r.bytes));
+    bool unpublished = false;
+    if (r.progress == 0) {
+      const std::size_t need = single ? 2 * kUnit : kUnit;
+      if (freeBytes(need) < need) break;
+      writeUnit(cfg_.outRing, cap, head_, r.tag, r.bytes | (single ? kSingleCopyBit : 0));
+      if (single)
+        writeUnit(cfg_.outRing, cap, head_ + kUnit, reinterpret_cast<std::uintptr_t>(r.data), 0);
+      head_ += need;
+      r.progress = need;
+      unpublished = true;
+    }
+    // Payload, at most one slot per publication so the peer copies out while we fill.
+    while (r.progress < total) {
+      const std::size_t free = freeBytes(kUnit);
+      if (free == 0) break;
+      const std::size_t offset = r.progress - kUnit;  // into the padded payload
+      const std::size_t n = std::min(
+          {total - r.progress, free, cap - static_cast<std::size_t>(head_ % cap), cfg_.slotBytes});
+      const std::size_t real = r.bytes > offset ? std::min(n, r.bytes - offset) : 0;
+      std::memcpy(cfg_.outRing + head_ % cap, r.data + offset, real);
+      head_ += n;
+      r.progress += n;
+      publish();
+      unpublished = false;
+    }
+    if (unpublished) publish();
+    if (r.progress < total) break;  // the ring is full
+    popFront(sendHead_, sendTail_);
+    if (single)
+      append(copyHead_, copyTail_, r);  // done once the peer has read it
+    else
+      sink_->finish(r, State::Done, false);
+  }
+  return moved;
+}
+
+bool Channel::reapSingleCopies() {
+  if (copyHead_ == nullptr) return false;
+  const std::uint64_t done = cfg_.out->consumer.rendezvousDone.load(std::memory_order_acquire);
+  bool moved = false;
+  while (copyHead_ != nullptr && copyHead_->aux <= done) {
+    sink_->finish(*popFront(copyHead_, copyTail_), State::Done, false);
+    moved = true;
+  }
+  return moved;
+}
+
+// ---- receiving ----
+
+void Channel::publishTail() {
+  cfg_.in->consumer.tail.store(tail_, std::memory_order_release);
+  notify(*cfg_.peerSlot);
+}
+
+void Channel::completeRx() {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Done, false);
+  } else {
+    rxUnexpected_ = nullptr;  // complete; held until a receive of its tag is posted
+  }
+}
+
+bool Channel::readIncoming() {
+  const std::size_t cap = cfg_.ringBytes;
+  bool moved = false;
+  while (active()) {
+    std::size_t avail = static_cast<std::size_t>(headSeen_ - tail_);
+    if (avail == 0) {
+      headSeen_ = cfg_.in->producer.head.load(std::memory_order_acquire);
+      avail = static_cast<std::size_t>(headSeen_ - tail_);
+      if (avail == 0) break;
+    }
+    if (rxRequest_ == nullptr && rxUnexpected_ == nullptr) {
+      if (!readHeader()) break;
+      moved = true;
+      continue;
+    }
+    const std::size_t n =
+        std::min({rxLeft_, avail, cap - static_cast<std::size_t>(tail_ % cap), cfg_.slotBytes});
+    const std::uint8_t* src = cfg_.inRing + tail_ % cap;
+    if (rxRequest_ != nullptr) {
+      const std::size_t real = std::min(n, rxRequest_->bytes - rxRequest_->progress);
+      std::memcpy(rxRequest_->data + rxRequest_->progress, src, real);
+      rxRequest_->progress += real;
+    } else {
+      const std::size_t real = std::min(n, rxUnexpected_->data.size() - rxUnexpected_->filled);
+      std::memcpy(rxUnexpected_->data.data() + rxUnexpected_->filled, src, real);
+      rxUnexpected_->filled += real;
+    }
+    tail_ += n;
+    rxLeft_ -= n;
+    publishTail();
+    moved = true;
+    if (rxLeft_ == 0) completeRx();
+  }
+  return moved;
+}
+
+// Matches the header at the tail against the posted receives and consumes it (and, for a
+// single-copy message, reads the payload). False when reading must stop here.
+bool Channel::readHeader() {
+  const std::size_t cap = cfg_.ringBytes;
+  std::uint64_t tag = 0, word = 0;
+  readUnit(cfg_.inRing, cap, tail_, tag, word);
+  const bool single = (word & kSingleCopyBit) != 0;
+  const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
+  const bool p2p = isP2P(tag);
+  Request* prev = nullptr;
+  Request* r = recvHead_;
+  for (; r != nullptr; prev = r, r = r->next)
+    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
+  if (r == nullptr && !p2p) return false;  // waits in the ring until its receive is posted
+  Unexpected* held = nullptr;
+  if (r == nullptr) {
+    try {
+      unexpected_.push_back(Unexpected{tag, std::vector<std::uint8_t>(bytes), 0});
+    } catch (const std::exception&) {  // bad_alloc / length_error: a corrupt or absurd header
+      fail(Error(ErrorCode::Internal, "rank " + std::to_string(cfg_.selfRank) + " cannot hold " +
+                                          sink_->tagText(tag) + " (" + std::to_string(bytes) +
+                                          " bytes) from " + cfg_.description +
+                                          " until its receive is posted"));
+      return false;
+    }
+    held = &unexpected_.back();
+  } else {
+    if (r->tag != tag || r->bytes != bytes) {
+      fail(mismatch(*r, tag, bytes));
+      return false;
+    }
+    (prev != nullptr ? prev->next : recvHead_) = r->next;
+    if (recvTail_ == r) recvTail_ = prev;
+    r->next = nullptr;
+  }
+  if (single) {
+    std::uint64_t address = 0, unused = 0;
+    readUnit(cfg_.inRing, cap, tail_ + kUnit, address, unused);
+    std::uint8_t* dst = r != nullptr ? r->data : held->data.data();
+    rxRequest_ = r;  // so that a failed read fails it with the rest
+    if (!readRemote(dst, address, bytes, tag)) return false;
+    rxRequest_ = nullptr;
+    tail_ += 2 * kUnit;
+    cfg_.in->consumer.rendezvousDone.fetch_add(1, std::memory_order_release);
+    publishTail();
+    if (r != nullptr)
+      sink_->finish(*r, State::Done, false);
+    else
+      held->filled = bytes;
+    return true;
+  }
+  tail_ += kUnit;
+  publishTail();
+  if (bytes == 0) {
+    if (r != nullptr) sink_->finish(*r, State::Done, false);
+    return true;
+  }
+  rxLeft_ = padded(bytes);
+  if (r != nullptr) {
+    r->progress = 0;
+    rxRequest_ = r;
+  } else {
+    rxUnexpected_ = held;
+  }
+  return true;
+}
+
+// Copies a single-copy payload straight from the sender's buffer. The sender marks its
+// producer line closed before it lets go of its buffers (abort, timeout, destruction), so a
+// read that races with that is detected afterwards and discarded, like a seqlock reader.
+bool Channel::readRemote(std::uint8_t* dst, std::uint64_t address, std::size_t bytes,
+                         std::uint64_t tag) {
+  std::size_t done = 0;
+  int err = 0;
+  while (done < bytes) {
+    const std::size_t ask = std::min(bytes - done, kMaxReadPerCall);
+    iovec local{dst + done, ask};
+    iovec remote{reinterpret_cast<void*>(static_cast<std::uintptr_t>(address + done)), ask};
+    const ssize_t n = ::process_vm_readv(cfg_.peerPid, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EFAULT;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const bool senderLeft = exited_ || cfg_.in->producer.closed.load(std::memory_order_acquire) != 0;
+  if (done == bytes && !senderLeft) return true;
+  if (senderLeft || err == ESRCH) {
+    if (err == ESRCH) exited_ = true;
+    fail(lost("recv", bytes));
+  } else {
+    fail(Error(ErrorCode::Internal, "rank " + std::to_string(cfg_.selfRank) + " could not read " +
+                                        sink_->tagText(tag) + " (" + std::to_string(bytes) +
+                                        " bytes) from " + cfg_.description +
+                                        " with process_vm_readv: " + errnoText(err)));
+  }
+  return false;
+}
+
+}  // namespace braid::transport::shm

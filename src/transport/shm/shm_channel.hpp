@@ -1,0 +1,131 @@
+// One peer of the shared-memory transport: the two rings of the pair (ours to write, theirs to
+// read), framing, matching of incoming messages to posted receives, single-copy reads, and the
+// failure of everything in flight when the pair breaks.
+//
+// Stream format, in 16-byte units (ring positions stay 16-aligned, so a unit never wraps):
+//   header     {tag u64, word u64}: word = bytes, bit 63 set for a single-copy message
+//   payload    bytes, padded to 16 (in place of it, a single-copy message carries one unit
+//              {address in the sender, 0})
+// The sender publishes head after the header and after each piece of payload (at most one
+// slot), the receiver publishes tail after each piece it copied out.
+#pragma once
+
+#include <sys/types.h>
+
+#include <braid/error.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_segment.hpp"
+#include "transport/transport.hpp"
+
+namespace braid::transport::shm {
+
+/// What a channel reports to its transport. Called with the transport's lock held.
+class CompletionSink {
+ public:
+  /// req left the channel: Done, or Failed with the error in the channel (channelError) or in
+  /// the transport. The sink publishes the state; the channel no longer touches req.
+  virtual void finish(Request& req, Request::State state, bool channelError) = 0;
+  /// The tag in words, for Mismatch errors.
+  virtual std::string tagText(std::uint64_t tag) const = 0;
+
+ protected:
+  ~CompletionSink() = default;
+};
+
+struct ChannelConfig {
+  int selfRank = -1;
+  int peerRank = -1;
+  std::string description;        // "rank P (pid N on host)"
+  ChannelControl* out = nullptr;  // this rank -> peer
+  std::uint8_t* outRing = nullptr;
+  ChannelControl* in = nullptr;  // peer -> this rank
+  std::uint8_t* inRing = nullptr;
+  std::size_t ringBytes = 0;
+  std::size_t slotBytes = 0;
+  RankSlot* peerSlot = nullptr;  // the peer's doorbell
+  pid_t peerPid = 0;
+  /// Messages of at least this many bytes go single-copy (the peer's probe could read us);
+  /// SIZE_MAX when the peer cannot read us.
+  std::size_t singleCopyBytes = SIZE_MAX;
+};
+
+/// Not thread-safe: the transport calls it with its lock held.
+class Channel {
+ public:
+  Channel() = default;  // this rank itself: only description() is used
+  Channel(ChannelConfig config, CompletionSink& sink);
+
+  const std::string& description() const { return cfg_.description; }
+  /// Set once the pair broke; every request on it failed with this error.
+  const std::optional<Error>& error() const { return error_; }
+  bool singleCopy() const { return cfg_.singleCopyBytes != SIZE_MAX; }
+
+  void postSend(Request& req);
+  /// Takes a held P2P message if one matches, else queues the receive; then reads what is there.
+  void postRecv(Request& req);
+  /// Moves whatever can move now; true when something did.
+  bool progress();
+  /// Unwritten sends, or receives large enough to hold up the peer: work for the background
+  /// thread when nobody waits.
+  bool needsBackground() const;
+  /// The peer's process exited: what it left in the ring can still be received, nothing else.
+  void peerExited();
+  /// The transport failed: closes the pair and fails every request (not a channel error).
+  void abandon();
+  /// Tells the peer this rank is gone (the transport is being destroyed).
+  void close();
+
+ private:
+  struct Unexpected {
+    std::uint64_t tag = 0;
+    std::vector<std::uint8_t> data;
+    std::size_t filled = 0;
+  };
+
+  bool active() const { return cfg_.out != nullptr && !error_ && !abandoned_; }
+  Error lost(const char* during, std::size_t bytes) const;
+  Error mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const;
+  void fail(Error error);
+  void finishAll(bool channelError);
+  void closeFlags();
+  bool writeSends();
+  bool reapSingleCopies();
+  bool readIncoming();
+  bool readHeader();
+  bool readRemote(std::uint8_t* dst, std::uint64_t address, std::size_t bytes, std::uint64_t tag);
+  void completeRx();
+  void publishTail();
+
+  ChannelConfig cfg_;
+  CompletionSink* sink_ = nullptr;
+  std::optional<Error> error_;
+  bool abandoned_ = false;
+  bool exited_ = false;
+
+  // Sending: queued until fully written; single-copy sends then wait for the peer's count.
+  std::uint64_t head_ = 0;      // our published head
+  std::uint64_t tailSeen_ = 0;  // the peer's tail, last read
+  std::uint64_t singleCopiesPosted_ = 0;
+  Request* sendHead_ = nullptr;
+  Request* sendTail_ = nullptr;
+  Request* copyHead_ = nullptr;  // single-copy sends the peer has not read yet
+  Request* copyTail_ = nullptr;
+
+  // Receiving.
+  std::uint64_t tail_ = 0;      // our published tail
+  std::uint64_t headSeen_ = 0;  // the peer's head, last read
+  Request* recvHead_ = nullptr;
+  Request* recvTail_ = nullptr;
+  Request* rxRequest_ = nullptr;        // payload being copied into a request ...
+  Unexpected* rxUnexpected_ = nullptr;  // ... or into a held P2P message
+  std::size_t rxLeft_ = 0;              // ring bytes of that payload still to consume (padded)
+  std::list<Unexpected> unexpected_;
+};
+
+}  // namespace braid::transport::shm

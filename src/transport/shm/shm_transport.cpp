@@ -1,0 +1,510 @@
+// The shared-memory transport: who moves the bytes, when, and how waiters sleep (framing and
+// matching are in shm_channel.cpp, setup in shm_bootstrap.cpp).
+//
+// One mutex guards all state of this rank's transport. Whoever holds it moves data on every
+// channel (poll: one load of each peer's head, plus whatever is queued). A waiter polls with the
+// mutex, releasing it between polls: busily for `busyPoll` when this host's ranks do not
+// outnumber its CPUs (the answer is usually that close), then yielding the CPU between polls
+// until `spin`; then it announces
+// itself in its rank's `sleepers`, reads the doorbell word, polls once more, and sleeps on the
+// futex without the mutex. Every writer of something a rank may wait for (head, tail, single-copy
+// count, closed flags, completions by another thread of the same rank) calls notify(), which rings
+// only when a sleeper is announced: the announcement is a seq_cst RMW before the last poll, the
+// writer's check a seq_cst fence after its store, so one of the two sees the other. Sleeps last
+// at most livenessInterval; a sleeper then polls the peers' pidfds (or kill(pid, 0)).
+//
+// The background thread starts on the first send that does not fit in its ring or large
+// receive, and runs only while such work is outstanding and no thread waits in this transport
+// (after a short grace period, since the owner is usually about to wait). It sleeps on the same
+// doorbell.
+#include "transport/shm/shm_transport.hpp"
+
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <braid/error.hpp>
+#include <cerrno>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "transport/shm/shm_bootstrap.hpp"
+#include "transport/shm/shm_channel.hpp"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace braid::transport {
+
+namespace {
+
+using shm::Channel;
+using State = Request::State;
+
+constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
+constexpr int kPausesPerPoll = 1;
+
+// CPUs this process may run on.
+std::size_t usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+// Request::aux once failed: where the error lives.
+constexpr std::size_t kAuxChannelError = 2;
+constexpr std::size_t kAuxTransportError = 4;
+
+// A peer process, watched while waiters sleep.
+struct PeerProcess {
+  std::size_t local = 0;
+  pid_t pid = 0;
+  shm::UniqueFd pidfd;  // empty: fall back to kill(pid, 0)
+};
+
+class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink {
+ public:
+  ShmTransportImpl(int rank, int size, const ShmOptions& options, shm::Attachment attachment);
+  ~ShmTransportImpl() override;
+  ShmTransportImpl(const ShmTransportImpl&) = delete;
+  ShmTransportImpl& operator=(const ShmTransportImpl&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                Request& req) override;
+  void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override;
+  bool test(Request& req) override;
+  void wait(Request& req, Deadline deadline) override;
+  std::string describePeer(int peer) const override;
+  void abort(const std::string& why) override;
+  std::string pathTo(int peer) const override;
+
+ private:
+  // CompletionSink (called with mu_ held).
+  void finish(Request& req, State state, bool channelError) override;
+  std::string tagText(std::uint64_t tag) const override;
+
+  Channel& channel(int peer) { return channels_[static_cast<std::size_t>(localOf_[peer])]; }
+  const Channel& channel(int peer) const {
+    return channels_[static_cast<std::size_t>(localOf_[peer])];
+  }
+  void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+               bool isSend, Request& req);
+  // Everything below requires mu_.
+  void post(Request& req);
+  void progressAll();
+  void checkLiveness();
+  bool livenessDue() const { return Clock::now() - lastLiveness_ >= options_.livenessInterval; }
+  void notifyCompletions();
+  void failTransport(Error error);
+  [[noreturn]] void throwFailure(const Request& req) const;
+  bool backgroundWork() const;
+  void wakeBackground();
+  void sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until, const Request* req);
+  void backgroundLoop();
+
+  const int rank_;
+  const int size_;
+  const ShmOptions options_;
+  shm::Attachment att_;
+  std::chrono::microseconds busyPoll_{0};  // options_.busyPoll, or 0 when oversubscribed
+  shm::RankSlot* self_ = nullptr;
+  std::vector<int> localOf_;       // global rank -> local index, -1 when not on this host
+  std::vector<Channel> channels_;  // by local index; this rank's own entry is inert
+  std::vector<PeerProcess> processes_;
+  std::vector<pollfd> pollFds_;  // one per processes_ entry with a pidfd, built once
+
+  std::mutex mu_;
+  std::condition_variable backgroundCv_;
+  std::optional<Error> failed_;
+  Clock::time_point lastLiveness_ = Clock::now();
+  int waiters_ = 0;
+  bool completed_ = false;
+  bool stopping_ = false;
+  bool backgroundIdle_ = false;
+  std::thread background_;
+};
+
+ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options,
+                                   shm::Attachment attachment)
+    : rank_(rank), size_(size), options_(options), att_(std::move(attachment)) {
+  const std::size_t count = att_.localRanks.size();
+  self_ = &att_.segment.rank(att_.local);
+  // Polling without yielding only pays when the peer is likely on a CPU at the same time.
+  if (count <= usableCpus()) busyPoll_ = options.busyPoll;
+  localOf_.assign(static_cast<std::size_t>(size), -1);
+  for (std::size_t i = 0; i < count; ++i) localOf_[att_.localRanks[i]] = static_cast<int>(i);
+  const pid_t me = ::getpid();
+  channels_.reserve(count);
+  shm::CompletionSink& sink = *this;
+  for (std::size_t p = 0; p < count; ++p) {
+    const shm::RankSlot& slot = att_.segment.rank(p);
+    const pid_t pid = static_cast<pid_t>(slot.pid.load(std::memory_order_relaxed));
+    shm::ChannelConfig c;
+    c.selfRank = rank;
+    c.peerRank = att_.localRanks[p];
+    c.description = "rank " + std::to_string(c.peerRank) + " (pid " + std::to_string(pid) + " on " +
+                    att_.hostName + ")";
+    if (p == att_.local) {
+      channels_.emplace_back();
+      continue;
+    }
+    c.out = &att_.segment.control(att_.local, p);
+    c.outRing = att_.segment.ring(att_.local, p);
+    c.in = &att_.segment.control(p, att_.local);
+    c.inRing = att_.segment.ring(p, att_.local);
+    c.ringBytes = att_.geometry.ringBytes();
+    c.slotBytes = att_.geometry.slotBytes;
+    c.peerSlot = &att_.segment.rank(p);
+    c.peerPid = pid;
+    const bool peerReadsUs = c.out->consumer.canReadSender.load(std::memory_order_relaxed) != 0;
+    c.singleCopyBytes = !options.cmaDisable && peerReadsUs ? options.cmaThresholdBytes : SIZE_MAX;
+    channels_.emplace_back(std::move(c), sink);
+    if (pid != me) {
+      PeerProcess proc;
+      proc.local = p;
+      proc.pid = pid;
+      proc.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      processes_.push_back(std::move(proc));
+    }
+  }
+  for (const PeerProcess& proc : processes_)
+    if (proc.pidfd) pollFds_.push_back(pollfd{proc.pidfd.get(), POLLIN, 0});
+}
+
+ShmTransportImpl::~ShmTransportImpl() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    backgroundCv_.notify_all();
+  }
+  shm::ring(*self_);
+  if (background_.joinable()) background_.join();
+  std::lock_guard<std::mutex> lk(mu_);
+  // Peers still running see PeerLost instead of waiting for their deadline.
+  for (Channel& c : channels_) c.close();
+}
+
+std::string ShmTransportImpl::describePeer(int peer) const {
+  if (peer < 0 || peer >= size_ || localOf_[peer] < 0) return "rank " + std::to_string(peer);
+  return channel(peer).description();
+}
+
+std::string ShmTransportImpl::pathTo(int peer) const {
+  if (peer < 0 || peer >= size_ || localOf_[peer] < 0 || peer == rank_) return "";
+  return channel(peer).singleCopy() && options_.cmaThresholdBytes != SIZE_MAX ? "shm+cma" : "shm";
+}
+
+std::string ShmTransportImpl::tagText(std::uint64_t tag) const {
+  try {
+    return describeTag(tag);
+  } catch (const std::exception&) {
+    return "tag " + std::to_string(tag);
+  }
+}
+
+// ---- posting ----
+
+void ShmTransportImpl::prepare(const char* op, int peer, const void* data, std::size_t bytes,
+                               std::uint64_t tag, bool isSend, Request& req) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || localOf_[peer] < 0)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(op) + ": rank " + std::to_string(rank_) + " cannot address peer " +
+                    std::to_string(peer) + " over shared memory (size " + std::to_string(size_) +
+                    ", " + std::to_string(att_.localRanks.size()) + " ranks on this host)");
+  if (data == nullptr && bytes > 0)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": null buffer for " +
+                                                std::to_string(bytes) + " bytes, " +
+                                                describePeer(peer));
+  if (req.state.load(std::memory_order_acquire) == State::Pending)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(op) + ": the request is still pending (" + describePeer(peer) + ")");
+  req.isSend = isSend;
+  req.peer = peer;
+  req.tag = tag;
+  req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
+  req.bytes = bytes;
+  req.progress = 0;
+  req.aux = 0;
+  req.next = nullptr;
+  req.state.store(State::Pending, std::memory_order_relaxed);
+}
+
+void ShmTransportImpl::post(Request& req) {
+  Channel& c = channel(req.peer);
+  if (failed_)
+    finish(req, State::Failed, false);
+  else if (req.isSend)
+    c.postSend(req);
+  else
+    c.postRecv(req);
+  if (req.state.load(std::memory_order_relaxed) == State::Pending && c.needsBackground())
+    wakeBackground();
+  notifyCompletions();
+}
+
+void ShmTransportImpl::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                                Request& req) {
+  prepare("postSend", peer, data, bytes, tag, true, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+void ShmTransportImpl::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
+                                Request& req) {
+  prepare("postRecv", peer, data, bytes, tag, false, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+// ---- completion and failure ----
+
+void ShmTransportImpl::finish(Request& req, State state, bool channelError) {
+  req.aux = state == State::Done ? 0 : channelError ? kAuxChannelError : kAuxTransportError;
+  req.next = nullptr;
+  completed_ = true;
+  // Last touch: the owner may reuse or destroy the request as soon as it sees the new state.
+  req.state.store(state, std::memory_order_release);
+}
+
+// Another thread of this rank may sleep on a request that was just completed.
+void ShmTransportImpl::notifyCompletions() {
+  if (!completed_) return;
+  completed_ = false;
+  shm::notify(*self_);
+}
+
+void ShmTransportImpl::failTransport(Error error) {
+  if (failed_) return;
+  failed_ = std::move(error);
+  for (Channel& c : channels_) c.abandon();  // closes the pairs: peers see PeerLost
+  completed_ = true;
+  backgroundCv_.notify_all();
+}
+
+void ShmTransportImpl::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  failTransport(Error(ErrorCode::Aborted, why));
+  completed_ = false;
+  shm::ring(*self_);  // every waiter of this rank, asleep or about to be
+}
+
+void ShmTransportImpl::throwFailure(const Request& req) const {
+  if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
+  const Channel& c = channel(req.peer);
+  if (c.error()) throw *c.error();
+  if (failed_) throw *failed_;
+  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
+                                       c.description() + " failed without an error");
+}
+
+// ---- progress ----
+
+void ShmTransportImpl::progressAll() {
+  for (Channel& c : channels_) c.progress();
+  notifyCompletions();
+}
+
+void ShmTransportImpl::checkLiveness() {
+  lastLiveness_ = Clock::now();
+  if (!pollFds_.empty()) {
+    for (pollfd& p : pollFds_) p.revents = 0;
+    if (::poll(pollFds_.data(), pollFds_.size(), 0) > 0) {
+      std::size_t i = 0;
+      for (const PeerProcess& proc : processes_) {
+        if (!proc.pidfd) continue;
+        if ((pollFds_[i++].revents & (POLLIN | POLLHUP | POLLERR)) != 0)
+          channels_[proc.local].peerExited();
+      }
+    }
+  }
+  for (const PeerProcess& proc : processes_)
+    if (!proc.pidfd && ::kill(proc.pid, 0) != 0 && errno == ESRCH)
+      channels_[proc.local].peerExited();
+  progressAll();
+}
+
+bool ShmTransportImpl::test(Request& req) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return true;
+  std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+  if (lk.owns_lock() && s == State::Pending) {
+    progressAll();
+    if (req.state.load(std::memory_order_acquire) == State::Pending && livenessDue())
+      checkLiveness();
+  }
+  s = req.state.load(std::memory_order_acquire);
+  if (s == State::Failed) {
+    if (!lk.owns_lock()) lk.lock();
+    throwFailure(req);
+  }
+  return s == State::Done;
+}
+
+// Sleeps on this rank's doorbell until rung, or `until`, or the next liveness check is due.
+// `req` (may be null) is rechecked after the sleeper is announced.
+void ShmTransportImpl::sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until,
+                                   const Request* req) {
+  self_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const std::uint32_t bell = self_->bell.load(std::memory_order_seq_cst);
+  progressAll();  // the last look, with the sleeper announced
+  const bool still = req == nullptr ? !failed_ && !stopping_ && waiters_ == 0 && backgroundWork()
+                                    : req->state.load(std::memory_order_acquire) == State::Pending;
+  if (still) {
+    const auto now = Clock::now();
+    const auto wake = std::min(until, lastLiveness_ + options_.livenessInterval);
+    lk.unlock();
+    shm::futexWait(self_->bell, bell, wake - now);
+    self_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+    lk.lock();
+  } else {
+    self_->sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void ShmTransportImpl::wait(Request& req, Deadline deadline) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  ++waiters_;
+  struct Leave {
+    ShmTransportImpl* self;
+    ~Leave() {
+      --self->waiters_;
+      self->wakeBackground();  // leftover work nobody waits for
+    }
+  } leave{this};
+  const auto start = Clock::now();
+  const auto spinUntil = start + options_.spin;
+  const auto busyUntil = start + std::min<Clock::duration>(options_.spin, busyPoll_);
+  for (;;) {
+    progressAll();
+    s = req.state.load(std::memory_order_acquire);
+    if (s == State::Done) return;
+    if (s == State::Failed) throwFailure(req);
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      const std::string peer = channel(req.peer).description();
+      const std::string what =
+          req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
+                     : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      // The pair may stop mid-message now, so nothing later on this transport can be trusted.
+      failTransport(Error(ErrorCode::Timeout,
+                          "rank " + std::to_string(rank_) + " timed out waiting for " + what));
+      notifyCompletions();
+      throwFailure(req);
+    }
+    if (now < busyUntil) {
+      // The peer is most likely running right now and about to answer: poll without giving
+      // up the CPU (a yield costs about a microsecond and may run someone else for much
+      // longer). Let posting threads of this rank in between polls.
+      lk.unlock();
+      for (int i = 0; i < kPausesPerPoll; ++i) cpuRelax();
+      lk.lock();
+      continue;
+    }
+    if (now < spinUntil) {
+      // Give the CPU to a runnable thread (on an oversubscribed machine, likely the very peer
+      // this rank waits for).
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+      continue;
+    }
+    if (livenessDue()) {
+      checkLiveness();
+      continue;
+    }
+    sleepOnBell(lk, deadline, &req);
+  }
+}
+
+// ---- background ----
+
+bool ShmTransportImpl::backgroundWork() const {
+  for (const Channel& c : channels_)
+    if (c.needsBackground()) return true;
+  return false;
+}
+
+void ShmTransportImpl::wakeBackground() {
+  if (failed_ || stopping_ || waiters_ > 0) return;
+  if (!background_.joinable()) {
+    if (!backgroundWork()) return;
+    try {
+      background_ = std::thread([this] { backgroundLoop(); });
+    } catch (const std::system_error&) {  // no thread: the owner's wait still moves the data
+    }
+    return;
+  }
+  if (backgroundIdle_) backgroundCv_.notify_one();
+}
+
+void ShmTransportImpl::backgroundLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  bool graceGiven = false;
+  while (!stopping_) {
+    if (failed_ || waiters_ > 0 || !backgroundWork()) {
+      graceGiven = false;
+      backgroundIdle_ = true;
+      backgroundCv_.wait(lk);
+      backgroundIdle_ = false;
+      continue;
+    }
+    if (!graceGiven) {
+      // Leave fresh work to its owner for a moment (a blocking caller is about to wait on it).
+      graceGiven = true;
+      backgroundCv_.wait_for(lk, kBackgroundGrace);
+      continue;
+    }
+    try {
+      progressAll();
+      if (livenessDue()) checkLiveness();
+      if (!stopping_ && !failed_ && waiters_ == 0 && backgroundWork())
+        sleepOnBell(lk, Clock::now() + options_.livenessInterval, nullptr);
+    } catch (const std::exception& e) {  // never let an exception end the thread
+      failTransport(Error(ErrorCode::Internal,
+                          "rank " + std::to_string(rank_) + ": shm progress thread: " + e.what()));
+      notifyCompletions();
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,
+                                                 std::span<const int> localRanks,
+                                                 const ShmOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::InvalidArgument, "createShmTransport: rank " + std::to_string(rank) +
+                                                " is outside world size " + std::to_string(size));
+  if (localRanks.empty() || !std::is_sorted(localRanks.begin(), localRanks.end()) ||
+      std::adjacent_find(localRanks.begin(), localRanks.end()) != localRanks.end() ||
+      localRanks.front() < 0 || localRanks.back() >= size ||
+      std::find(localRanks.begin(), localRanks.end(), rank) == localRanks.end())
+    throw Error(ErrorCode::InvalidArgument,
+                "createShmTransport: rank " + std::to_string(rank) +
+                    ": localRanks must be ascending distinct ranks of the world that include it");
+  shm::Attachment attachment = shm::attachSegment(store, rank, localRanks, options);
+  return std::make_unique<ShmTransportImpl>(rank, size, options, std::move(attachment));
+}
+
+}  // namespace braid::transport

@@ -1,0 +1,95 @@
+// The shared-memory transport: ranks on one host exchange messages through a segment they all
+// map (layout and size in shm_segment.hpp), never through the kernel's network stack.
+//
+// Data path. Each ordered pair of local ranks has a single-producer single-consumer byte ring
+// (slots x slotBytes) with the producer's head and the consumer's tail on separate cache lines.
+// A message is a 16-byte header {tag, bytes} followed by its payload, padded to 16 bytes; the
+// sender publishes at most one slot at a time, so the receiver copies slot k out while slot k+1
+// is being filled. Messages of at least cmaThresholdBytes travel single-copy when the receiver's
+// probe at setup could read the sender's memory with process_vm_readv (CMA): the ring carries
+// only {tag, bytes, address}, the receiver reads the payload straight from the sender's buffer
+// into its own once its receive is posted, then counts it done in the pair's consumer line,
+// which completes the send. Threads-as-ranks take the same paths (CMA on one's own pid).
+//
+// Matching is the TCP transport's: messages of a pair arrive in posting order; a non-P2P message
+// must match the first posted non-P2P receive exactly (else Error(Mismatch) breaks the pair) and
+// waits in the ring until that receive is posted; a P2P message (kP2PTagBit) goes to the first
+// receive of its tag, or is copied aside (heap) until one is posted.
+//
+// Waiting. The thread that waits moves the bytes. wait() polls for `spin`, yielding the CPU
+// between polls after the first busyPoll (at once when oversubscribed), then sleeps on its
+// rank's doorbell, a futex word in the segment; whoever publishes something a rank may wait for
+// rings the doorbell only when that rank announced a sleeper, so the fast path makes no system
+// call. A sleeper rechecks peers' liveness every livenessInterval (pidfd, else kill(pid, 0)). A
+// background thread, started on first need, moves ring data that nobody waits for (a send
+// larger than the free ring space, a large receive) so that a rank waiting on another transport
+// does not stall its shm peers.
+//
+// Failure. A peer whose process exits, or whose transport closes, aborts or fails, fails every
+// pending and later request to or from it with Error(PeerLost) naming its rank and pid (data it
+// had already put in the ring can still be received). A wait that reaches its deadline throws
+// Error(Timeout) naming the peer and leaves the transport failed, as does abort() with
+// Error(Aborted); peers then see PeerLost. Destroying the transport closes its channels.
+//
+// Lifecycle. The lowest local rank creates the segment with memfd_create and publishes its pid
+// and fd in the store; the others open /proc/<pid>/fd/<fd>. No name ever exists, so nothing is
+// left behind, even after SIGKILL. Only if some rank cannot open it that way does the creator
+// make a POSIX shm object with a random name instead, unlinked as soon as every local rank has
+// mapped it (a store counter says when).
+#pragma once
+
+#include <braid/store.hpp>
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace braid::transport {
+
+struct ShmOptions {
+  /// Slots per ring (2..1024). Ring bytes per ordered pair = slots * slotBytes.
+  std::size_t slots = 8;
+  /// Bytes per slot: a power of two, 4 KiB..16 MiB; the sender's publishing unit.
+  std::size_t slotBytes = 64 * 1024;
+  /// Bound on the segment: slotBytes is halved (down to 4 KiB) until the segment fits.
+  std::size_t maxSegmentBytes = std::size_t{256} << 20;
+  /// Messages of at least this many bytes go single-copy (CMA) where the kernel allows it.
+  /// 0: every non-empty message; SIZE_MAX: never (everything through the ring).
+  std::size_t cmaThresholdBytes = 64 * 1024;
+  /// Never use process_vm_readv (no probe, everything through the ring).
+  bool cmaDisable = false;
+  /// A waiter polls this long before sleeping on its futex...
+  std::chrono::microseconds spin{50};
+  /// ... the first busyPoll of it without yielding the CPU, but only when the communicator's
+  /// ranks on this host do not outnumber the CPUs this process may run on (an oversubscribed
+  /// rank that does not yield only delays the peer it waits for).
+  std::chrono::microseconds busyPoll{5};
+  /// How often a sleeping waiter checks that its peers' processes still exist.
+  std::chrono::milliseconds livenessInterval{100};
+  /// Bound on the whole setup (store lookups included).
+  std::chrono::milliseconds setupTimeout{60000};
+  /// Tests: skip the memfd path and use a named POSIX shm object.
+  bool forceNamedSegment = false;
+};
+
+class ShmTransport : public Transport {
+ public:
+  /// "shm+cma" when messages of at least cmaThresholdBytes to `peer` go single-copy, "shm"
+  /// when everything goes through the ring, "" when `peer` is not a local rank.
+  virtual std::string pathTo(int peer) const = 0;
+};
+
+/// Collective over the ranks in `localRanks` (global ranks of one host, ascending, including
+/// `rank`): attaches the shared segment (see above) and returns a transport whose rank() and
+/// size() are the global ones and which reaches exactly the ranks in `localRanks`; posting to
+/// any other peer throws Error(InvalidArgument). Store keys live under "shm/<lowest local
+/// rank>/". A rank that does not show up within setupTimeout is named in an Error(Timeout).
+std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,
+                                                 std::span<const int> localRanks,
+                                                 const ShmOptions& options);
+
+}  // namespace braid::transport

@@ -1,0 +1,700 @@
+// The shared-memory transport: ranks are threads in this process, each with its own transport
+// (its own mapping of the segment), meeting through a MemoryStore. Both data paths run: the ring
+// (cmaThresholdBytes = SIZE_MAX) and single-copy reads (cmaThresholdBytes = 0). Every wait has a
+// deadline, so a broken transport fails a test instead of hanging it.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/memory_store.hpp"
+#include "transport/shm/shm_segment.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace braid::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using Bytes = std::vector<std::uint8_t>;
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr double kSlowdown = 10;  // sanitizers slow everything down: keep speed checks meaningful
+#else
+constexpr double kSlowdown = 1;
+#endif
+
+Deadline after(Clock::duration d) {
+  return Clock::now() + d;
+}
+
+enum class Path { Ring, SingleCopy, Default };
+
+// Ring: everything through the ring. SingleCopy: every non-empty message single-copy (a send
+// then completes only once the receiver has read it). Default: single-copy from 64 KiB.
+ShmOptions optionsFor(Path path) {
+  ShmOptions o;
+  o.setupTimeout = 10s;
+  if (path == Path::Ring) o.cmaThresholdBytes = SIZE_MAX;
+  if (path == Path::SingleCopy) o.cmaThresholdBytes = 0;
+  return o;
+}
+
+std::string name(Path p) {
+  return p == Path::Ring ? "ring" : p == Path::SingleCopy ? "single-copy" : "default";
+}
+
+std::uint8_t pattern(int from, int to, std::size_t i) {
+  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8));
+}
+
+Bytes makePayload(int from, int to, std::size_t bytes) {
+  Bytes b(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i);
+  return b;
+}
+
+long firstWrong(const Bytes& got, int from, int to) {
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != pattern(from, to, i)) return static_cast<long>(i);
+  return -1;
+}
+
+template <typename Fn>
+std::string errorOf(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+template <typename Fn>
+ErrorCode codeOf(Fn&& fn, std::string& message) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "expected a braid::Error";
+  return ErrorCode::Internal;
+}
+
+std::vector<int> allRanks(int size) {
+  std::vector<int> r(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) r[static_cast<std::size_t>(i)] = i;
+  return r;
+}
+
+// Runs body(rank, transport) on `size` threads, each with its own transport over all ranks.
+void runRanks(int size, const std::function<void(int, ShmTransport&)>& body,
+              const ShmOptions& options = optionsFor(Path::Default)) {
+  MemoryStore store;
+  const std::vector<int> local = allRanks(size);
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      errors[static_cast<std::size_t>(r)] = errorOf([&] {
+        auto t = createShmTransport(store, r, size, local, options);
+        ASSERT_EQ(t->rank(), r);
+        ASSERT_EQ(t->size(), size);
+        body(r, *t);
+      });
+      if (!errors[static_cast<std::size_t>(r)].empty())
+        std::fprintf(stderr, "rank %d: %s\n", r, errors[static_cast<std::size_t>(r)].c_str());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r)
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
+}
+
+// Every rank sends `bytes` to every other rank and receives from each, all posted at once.
+void exchangeAll(int rank, Transport& t, std::size_t bytes, std::uint64_t tag) {
+  const int n = t.size();
+  std::vector<Bytes> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
+  std::vector<Request> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
+    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
+               recvs[static_cast<std::size_t>(p)]);
+  }
+  for (int k = 1; k < n; ++k) {
+    const int p = (rank + k) % n;
+    out[static_cast<std::size_t>(p)] = makePayload(rank, p, bytes);
+    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
+               sends[static_cast<std::size_t>(p)]);
+  }
+  const Deadline deadline = after(20s);
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    t.wait(sends[static_cast<std::size_t>(p)], deadline);
+    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
+    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
+        << bytes << " bytes from rank " << p << " to rank " << rank;
+  }
+}
+
+std::vector<std::string> braidShmEntries() {
+  std::vector<std::string> names;
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.find("braid") != std::string::npos) names.push_back(n);
+  }
+  ::closedir(d);
+  return names;
+}
+
+class ShmPaths : public ::testing::TestWithParam<Path> {};
+
+TEST_P(ShmPaths, PairSizes) {
+  runRanks(
+      2,
+      [](int rank, ShmTransport& t) {
+        const int peer = 1 - rank;
+        EXPECT_EQ(t.pathTo(peer), GetParam() == Path::Ring ? "shm" : "shm+cma");
+        std::uint64_t tag = 100;
+        for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                  std::size_t{64 << 10}, std::size_t{8 << 20}}) {
+          // Ping from 0 to 1, then pong back: "recv posted first" and "data first" both run.
+          Bytes buf(bytes);
+          Request req;
+          if (rank == 0) {
+            Bytes out = makePayload(0, 1, bytes);
+            t.postSend(peer, out.data(), bytes, tag, req);
+            t.wait(req, after(20s));
+            t.postRecv(peer, buf.data(), bytes, tag + 1, req);
+            t.wait(req, after(20s));
+            EXPECT_EQ(firstWrong(buf, 1, 0), -1) << bytes;
+          } else {
+            t.postRecv(peer, buf.data(), bytes, tag, req);
+            t.wait(req, after(20s));
+            EXPECT_EQ(firstWrong(buf, 0, 1), -1) << bytes;
+            Bytes out = makePayload(1, 0, bytes);
+            t.postSend(peer, out.data(), bytes, tag + 1, req);
+            t.wait(req, after(20s));
+          }
+          tag += 2;
+        }
+      },
+      optionsFor(GetParam()));
+}
+
+TEST_P(ShmPaths, BothDirectionsAtOnce) {
+  // Both ranks post a large send and a receive, then wait on the send first: with the ring, the
+  // send does not fit, so waiting on it must also drain the data coming the other way.
+  runRanks(
+      2,
+      [](int rank, ShmTransport& t) {
+        const int peer = 1 - rank;
+        for (std::size_t bytes : {std::size_t{100}, std::size_t{3 << 20} + 5}) {
+          Bytes out = makePayload(rank, peer, bytes), in(bytes);
+          Request send, recv;
+          t.postSend(peer, out.data(), bytes, 3, send);
+          t.postRecv(peer, in.data(), bytes, 3, recv);
+          t.wait(send, after(20s));
+          t.wait(recv, after(20s));
+          EXPECT_EQ(firstWrong(in, peer, rank), -1) << bytes;
+        }
+      },
+      optionsFor(GetParam()));
+}
+
+TEST_P(ShmPaths, ThousandMessagesInOrder) {
+  constexpr int kCount = 1000;
+  // Mostly small, every 100th large enough for the single-copy path.
+  auto sizeOf = [](int i) {
+    return i % 100 == 99 ? std::size_t{200000} : static_cast<std::size_t>((i * 37) % 300);
+  };
+  runRanks(
+      2,
+      [&](int rank, ShmTransport& t) {
+        std::vector<Request> reqs(kCount);
+        std::vector<Bytes> bufs(kCount);
+        if (rank == 1) {
+          for (int i = 0; i < kCount; ++i) {
+            bufs[static_cast<std::size_t>(i)] = makePayload(i, 1, sizeOf(i));
+            t.postSend(0, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i),
+                       static_cast<std::uint64_t>(1000 + i), reqs[static_cast<std::size_t>(i)]);
+          }
+        } else {
+          std::this_thread::sleep_for(20ms);  // let data arrive before the receives are posted
+          for (int i = 0; i < kCount; ++i) {
+            bufs[static_cast<std::size_t>(i)].resize(sizeOf(i));
+            t.postRecv(1, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i),
+                       static_cast<std::uint64_t>(1000 + i), reqs[static_cast<std::size_t>(i)]);
+          }
+        }
+        const Deadline deadline = after(20s);
+        for (int i = 0; i < kCount; ++i) {
+          t.wait(reqs[static_cast<std::size_t>(i)], deadline);
+          if (rank == 0) {
+            EXPECT_EQ(firstWrong(bufs[static_cast<std::size_t>(i)], i, 1), -1) << "message " << i;
+          }
+        }
+      },
+      optionsFor(GetParam()));
+}
+
+TEST_P(ShmPaths, PointToPointArrivesBeforeItsReceive) {
+  // P2P messages are held aside until their receive is posted; receives are posted in the
+  // reverse order of the sends, so each one is matched by tag, not by position. The large ones
+  // together exceed the ring, so rank 1's sends complete only because rank 0, polling, moves
+  // them aside.
+  constexpr int kCount = 6;
+  auto sizeOf = [](int i) { return i % 2 == 0 ? std::size_t{10} + i : std::size_t{300000}; };
+  auto tagOf = [](int i) { return kP2PTagBit | static_cast<std::uint64_t>(i); };
+  std::atomic<bool> sendsDone{false};
+  runRanks(
+      2,
+      [&](int rank, ShmTransport& t) {
+        std::vector<Request> reqs(kCount);
+        std::vector<Bytes> bufs(kCount);
+        if (rank == 1) {
+          for (int i = 0; i < kCount; ++i) {
+            bufs[static_cast<std::size_t>(i)] = makePayload(i, 7, sizeOf(i));
+            t.postSend(0, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i), tagOf(i),
+                       reqs[static_cast<std::size_t>(i)]);
+          }
+          for (int i = 0; i < kCount; ++i) t.wait(reqs[static_cast<std::size_t>(i)], after(20s));
+          sendsDone = true;
+          std::uint8_t one = 1;
+          Request last;
+          t.postSend(0, &one, 1, tagOf(999), last);
+          t.wait(last, after(20s));
+          return;
+        }
+        std::uint8_t one = 0;
+        Request last;
+        t.postRecv(1, &one, 1, tagOf(999), last);
+        const Deadline deadline = after(20s);
+        while (!sendsDone && Clock::now() < deadline) {
+          EXPECT_FALSE(t.test(last));
+          std::this_thread::sleep_for(1ms);
+        }
+        ASSERT_TRUE(sendsDone.load());
+        for (int i = kCount - 1; i >= 0; --i) {
+          bufs[static_cast<std::size_t>(i)].resize(sizeOf(i));
+          t.postRecv(1, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i), tagOf(i),
+                     reqs[static_cast<std::size_t>(i)]);
+          t.wait(reqs[static_cast<std::size_t>(i)], after(20s));
+          EXPECT_EQ(firstWrong(bufs[static_cast<std::size_t>(i)], i, 7), -1) << "message " << i;
+        }
+        t.wait(last, after(20s));
+        EXPECT_EQ(one, 1);
+      },
+      optionsFor(GetParam()));
+}
+
+TEST(ShmTransport, PointToPointReceivePostedMidMessage) {
+  // A P2P message 12 times the ring starts arriving into a held buffer (rank 0 polls with
+  // nothing posted for it); the receive posted half-way takes over and gets every byte.
+  ShmOptions o = optionsFor(Path::Ring);
+  o.slots = 2;
+  o.slotBytes = 4096;
+  std::latch done(2);
+  runRanks(
+      2,
+      [&](int rank, ShmTransport& t) {
+        const std::size_t bytes = 100000;
+        const std::uint64_t tag = kP2PTagBit | 77;
+        Request req;
+        if (rank == 1) {
+          // Not waiting: only the background thread refills the ring, one ring per wake-up.
+          Bytes out = makePayload(1, 0, bytes);
+          t.postSend(0, out.data(), bytes, tag, req);
+          std::this_thread::sleep_for(300ms);
+          t.wait(req, after(20s));
+          done.arrive_and_wait();
+          return;
+        }
+        std::uint8_t other = 0;
+        Request poll;
+        t.postRecv(1, &other, 1, kP2PTagBit | 78, poll);
+        std::this_thread::sleep_for(20ms);
+        for (int i = 0; i < 3; ++i) {  // each poll moves about a ring's worth aside
+          EXPECT_FALSE(t.test(poll));
+          std::this_thread::sleep_for(2ms);
+        }
+        Bytes in(bytes);
+        t.postRecv(1, in.data(), bytes, tag, req);
+        t.wait(req, after(20s));
+        EXPECT_EQ(firstWrong(in, 1, 0), -1);
+        t.abort("done");
+        std::string message;
+        EXPECT_EQ(codeOf([&] { t.wait(poll, after(5s)); }, message), ErrorCode::Aborted);
+        done.arrive_and_wait();
+      },
+      o);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ShmPaths, ::testing::Values(Path::Ring, Path::SingleCopy),
+                         [](const auto& info) {
+                           return info.param == Path::Ring ? std::string("Ring")
+                                                           : std::string("SingleCopy");
+                         });
+
+// Rank 1 sends (tag 5, 8 bytes); rank 0 expects (expectTag, expectBytes).
+void expectMismatch(std::uint64_t expectTag, std::size_t expectBytes, const std::string& want) {
+  std::latch done(2);
+  runRanks(2, [&](int rank, ShmTransport& t) {
+    Bytes buf(64);
+    Request req;
+    if (rank == 1) {
+      t.postSend(0, buf.data(), 8, 5, req);
+      t.wait(req, after(5s));
+    } else {
+      t.postRecv(1, buf.data(), expectBytes, expectTag, req);
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::Mismatch);
+      EXPECT_NE(message.find(want), std::string::npos) << message;
+      EXPECT_NE(message.find("from rank 1 (pid "), std::string::npos) << message;
+      // The pair is broken now: later requests to that peer fail too.
+      Request later;
+      t.postSend(1, buf.data(), 1, 6, later);
+      EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, message), ErrorCode::Mismatch);
+    }
+    done.arrive_and_wait();  // rank 1 stays up until rank 0 has checked
+  });
+}
+
+TEST(ShmTransport, TagMismatch) {
+  expectMismatch(6, 8, "rank 0 expected tag 6 (8 bytes) from rank 1");
+  expectMismatch(6, 8, "but received tag 5 (8 bytes)");
+}
+
+TEST(ShmTransport, SizeMismatch) {
+  expectMismatch(5, 16, "rank 0 expected tag 5 (16 bytes) from rank 1");
+  expectMismatch(5, 16, "but received tag 5 (8 bytes)");
+}
+
+TEST(ShmTransport, MismatchTellsThePeer) {
+  // The rank that detects the mismatch closes the pair; the other side's next receive from it
+  // fails with PeerLost instead of waiting for its deadline.
+  runRanks(2, [&](int rank, ShmTransport& t) {
+    Bytes buf(64);
+    Request req;
+    std::string message;
+    if (rank == 1) {
+      t.postSend(0, buf.data(), 8, 5, req);
+      t.wait(req, after(5s));
+      t.postRecv(0, buf.data(), 8, 9, req);
+      const auto start = Clock::now();
+      EXPECT_EQ(codeOf([&] { t.wait(req, after(10s)); }, message), ErrorCode::PeerLost);
+      EXPECT_LT(Clock::now() - start, 2s);
+      EXPECT_NE(message.find("rank 1 lost rank 0 (pid "), std::string::npos) << message;
+    } else {
+      t.postRecv(1, buf.data(), 8, 6, req);
+      EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::Mismatch);
+    }
+  });
+}
+
+TEST(ShmTransport, UnmatchedRecvTimesOutNamingThePeer) {
+  std::latch done(2);
+  runRanks(2, [&](int rank, ShmTransport& t) {
+    if (rank == 0) {
+      Bytes buf(16);
+      Request req;
+      t.postRecv(1, buf.data(), buf.size(), 7, req);
+      const auto start = Clock::now();
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t.wait(req, start + 300ms); }, message), ErrorCode::Timeout);
+      const auto took = Clock::now() - start;
+      EXPECT_GE(took, 300ms);
+      EXPECT_LT(took, 1s);
+      EXPECT_NE(message.find("rank 0 timed out waiting for a recv of 16 bytes from rank 1 (pid "),
+                std::string::npos)
+          << message;
+      // The transport is failed now: later requests fail with the same error.
+      Request later;
+      t.postSend(1, buf.data(), 1, 8, later);
+      std::string again;
+      EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, again), ErrorCode::Timeout);
+      EXPECT_EQ(again, message);
+    }
+    done.arrive_and_wait();
+  });
+}
+
+TEST(ShmTransport, AbortWakesEveryWaiter) {
+  std::latch done(3);
+  runRanks(3, [&](int rank, ShmTransport& t) {
+    if (rank == 2) {
+      done.arrive_and_wait();  // stays up, silent
+      return;
+    }
+    if (rank == 0) {
+      // Two threads of rank 0 sleep on different receives; abort from a third ends both.
+      Bytes a(16), b(16);
+      Request ra, rb;
+      t.postRecv(1, a.data(), a.size(), 7, ra);
+      t.postRecv(2, b.data(), b.size(), 7, rb);
+      std::string messageA, messageB;
+      ErrorCode codeA = ErrorCode::Internal;
+      std::thread other([&] { codeA = codeOf([&] { t.wait(ra, after(10s)); }, messageA); });
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(200ms);
+        t.abort("test abort");
+      });
+      const auto start = Clock::now();
+      EXPECT_EQ(codeOf([&] { t.wait(rb, after(10s)); }, messageB), ErrorCode::Aborted);
+      other.join();
+      aborter.join();
+      EXPECT_LT(Clock::now() - start, 1s);
+      EXPECT_EQ(codeA, ErrorCode::Aborted);
+      EXPECT_NE(messageA.find("test abort"), std::string::npos) << messageA;
+      EXPECT_NE(messageB.find("test abort"), std::string::npos) << messageB;
+    } else {
+      // Rank 1 waits on rank 0, which aborts: it sees PeerLost promptly.
+      Bytes buf(16);
+      Request req;
+      t.postRecv(0, buf.data(), buf.size(), 9, req);
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t.wait(req, after(10s)); }, message), ErrorCode::PeerLost);
+      EXPECT_NE(message.find("rank 1 lost rank 0 (pid "), std::string::npos) << message;
+    }
+    done.arrive_and_wait();
+  });
+}
+
+TEST(ShmTransport, PeerDestroyedMidWaitIsPeerLost) {
+  std::atomic<long long> destroyedAtNs{0};
+  runRanks(3, [&](int rank, ShmTransport& t) {
+    if (rank == 1) {
+      std::this_thread::sleep_for(200ms);
+      destroyedAtNs = Clock::now().time_since_epoch().count();
+      return;  // runRanks destroys the transport now
+    }
+    Bytes buf(1024);
+    Request req;
+    t.postRecv(1, buf.data(), buf.size(), 7, req);
+    std::string message;
+    EXPECT_EQ(codeOf([&] { t.wait(req, after(10s)); }, message), ErrorCode::PeerLost);
+    const auto noticed = Clock::now().time_since_epoch().count();
+    EXPECT_NE(message.find("rank " + std::to_string(rank) + " lost rank 1 (pid "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("during recv of 1024 bytes"), std::string::npos) << message;
+    EXPECT_LT(std::chrono::nanoseconds(noticed - destroyedAtNs.load()), 1s);
+    Request later;
+    t.postSend(1, buf.data(), 1, 8, later);
+    EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, message), ErrorCode::PeerLost);
+  });
+}
+
+TEST(ShmTransport, DataSentBeforeThePeerLeftCanStillBeReceived) {
+  std::latch sent(2);
+  runRanks(
+      2,
+      [&](int rank, ShmTransport& t) {
+        Bytes buf = makePayload(1, 0, 1000);
+        Request req;
+        if (rank == 1) {
+          t.postSend(0, buf.data(), buf.size(), 4, req);
+          t.wait(req, after(5s));
+          sent.arrive_and_wait();
+          return;  // destroyed with the message still in the ring
+        }
+        sent.arrive_and_wait();
+        std::this_thread::sleep_for(100ms);
+        Bytes in(1000);
+        t.postRecv(1, in.data(), in.size(), 4, req);
+        t.wait(req, after(5s));
+        EXPECT_EQ(firstWrong(in, 1, 0), -1);
+        t.postRecv(1, in.data(), in.size(), 5, req);
+        std::string message;
+        EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::PeerLost);
+      },
+      optionsFor(Path::Ring));
+}
+
+TEST(ShmTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
+  // Rank 0 posts a send four times the ring and then does something else for a while; rank 1's
+  // receive completes meanwhile, because rank 0's background thread keeps filling the ring.
+  ShmOptions o = optionsFor(Path::Ring);
+  o.slots = 4;
+  o.slotBytes = 16 << 10;
+  runRanks(
+      2,
+      [&](int rank, ShmTransport& t) {
+        const std::size_t bytes = 256 << 10;
+        Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
+        Request req;
+        if (rank == 0) {
+          t.postSend(1, buf.data(), bytes, 4, req);
+          std::this_thread::sleep_for(1500ms);
+          EXPECT_TRUE(t.test(req));
+          t.wait(req, after(5s));
+        } else {
+          const auto start = Clock::now();
+          t.postRecv(0, buf.data(), bytes, 4, req);
+          t.wait(req, after(10s));
+          EXPECT_LT(Clock::now() - start, 1s);
+          EXPECT_EQ(firstWrong(buf, 0, 1), -1);
+        }
+      },
+      o);
+}
+
+TEST(ShmTransport, EightRanksOversubscribedAllToAll) {
+  // 8 ranks on however few cores: waits must yield and sleep, never spin the peers out.
+  for (Path path : {Path::Ring, Path::SingleCopy}) {
+    SCOPED_TRACE(name(path));
+    const auto start = Clock::now();
+    runRanks(
+        8,
+        [](int rank, ShmTransport& t) {
+          std::uint64_t tag = 1;
+          for (int round = 0; round < 20; ++round)
+            for (std::size_t bytes :
+                 {std::size_t{0}, std::size_t{8}, std::size_t{1000}, std::size_t{100000}})
+              exchangeAll(rank, t, bytes, tag++);
+        },
+        optionsFor(path));
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    std::printf("[ shm      ] 8 ranks, 80 all-to-all rounds (%s): %.1f ms\n", name(path).c_str(),
+                ms);
+    EXPECT_LT(ms, 15000.0 * kSlowdown);
+  }
+}
+
+TEST(ShmTransport, NamedSegmentIsUnlinkedOnceMapped) {
+  const auto before = braidShmEntries();
+  ShmOptions o = optionsFor(Path::Default);
+  o.forceNamedSegment = true;
+  std::latch checked(3);
+  runRanks(
+      3,
+      [&](int rank, ShmTransport& t) {
+        // Setup returned on every rank: the name is gone while the segment is in use.
+        checked.arrive_and_wait();
+        if (rank == 0) {
+          EXPECT_EQ(braidShmEntries(), before);
+        }
+        exchangeAll(rank, t, 5000, 1);
+      },
+      o);
+  EXPECT_EQ(braidShmEntries(), before);
+}
+
+TEST(ShmTransport, RankThatNeverShowsUpIsNamed) {
+  MemoryStore store;
+  ShmOptions o = optionsFor(Path::Ring);
+  o.setupTimeout = 300ms;
+  const std::vector<int> local{0, 1, 2};
+  std::string message;
+  const auto start = Clock::now();
+  EXPECT_EQ(codeOf([&] { createShmTransport(store, 0, 3, local, o); }, message),
+            ErrorCode::Timeout);
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for rank 1 to open"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(codeOf([&] { createShmTransport(store, 2, 3, local, o); }, message),
+            ErrorCode::Timeout);
+  EXPECT_NE(message.find("rank 2 timed out after 300 ms waiting for rank 0 to settle"),
+            std::string::npos)
+      << message;
+}
+
+TEST(ShmTransport, RejectsPeersOffThisHost) {
+  runRanks(1, [](int, ShmTransport& t) {
+    Bytes buf(4);
+    Request req;
+    std::string message;
+    EXPECT_EQ(codeOf([&] { t.postSend(0, buf.data(), 4, 1, req); }, message),
+              ErrorCode::InvalidArgument);
+  });
+  // Ranks 0 and 2 of a world of 3 share a host; rank 1 is elsewhere.
+  MemoryStore store;
+  const std::vector<int> local{0, 2};
+  std::vector<std::string> errors(2);
+  std::thread other([&] {
+    errors[1] = errorOf([&] {
+      auto t = createShmTransport(store, 2, 3, local, optionsFor(Path::Ring));
+      Bytes buf(4);
+      Request req;
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t->postSend(1, buf.data(), 4, 1, req); }, message),
+                ErrorCode::InvalidArgument);
+      EXPECT_EQ(t->pathTo(1), "");
+      EXPECT_EQ(t->pathTo(0), "shm");
+      t->postRecv(0, buf.data(), 4, 1, req);
+      t->wait(req, after(5s));
+    });
+  });
+  errors[0] = errorOf([&] {
+    auto t = createShmTransport(store, 0, 3, local, optionsFor(Path::Ring));
+    Bytes buf(4, 1);
+    Request req;
+    t->postSend(2, buf.data(), 4, 1, req);
+    t->wait(req, after(5s));
+  });
+  other.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+TEST(ShmGeometry, SizeFormula) {
+  const shm::Geometry two = shm::planGeometry(2, 8, 64 << 10, std::size_t{256} << 20);
+  EXPECT_EQ(two.ringBytes(), std::size_t{512} << 10);
+  EXPECT_EQ(two.totalBytes, 4096 + 2 * (std::size_t{512} << 10));
+  const shm::Geometry eight = shm::planGeometry(8, 8, 64 << 10, std::size_t{256} << 20);
+  EXPECT_EQ(eight.totalBytes, 12288 + 56 * (std::size_t{512} << 10));
+  // 24 ranks do not fit with 64 KiB slots: the slots shrink until they do.
+  const shm::Geometry many = shm::planGeometry(24, 8, 64 << 10, std::size_t{256} << 20);
+  EXPECT_EQ(many.slotBytes, std::size_t{32} << 10);
+  EXPECT_LE(many.totalBytes, std::size_t{256} << 20);
+  EXPECT_THROW(shm::planGeometry(2, 1, 64 << 10, 1 << 30), Error);
+  EXPECT_THROW(shm::planGeometry(2, 8, 3000, 1 << 30), Error);
+}
+
+TEST(ShmTransport, PingPongLatencyThreads) {
+  runRanks(
+      2,
+      [](int rank, ShmTransport& t) {
+        const int peer = 1 - rank;
+        std::uint64_t value = 0;
+        Request req;
+        constexpr int kIters = 20000;
+        const auto start = Clock::now();
+        for (int i = 0; i < kIters; ++i) {
+          if (rank == 0) {
+            t.postSend(peer, &value, 8, 1, req);
+            t.wait(req, after(10s));
+            t.postRecv(peer, &value, 8, 1, req);
+            t.wait(req, after(10s));
+          } else {
+            t.postRecv(peer, &value, 8, 1, req);
+            t.wait(req, after(10s));
+            t.postSend(peer, &value, 8, 1, req);
+            t.wait(req, after(10s));
+          }
+        }
+        const double us =
+            std::chrono::duration<double, std::micro>(Clock::now() - start).count() / kIters;
+        if (rank == 0)
+          std::printf(
+              "[ shm      ] 8-byte ping-pong, threads: %.2f us round trip, %.2f us one way\n", us,
+              us / 2);
+      },
+      optionsFor(Path::Ring));
+}
+
+}  // namespace
+}  // namespace braid::transport
