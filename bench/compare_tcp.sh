@@ -18,7 +18,7 @@ export BRAID_SHM_DISABLE=1  # TCP only: this comparison is about the TCP transpo
 for k in $(seq 1 "$rounds"); do
   echo "== round $k/$rounds: braid"
   for c in allreduce reducescatter allgather broadcast reduce alltoall; do
-    "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -n 0 -w 5 \
+    "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -w 5 \
       --reps 7 -c 0 --json "$out/braid.$c.run$k.json" > "$out/braid.$c.run$k.txt"
   done
   echo "== round $k/$rounds: Open MPI tcp"
