@@ -13,10 +13,19 @@
 #   scripts/sanitize.sh thread -L algo -R Ring
 #
 # Under TSan the multiproc suite is left out of the default subset: its tests fork() a process
-# that already runs threads (gtest's, the TCP store server's) and go on using braid in the child,
-# which TSan does not support (it reports races on its own runtime state, or deadlocks in the
-# child). Their code paths run under TSan anyway, as threads, in the transport and comm tests.
-# Environment: JOBS (parallel build jobs, default 2).
+# that already runs threads (the TCP store server's) and start threads in the child, which TSan
+# does not support: the child dies with "ThreadSanitizer: starting new threads after
+# multi-threaded fork is not supported" (with die_after_fork=0, with "dup thread with used id").
+# Their code paths run under TSan anyway, as threads, in the transport and comm tests.
+# Also left out under TSan: TcpStore.PipelinedRequestsAndSlowReaders, which asserts that a store
+# request is answered within 5 s while the server encodes 96 MiB of replies for another client;
+# TSan's instrumented memcpy makes that take longer on a loaded 2-core machine (a timing bound,
+# not a race: the test passes under TSan when the machine is idle).
+# Environment: JOBS (parallel build jobs, default 2), BRAID_SANITIZE_BUILD (the build folder,
+# default build-asan or build-tsan).
+#
+# CI: .ci/run can call `scripts/sanitize.sh address` after `make test`; the build folder is kept
+# between runs, so only what changed is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:-address}"
@@ -29,6 +38,7 @@ case "$kind" in
     exit 2
     ;;
 esac
+build="${BRAID_SANITIZE_BUILD:-$build}"
 jobs="${JOBS:-2}"
 start=$(date +%s)
 
@@ -68,8 +78,13 @@ if [ $# -gt 0 ]; then
   ctest --output-on-failure -j "$jobs" --timeout 600 "$@" || status=$?
 else
   labels='unit|transport'
-  [ "$kind" = address ] && labels='unit|transport|multiproc'
-  ctest --output-on-failure -j "$jobs" --timeout 600 -L "$labels" || status=$?
+  exclude='^$'
+  if [ "$kind" = address ]; then
+    labels='unit|transport|multiproc'
+  else
+    exclude='^TcpStore\.PipelinedRequestsAndSlowReaders$'
+  fi
+  ctest --output-on-failure -j "$jobs" --timeout 600 -L "$labels" -E "$exclude" || status=$?
   ctest --output-on-failure -j "$jobs" --timeout 600 -L comm \
     -R '^(Errors|SubComm|Concurrency|Async)\.' || status=$?
 fi

@@ -106,8 +106,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs,
                                                           BraidWork::RunFn run) {
   ++seq_;
+  // A timeout names the bound that expired (the group's timeout, from init_process_group).
+  auto withTimeout = [run = std::move(run), ms = config_.timeout.count()] {
+    try {
+      run();
+    } catch (const braid::Error& e) {
+      if (e.code() != braid::ErrorCode::Timeout) throw;
+      throw braid::Error(e.code(), e.detail() + " (the group's timeout is " + std::to_string(ms) +
+                                       " ms)");
+    }
+  };
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
-                                             std::move(run));
+                                             std::move(withTimeout));
   queue_->push(work);
   return work;
 }
@@ -116,6 +126,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+    return allreduceSparse(tensors, opts);
   const at::Tensor& t = checkSingle(tensors, "all_reduce", "input");
   const auto dtype = requireReducible(t, "all_reduce");
   const auto op = toBraidOp(opts.reduceOp, "all_reduce");
@@ -127,6 +139,47 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
                                    op);
                    s.commit();
                  });
+}
+
+// Sparse COO tensors (e.g. nn.Embedding(sparse=True) gradients under DDP): every rank gathers
+// everyone's indices and values (two allgatherv, sizes exchanged first), and torch sums the
+// duplicates (coalesce). Bytes on the wire: every rank's nonzeros to every rank, like Gloo's.
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduceSparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const at::Tensor& t = tensors[0];
+  TORCH_CHECK(t.device().is_cpu(), "braid: all_reduce: a sparse tensor must be on the CPU");
+  TORCH_CHECK(static_cast<c10d::ReduceOp::RedOpType>(opts.reduceOp) == c10d::ReduceOp::SUM,
+              "braid: all_reduce of a sparse tensor supports ReduceOp.SUM only");
+  auto comm = comm_;
+  const int size = size_;
+  return enqueue(c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors, [comm, t, size] {
+    const at::Tensor in = t.coalesce();
+    std::int64_t nnz = in._nnz();
+    const at::Tensor idx = in._indices().t().contiguous();  // nnz x sparse_dim
+    const at::Tensor val = in._values().contiguous();       // nnz x dense sizes
+    std::vector<std::int64_t> nnzs(static_cast<std::size_t>(size));
+    comm->allgather(&nnz, nnzs.data(), 1, braid::DataType::Int64);
+    const std::int64_t total = std::accumulate(nnzs.begin(), nnzs.end(), std::int64_t{0});
+    std::vector<std::int64_t> valShape = val.sizes().vec();
+    const std::size_t rowBytes =
+        val.element_size() * static_cast<std::size_t>(std::accumulate(
+                                 valShape.begin() + 1, valShape.end(), std::int64_t{1},
+                                 std::multiplies<>()));
+    const auto sparseDim = static_cast<std::size_t>(in.sparse_dim());
+    std::vector<std::size_t> idxCounts, valCounts;
+    for (std::int64_t n : nnzs) {
+      idxCounts.push_back(static_cast<std::size_t>(n) * sparseDim * sizeof(std::int64_t));
+      valCounts.push_back(static_cast<std::size_t>(n) * rowBytes);
+    }
+    at::Tensor allIdx = at::empty({total, static_cast<std::int64_t>(sparseDim)}, at::kLong);
+    valShape[0] = total;
+    at::Tensor allVal = at::empty(valShape, val.options());
+    auto ptr = [](const at::Tensor& x) { return byteSize(x) ? x.data_ptr() : nullptr; };
+    comm->allgatherv(ptr(idx), ptr(allIdx), idxCounts, {}, kByte);
+    comm->allgatherv(ptr(val), ptr(allVal), valCounts, {}, kByte);
+    at::Tensor sum = at::sparse_coo_tensor(allIdx.t(), allVal, t.sizes()).coalesce();
+    t.copy_(sum);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(

@@ -95,6 +95,8 @@ class ProcessGroupBraid : public BackendBase {
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, BraidWork::RunFn run);
   void shutdown();
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceOptions& opts);
 
   BackendConfig config_;
   std::shared_ptr<braid::Comm> comm_;

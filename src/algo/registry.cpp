@@ -23,6 +23,12 @@ void linearScatter(Context&, const CollArgs&);
 void pairwiseAlltoall(Context&, const CollArgs&);
 void pairwiseAlltoallv(Context&, const CollArgs&);
 void disseminationBarrier(Context&, const CollArgs&);
+void shmDirectAllreduce(Context&, const CollArgs&);
+void shmDirectAllgather(Context&, const CollArgs&);
+void shmDirectBroadcast(Context&, const CollArgs&);
+void shmDirectReduceScatter(Context&, const CollArgs&);
+void shmDirectReduce(Context&, const CollArgs&);
+void shmDirectBarrier(Context&, const CollArgs&);
 
 namespace {
 
@@ -53,6 +59,25 @@ constexpr std::array kAlgorithms{
              "N-1 steps, step s sends to rank+s and receives from rank-s"},
     AlgoInfo{"dissemination", Collective::Barrier, disseminationBarrier,
              "ceil(log2 N) rounds of 0-byte messages to rank+2^k"},
+    // Direct shared-memory collectives: only when every rank is on one host (the transport has
+    // a SharedMemoryGroup); elsewhere each runs the classic algorithm of its collective.
+    AlgoInfo{"shm_direct", Collective::Allreduce, shmDirectAllreduce,
+             "one host: each rank reduces its 1/N slice of every peer's staged chunk in shared "
+             "memory, then all copy the slices; 2 barriers per chunk (1 below 4 KiB)"},
+    AlgoInfo{"shm_direct", Collective::Allgather, shmDirectAllgather,
+             "one host: each rank stages its block in shared memory, all copy every block; "
+             "1 barrier per chunk"},
+    AlgoInfo{"shm_direct", Collective::Broadcast, shmDirectBroadcast,
+             "one host: the root stages the buffer in shared memory, all copy it; 1 barrier per "
+             "chunk"},
+    AlgoInfo{"shm_direct", Collective::ReduceScatter, shmDirectReduceScatter,
+             "one host: each rank stages its input, reduces its block of every peer's staging; "
+             "1 barrier per chunk"},
+    AlgoInfo{"shm_direct", Collective::Reduce, shmDirectReduce,
+             "one host: slices reduced in shared memory as in allreduce, the root copies them; "
+             "2 barriers per chunk (1 below 4 KiB)"},
+    AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
+             "one host: one counter line per rank in shared memory, spin then futex"},
 };
 
 }  // namespace

@@ -65,7 +65,8 @@ void Comm::Impl::execute(Op& op) {
   }
 
   const std::string name =
-      tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes});
+      tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
+                                      transport->sharedGroup() != nullptr});
   const algo::AlgoInfo* algorithm = algo::findAlgorithm(c, name);
   if (algorithm == nullptr)
     throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
@@ -345,7 +346,8 @@ std::string Comm::pathTo(int peer) const {
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
-  return tuning::selectAlgorithm(impl_->rules, {c, bytes, impl_->size, impl_->opts.smallMessageBytes});
+  return tuning::selectAlgorithm(impl_->rules, {c, bytes, impl_->size, impl_->opts.smallMessageBytes,
+                                                impl_->transport->sharedGroup() != nullptr});
 }
 
 // ---------------------------------------------------------------- operations

@@ -314,22 +314,14 @@ void TcpStore::Impl::recvExactly(std::uint8_t* data, std::size_t n, const proto:
 void TcpStore::Impl::finishHandshake(const proto::Request& req, Clock::time_point deadline) {
   security::Initiator& initiator = *pendingHandshake_;
   std::vector<std::uint8_t> in(security::kHandshakeHeaderBytes);
+  recvExactly(in.data(), in.size(), req, deadline);
   security::Message m;
-  security::DecodeResult r;
-  try {
-    recvExactly(in.data(), in.size(), req, deadline);
+  auto r = security::decodeMessage(in, m);
+  if (r.status == security::DecodeStatus::Incomplete && r.frameBytes > in.size()) {
+    in.resize(r.frameBytes);
+    recvExactly(in.data() + security::kHandshakeHeaderBytes,
+                in.size() - security::kHandshakeHeaderBytes, req, deadline);
     r = security::decodeMessage(in, m);
-    if (r.status == security::DecodeStatus::Incomplete && r.frameBytes > in.size()) {
-      in.resize(r.frameBytes);
-      recvExactly(in.data() + security::kHandshakeHeaderBytes,
-                  in.size() - security::kHandshakeHeaderBytes, req, deadline);
-      r = security::decodeMessage(in, m);
-    }
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::PeerLost) throw;
-    throw Error(ErrorCode::PeerLost, e.detail() +
-                                         " before answering the handshake (is this host's address "
-                                         "in the store's BRAID_WHITELIST?)");
   }
   if (r.status != security::DecodeStatus::Complete)
     fail(ErrorCode::Mismatch, "store at " + address_ + " is not a braid store (" + r.error +
@@ -350,8 +342,20 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
     throw Error(ErrorCode::InvalidArgument, "store " + describe(req).substr(0, 256) + " at " +
                                                 address_ + ": " + boundBroken(req));
   if (!fd_.valid()) connect();
-  sendAll(frame, req, deadline);
-  if (pendingHandshake_) finishHandshake(req, deadline);
+  if (!pendingHandshake_) {
+    sendAll(frame, req, deadline);
+  } else {
+    try {
+      sendAll(frame, req, deadline);
+      finishHandshake(req, deadline);
+    } catch (const Error& e) {
+      // Dropped before it answered the Hello: most likely at accept, by the whitelist.
+      if (e.code() != ErrorCode::PeerLost) throw;
+      throw Error(ErrorCode::PeerLost, e.detail() +
+                                           ", before it answered the handshake (is this host's "
+                                           "address in the store's BRAID_WHITELIST?)");
+    }
+  }
 
   std::vector<std::uint8_t> in(proto::kFrameHeaderBytes);
   recvExactly(in.data(), in.size(), req, deadline);

@@ -74,6 +74,10 @@ void RoutedTransport::abort(const std::string& why) {
   for (Leg& leg : legs_) leg.transport->abort(why);
 }
 
+SharedMemoryGroup* RoutedTransport::sharedGroup() {
+  return legs_.size() == 1 ? legs_.front().transport->sharedGroup() : nullptr;
+}
+
 std::string RoutedTransport::pathTo(int peer) const {
   if (peer < 0 || peer >= size_) return "";
   if (peer == rank_) return "self";

@@ -33,6 +33,8 @@ class RoutedTransport final : public Transport {
   bool test(Request& req) override;
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
+  /// The single leg's group when one leg (shared memory) reaches every peer, else nullptr.
+  SharedMemoryGroup* sharedGroup() override;
   /// Aborts every leg.
   void abort(const std::string& why) override;
 

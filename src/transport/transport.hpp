@@ -50,6 +50,35 @@ struct Request {
   bool done() const { return state.load(std::memory_order_acquire) == State::Done; }
 };
 
+/// Optional capability of a transport whose ranks are ALL on one host and share memory: what the
+/// direct shared-memory collectives (src/algo/*/shm_direct.cpp) are written against. Ranks are
+/// the communicator's; every rank's staging area is readable and writable by every rank.
+/// Not thread-safe: one collective at a time per rank (the communicator serializes them).
+class SharedMemoryGroup {
+ public:
+  virtual ~SharedMemoryGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Bytes of each rank's staging area (a multiple of 4 KiB, at least 16 KiB).
+  virtual std::size_t stagingBytes() const = 0;
+  /// Rank r's staging area, mapped in this process.
+  virtual std::uint8_t* staging(int r) const = 0;
+  /// Returns once every rank of the group has entered the same barrier (the group counts its
+  /// barriers; all ranks must enter them in the same order) with the same operation `tag`
+  /// (else Error(Mismatch) naming both operations). Memory written before it is visible to
+  /// every rank after it. Spins briefly, then sleeps on a futex; throws
+  /// Error(Timeout) at the deadline, Error(PeerLost) naming a rank whose process exited or
+  /// whose transport closed or failed, Error(Aborted) after the transport was aborted. After
+  /// a throw the group is failed: peers' barriers throw PeerLost.
+  virtual void barrier(std::uint64_t tag, Deadline deadline) = 0;
+  /// Starts a step of a direct collective: returns the byte offset (0 or stagingBytes() / 2) of
+  /// the half of every rank's staging area that this step uses. Halves alternate step by step
+  /// (every rank counts the same steps), so a step may write its half before its first barrier
+  /// while peers still read the previous step's half, provided every step reads its half only
+  /// before the next step's first barrier.
+  virtual std::size_t beginStep() = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -73,6 +102,9 @@ class Transport {
   virtual std::string describePeer(int peer) const = 0;
   /// Fails every pending and later request with Error(Aborted, why). Any thread.
   virtual void abort(const std::string& why) = 0;
+  /// Optional capability: the shared-memory group of ALL ranks of this transport, or nullptr
+  /// (the default) when some rank is on another host or the transport shares no memory.
+  virtual SharedMemoryGroup* sharedGroup() { return nullptr; }
   /// Optional: turns a tag into words for Mismatch errors ("allreduce #57 (fp32, 1024)").
   void setTagDescriber(std::function<std::string(std::uint64_t)> f) { describeTag_ = std::move(f); }
 

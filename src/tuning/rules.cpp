@@ -98,6 +98,17 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
     if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
     if (algo::findAlgorithm(in.coll, r.algorithm) != nullptr) return r.algorithm;
   }
+  if (in.sharedMemory) {
+    switch (in.coll) {
+      case Collective::Allreduce:
+      case Collective::Allgather:
+      case Collective::Broadcast:
+      case Collective::ReduceScatter:
+      case Collective::Reduce:
+      case Collective::Barrier: return "shm_direct";
+      default: break;
+    }
+  }
   switch (in.coll) {
     case Collective::Allreduce:
       return in.bytes <= in.smallMessageBytes ? "recursive_doubling" : "ring";

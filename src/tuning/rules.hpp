@@ -36,6 +36,9 @@ struct SelectionInputs {
   std::size_t bytes;  // the nccl-tests size of the operation
   int worldSize;
   std::size_t smallMessageBytes;
+  /// Every rank is on this host and the transport offers a SharedMemoryGroup: the default
+  /// policy then picks the "shm_direct" algorithms where one exists.
+  bool sharedMemory = false;
 };
 
 /// The algorithm to run: the first matching rule, else the default policy.

@@ -334,7 +334,7 @@ TEST(TcpAuth, ConnectionSetupOverhead) {
   std::sort(authenticated.begin(), authenticated.end());
   std::printf(
       "8-rank communicator creation (ranks as threads, TCP store, median of %d): %.2f ms without "
-      "a key, %.2f ms with BRAID_AUTH_KEY (+%.2f ms for %d store and %d peer handshakes)\n",
+      "a key, %.2f ms with BRAID_AUTH_KEY (%+.2f ms for %d store and %d peer handshakes)\n",
       kRounds, plain[kRounds / 2], authenticated[kRounds / 2],
       authenticated[kRounds / 2] - plain[kRounds / 2], kRanks, kRanks * (kRanks - 1) / 2);
 }

@@ -240,7 +240,8 @@ Attachment Setup::run() {
   a.localRanks = localRanks_;
   a.hostName = localHostName();
   const std::size_t count = localRanks_.size();
-  a.geometry = planGeometry(count, options_.slots, options_.slotBytes, options_.maxSegmentBytes);
+  a.geometry = planGeometry(count, options_.slots, options_.slotBytes, options_.maxSegmentBytes,
+                            options_.stagingBytes);
   // Under Yama's ptrace_scope=1 a process may only be read by its ancestors; this lets the
   // other ranks of the job read this one (EINVAL without Yama is fine).
   if (!options_.cmaDisable) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);

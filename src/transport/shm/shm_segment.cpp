@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <braid/error.hpp>
 #include <cerrno>
@@ -27,6 +28,20 @@ std::size_t controlBytes(std::size_t ranks) {
   return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) + ranks * ranks * sizeof(ChannelControl);
 }
 
+// Appends the group part (GroupLine[ranks], staging[ranks]) to a geometry whose rings end at
+// totalBytes.
+void addGroup(Geometry& g, std::size_t stagingBytes, std::size_t maxSegmentBytes) {
+  if (stagingBytes == 0 || g.ranks == 0) return;
+  const std::size_t ringsEnd = g.totalBytes;
+  g.stagingBytes = alignUp(std::max(stagingBytes, kMinStagingBytes), kPage);
+  g.groupOffset = ringsEnd;
+  g.stagingOffset = g.groupOffset + alignUp(g.ranks * sizeof(GroupLine), kPage);
+  while (g.stagingBytes > kMinStagingBytes &&
+         g.stagingOffset + g.ranks * g.stagingBytes > maxSegmentBytes)
+    g.stagingBytes = alignUp(g.stagingBytes / 2, kPage);
+  g.totalBytes = g.stagingOffset + g.ranks * g.stagingBytes;
+}
+
 }  // namespace
 
 std::string errnoText(int err) {
@@ -41,7 +56,7 @@ void UniqueFd::reset(int fd) {
 }
 
 Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
-                      std::size_t maxSegmentBytes) {
+                      std::size_t maxSegmentBytes, std::size_t stagingBytes) {
   if (slots < kMinSlots || slots > kMaxSlots)
     throw Error(ErrorCode::InvalidArgument,
                 "shm transport: " + std::to_string(slots) + " ring slots, expected " +
@@ -60,6 +75,7 @@ Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotByte
   while (g.slotBytes > kMinSlotBytes && g.ringsOffset + rings * g.ringBytes() > maxSegmentBytes)
     g.slotBytes /= 2;
   g.totalBytes = g.ringsOffset + rings * g.ringBytes();
+  addGroup(g, stagingBytes, maxSegmentBytes);
   return g;
 }
 
@@ -110,12 +126,15 @@ void Segment::initialize(const Geometry& g) {
   h->slots = g.slots;
   h->slotBytes = g.slotBytes;
   h->totalBytes = g.totalBytes;
+  h->stagingBytes = g.stagingBytes;
   geometry_ = g;
   for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
   for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)
     std::construct_at(reinterpret_cast<ChannelControl*>(base_ + sizeof(SegmentHeader) +
                                                         g.ranks * sizeof(RankSlot)) +
                       i);
+  if (g.stagingBytes > 0)
+    for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&groupLine(r));
 }
 
 Geometry Segment::adopt(const std::string& what) {
@@ -128,6 +147,12 @@ Geometry Segment::adopt(const std::string& what) {
   g.slotBytes = h.slotBytes;
   g.ringsOffset = alignUp(controlBytes(g.ranks), kPage);
   g.totalBytes = g.ringsOffset + g.ranks * (g.ranks - 1) * g.ringBytes();
+  if (h.stagingBytes > 0) {
+    g.groupOffset = g.totalBytes;
+    g.stagingOffset = g.groupOffset + alignUp(g.ranks * sizeof(GroupLine), kPage);
+    g.stagingBytes = h.stagingBytes;
+    g.totalBytes = g.stagingOffset + g.ranks * g.stagingBytes;
+  }
   if (g.totalBytes != h.totalBytes || g.totalBytes > bytes_)
     throw Error(ErrorCode::Internal, what + ": the segment header describes " +
                                          std::to_string(h.totalBytes) + " bytes, mapped " +
@@ -149,6 +174,14 @@ ChannelControl& Segment::control(std::size_t from, std::size_t to) const {
 std::uint8_t* Segment::ring(std::size_t from, std::size_t to) const {
   const std::size_t index = from * (geometry_.ranks - 1) + (to < from ? to : to - 1);
   return base_ + geometry_.ringsOffset + index * geometry_.ringBytes();
+}
+
+GroupLine& Segment::groupLine(std::size_t local) const {
+  return reinterpret_cast<GroupLine*>(base_ + geometry_.groupOffset)[local];
+}
+
+std::uint8_t* Segment::staging(std::size_t local) const {
+  return base_ + geometry_.stagingOffset + local * geometry_.stagingBytes;
 }
 
 // ---- futex ----

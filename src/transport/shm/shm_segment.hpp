@@ -9,8 +9,15 @@
 //   (padding to 4 KiB)
 //   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
 //                                             ordered pair of distinct local ranks
+//   GroupLine[L] (padded to 4 KiB)  L * 64 B  direct collectives: barrier counter, gone flag
+//   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
-//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(64 L) + L G when G > 0]
+//
+// The group part (GroupLine, staging) exists when G (ShmOptions::stagingBytes, default 2 MiB:
+// 2 x 1 MiB per rank) is not 0; G is halved (down to kMinStagingBytes) when the segment would
+// exceed maxSegmentBytes. Staging pages are committed on first touch, so a communicator that
+// never runs a direct collective pays nothing for them.
 //
 // Defaults S = 8, B = 64 KiB: 512 KiB per ring, so 1 MiB for 2 ranks, 6 MiB for 4, 28 MiB for
 // 8. planGeometry halves B (down to 4 KiB) until the total fits maxSegmentBytes (default
@@ -29,7 +36,8 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 1;
+inline constexpr std::uint32_t kSegmentVersion = 2;
+inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
 inline constexpr std::size_t kMinSlots = 2;
@@ -46,6 +54,7 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t slots;
   std::uint64_t slotBytes;
   std::uint64_t totalBytes;
+  std::uint64_t stagingBytes;
 };
 
 /// One local rank. The doorbell is how others wake it: `bell` is the futex word, bumped by
@@ -76,6 +85,14 @@ struct alignas(kCacheLine) ConsumerLine {
   std::atomic<std::uint32_t> canReadSender;   // the receiver's probe read the sender's memory
 };
 
+/// One local rank's line of the direct-collective group (written only by that rank).
+struct alignas(kCacheLine) GroupLine {
+  std::atomic<std::uint64_t> arrived;  // group barriers this rank has entered
+  std::atomic<std::uint32_t> gone;     // its transport closed or failed: it arrives no more
+  // The operation tag of barrier e, at [e % 2] (a peer is at most one barrier ahead).
+  std::atomic<std::uint64_t> tags[2];
+};
+
 struct ChannelControl {
   ProducerLine producer;
   ConsumerLine consumer;
@@ -91,15 +108,19 @@ struct Geometry {
   std::size_t slotBytes = 0;
   std::size_t ringsOffset = 0;
   std::size_t totalBytes = 0;
+  std::size_t stagingBytes = 0;  // per rank, both halves; 0: no group part
+  std::size_t groupOffset = 0;
+  std::size_t stagingOffset = 0;
   std::size_t ringBytes() const { return slots * slotBytes; }
 };
 
 /// The geometry for `ranks` ranks: slots x slotBytes per ring, slotBytes halved (not below
 /// kMinSlotBytes) until the segment fits maxSegmentBytes. Throws Error(InvalidArgument) for
 /// slots outside [kMinSlots, kMaxSlots] or slotBytes not a power of two in [kMinSlotBytes,
-/// kMaxSlotBytes].
+/// kMaxSlotBytes]. stagingBytes (0: no group part) is rounded up to 4 KiB and halved, not
+/// below kMinStagingBytes, while the segment exceeds maxSegmentBytes.
 Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
-                      std::size_t maxSegmentBytes);
+                      std::size_t maxSegmentBytes, std::size_t stagingBytes = 0);
 
 /// Owns one file descriptor.
 class UniqueFd {
@@ -152,6 +173,10 @@ class Segment {
   RankSlot& rank(std::size_t local) const;
   ChannelControl& control(std::size_t from, std::size_t to) const;
   std::uint8_t* ring(std::size_t from, std::size_t to) const;
+  /// The group part (only when geometry().stagingBytes > 0).
+  GroupLine& groupLine(std::size_t local) const;
+  std::uint8_t* staging(std::size_t local) const;
+  const Geometry& geometry() const { return geometry_; }
 
  private:
   void reset();

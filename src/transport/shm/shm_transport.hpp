@@ -72,6 +72,9 @@ struct ShmOptions {
   std::chrono::milliseconds livenessInterval{100};
   /// Bound on the whole setup (store lookups included).
   std::chrono::milliseconds setupTimeout{60000};
+  /// Staging memory per rank for direct collectives (SharedMemoryGroup, two halves); 0: none.
+  /// Rounded up to 4 KiB, at least 16 KiB, halved while the segment exceeds maxSegmentBytes.
+  std::size_t stagingBytes = std::size_t{2} << 20;
   /// Tests: skip the memfd path and use a named POSIX shm object.
   bool forceNamedSegment = false;
 };

@@ -153,6 +153,23 @@ def check_reduce_scatter_tensor(rank, world):
     assert_equal(out2, e, "_reduce_scatter_base max")
 
 
+def check_sparse_all_reduce(rank, world):
+    def sparse_of(r):
+        if r == 1:  # a rank without nonzeros
+            return torch.sparse_coo_tensor(torch.empty(2, 0, dtype=torch.int64),
+                                           torch.empty(0, 3), (world + 1, 4, 3))
+        i = torch.tensor([[r, r + 1, 0], [0, 3, r % 4]])
+        v = torch.arange(9, dtype=torch.float32).view(3, 3) + r
+        return torch.sparse_coo_tensor(i, v, (world + 1, 4, 3))
+    t = sparse_of(rank)
+    dist.all_reduce(t)
+    assert t.is_sparse
+    assert_equal(t.to_dense(), sum(sparse_of(r).to_dense() for r in range(world)),
+                 "sparse all_reduce")
+    expect_error(lambda: dist.all_reduce(sparse_of(rank), op=dist.ReduceOp.MAX), "SUM only",
+                 "sparse MAX")
+
+
 # ---------------------------------------------------------------- data movement
 
 def check_broadcast(rank, world):
@@ -501,7 +518,7 @@ def check_timeout(rank, world):
 
 CHECKS = [
     check_all_reduce, check_all_reduce_noncontiguous, check_all_reduce_complex,
-    check_all_reduce_coalesced, check_reduce, check_reduce_scatter, check_reduce_scatter_uneven,
+    check_all_reduce_coalesced, check_sparse_all_reduce, check_reduce, check_reduce_scatter, check_reduce_scatter_uneven,
     check_reduce_scatter_tensor, check_broadcast, check_all_gather, check_all_gather_into_tensor,
     check_all_gather_coalesced, check_gather_scatter, check_all_to_all_single,
     check_all_to_all_list, check_barrier, check_send_recv, check_recv_any_source,

@@ -1,0 +1,41 @@
+// Direct shared-memory broadcast (transport::SharedMemoryGroup; all ranks on one host, else the
+// binomial tree runs instead).
+//
+// The buffer is cut into chunks of C = min(chunkBytes, staging half) bytes; per chunk:
+//   1. the root copies the chunk into its staging half;
+//   2. barrier;
+//   3. every other rank copies it out of the root's staging half.
+// Steps alternate staging halves. 1 barrier per chunk; memory traffic: the root writes the
+// buffer once into the segment, every other rank reads it once.
+#include <algorithm>
+
+#include "algo/exchange.hpp"
+
+namespace braid::algo {
+
+void binomialTreeBroadcast(Context&, const CollArgs&);
+
+void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
+  const std::size_t es = dataTypeSize(a.dtype);
+  const std::size_t bytes = a.count * es;
+  const bool isRoot = ctx.rank == a.root;
+  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
+  if (ctx.size > 1 && g == nullptr) {
+    binomialTreeBroadcast(ctx, a);
+    return;
+  }
+  // The communicator passes send == recv == buf; a distinct root send buffer is copied first.
+  if (isRoot && a.send != nullptr) copyBytes(a.recv, a.send, bytes);
+  if (ctx.size == 1 || bytes == 0) return;
+  std::uint8_t* buf = bytesOf(a.recv);
+  const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
+  for (std::size_t off = 0; off < bytes; off += chunk) {
+    const std::size_t c = std::min(chunk, bytes - off);
+    const std::size_t h = g->beginStep();
+    if (isRoot) std::memcpy(g->staging(a.root) + h, buf + off, c);
+    g->barrier(ctx.tag, ctx.deadline);
+    if (!isRoot) std::memcpy(buf + off, g->staging(a.root) + h, c);
+  }
+}
+
+}  // namespace braid::algo

@@ -1,0 +1,53 @@
+// Direct shared-memory reduce-scatter (transport::SharedMemoryGroup; all ranks on one host, else
+// the ring algorithm runs instead).
+//
+// Every block is cut into chunks of C = min(chunkBytes, staging half / N) bytes; per chunk index:
+//   1. copy that chunk of each of the N input blocks into this rank's staging half;
+//   2. barrier;
+//   3. reduce chunk `rank` of every rank's staging, in rank order, into the output.
+// Steps alternate staging halves. 1 barrier per chunk; memory traffic per rank: its input written
+// once into the segment, N chunks read per output chunk. Every rank reduces in rank order.
+#include <algorithm>
+
+#include "algo/exchange.hpp"
+#include "kernels/reduce.hpp"
+
+namespace braid::algo {
+
+void ringReduceScatter(Context&, const CollArgs&);
+
+void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
+  const std::size_t es = dataTypeSize(a.dtype);
+  const std::size_t block = a.count * es;
+  const int me = ctx.rank;
+  const int n = ctx.size;
+  if (n == 1) {
+    copyBytes(a.recv, a.send, block);
+    return;
+  }
+  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
+  if (g == nullptr) {
+    ringReduceScatter(ctx, a);
+    return;
+  }
+  if (block == 0) return;
+  const std::uint8_t* in = bytesOf(a.send);
+  std::uint8_t* out = bytesOf(a.recv);
+  const std::size_t perRank = g->stagingBytes() / 2 / static_cast<std::size_t>(n);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, perRank) / es);
+  for (std::size_t off = 0; off < a.count; off += chunk) {
+    const std::size_t c = std::min(chunk, a.count - off);
+    const std::size_t h = g->beginStep();
+    std::uint8_t* mine = g->staging(me) + h;
+    for (int q = 0; q < n; ++q)
+      std::memcpy(mine + static_cast<std::size_t>(q) * c * es,
+                  in + (static_cast<std::size_t>(q) * a.count + off) * es, c * es);
+    g->barrier(ctx.tag, ctx.deadline);
+    const std::size_t at = h + static_cast<std::size_t>(me) * c * es;
+    kernels::reduce3(a.dtype, a.op, out + off * es, g->staging(0) + at, g->staging(1) + at, c);
+    for (int p = 2; p < n; ++p)
+      kernels::reduceInto(a.dtype, a.op, out + off * es, g->staging(p) + at, c);
+  }
+}
+
+}  // namespace braid::algo

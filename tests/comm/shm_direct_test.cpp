@@ -1,0 +1,115 @@
+// The direct shared-memory collectives ("shm_direct"): forced by rule and chosen by the default
+// policy on one host, over ranks as threads and as processes, every collective x world size x
+// count x dtype x op x in-place (harness/checks), multi-chunk messages (64-byte chunks, and
+// large messages bounded by the 1 MiB staging half), the fallback when there is no shared
+// group, and an oversubscribed host (8 ranks on this machine's CPUs) making quick progress.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "harness/checks.hpp"
+#include "harness/ranks.hpp"
+
+namespace braid::test {
+namespace {
+
+constexpr Collective kDirect[] = {Collective::Allreduce, Collective::Allgather,
+                                  Collective::Broadcast, Collective::ReduceScatter,
+                                  Collective::Reduce,    Collective::Barrier};
+
+class ShmDirectThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmDirectThreads, ForcedSweep) {
+  runThreads(GetParam(), testOptions("shm_direct"), [](Comm& c) {
+    for (Collective k : kDirect) EXPECT_EQ(c.selectedAlgorithm(k, 8), "shm_direct");
+    sweepCollectives(c);
+  });
+}
+
+TEST_P(ShmDirectThreads, ChosenByDefaultOnOneHost) {
+  runThreads(GetParam(), testOptions(), [](Comm& c) {
+    for (Collective k : kDirect)
+      for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 20})
+        if (c.size() > 1)
+          EXPECT_EQ(c.selectedAlgorithm(k, bytes), "shm_direct");
+        else
+          EXPECT_NE(c.selectedAlgorithm(k, bytes), "shm_direct");
+    // Collectives without a direct algorithm keep their default.
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Alltoall, 8), "pairwise");
+    const std::size_t counts[] = {1, 13};
+    sweepCollectives(c, counts);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmDirectThreads, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Messages larger than the staging half (1 MiB per rank): several chunks of the default size,
+// and of the staging bound when chunkBytes is larger.
+TEST(ShmDirect, LargeMessagesSeveralChunks) {
+  for (std::size_t chunk : {std::size_t{256} << 10, std::size_t{8} << 20}) {
+    Options o = testOptions("shm_direct");
+    o.chunkBytes = chunk;
+    runThreads(3, o, [](Comm& c) {
+      for (bool inPlace : {false, true}) {
+        checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 700001, inPlace);
+        checkReduceScatter(c, DataType::Float32, ReduceOp::Max, 100003, inPlace);
+        checkReduce(c, DataType::BFloat16, ReduceOp::Sum, 300007, 1, inPlace);
+      }
+      checkNonReducing(c, DataType::Float32, 400003);
+    });
+  }
+}
+
+class ShmDirectProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmDirectProcesses, ForcedSweep) {
+  runProcesses(GetParam(), testOptions("shm_direct"), [](Comm& c) {
+    if (c.selectedAlgorithm(Collective::Allreduce, 8) != "shm_direct")
+      throw Error(ErrorCode::Internal, "shm_direct not selected");
+    sweepCollectives(c);
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 300007, false);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmDirectProcesses, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Without shared memory (BRAID_SHM_DISABLE) the shm_direct rows run their classic algorithm, and
+// the default policy does not pick them.
+TEST(ShmDirect, FallsBackWithoutSharedMemory) {
+  Options o = testOptions("shm_direct");
+  o.shmDisable = true;
+  runThreads(3, o, [](Comm& c) {
+    const std::size_t counts[] = {0, 7, 1031};
+    sweepCollectives(c, counts);
+  });
+  Options d = testOptions();
+  d.shmDisable = true;
+  runThreads(2, d, [](Comm& c) {
+    EXPECT_NE(c.selectedAlgorithm(Collective::Allreduce, 8), "shm_direct");
+    EXPECT_NE(c.selectedAlgorithm(Collective::Barrier, 0), "shm_direct");
+  });
+}
+
+// 8 ranks as threads on a machine with fewer CPUs: the barrier yields, then sleeps, so each
+// small allreduce still completes quickly.
+TEST(ShmDirect, OversubscribedEightRanksMakeProgress) {
+  const auto start = std::chrono::steady_clock::now();
+  runThreads(8, testOptions("shm_direct"), [](Comm& c) {
+    std::vector<float> v(2, 1.0F);
+    for (int i = 0; i < 500; ++i) {
+      v.assign(2, 1.0F);
+      c.allreduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+      if (v[0] != 8.0F) throw Error(ErrorCode::Internal, "wrong sum");
+      c.barrier();
+    }
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 20.0) << "500 allreduce + barrier on 8 oversubscribed ranks";
+  std::printf("oversubscribed: 8 ranks, 500 x (8-byte allreduce + barrier): %.3f s\n", s);
+}
+
+}  // namespace
+}  // namespace braid::test
