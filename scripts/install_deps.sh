@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing braid needs from Debian 12, only when missing (idempotent).
 set -euo pipefail
-pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev)
+pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev
+      python3-torch libtorch-dev python3-pytest python3-numpy python3-pybind11 pybind11-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
