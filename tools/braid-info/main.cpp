@@ -76,7 +76,11 @@ void printEnvironment() {
     for (const std::string& name : variableNames(d.name)) {
       if (const char* v = std::getenv(name.c_str())) {
         if (!current.empty()) current += ", ";
-        current += name + "=" + v;
+        // Secrets are never printed, only whether they are set.
+        current += name + "=" +
+                   (name.find("AUTH_KEY") != std::string::npos
+                        ? "(set, " + std::to_string(std::string(v).size()) + " characters)"
+                        : std::string(v));
       }
     }
     const std::string def =
