@@ -13,7 +13,7 @@ nccl-tests' columns: time, algbw = bytes / time, busbw = algbw x the collective'
 nccl-tests "size": the buffer per rank (allreduce, broadcast) or the whole gathered/scattered
 buffer (allgather, reduce_scatter).
 
-The DDP step: a 25.2M-parameter MLP (six 2048x2048 linear layers), batch 16 per rank,
+The DDP step: a 25.2M-parameter MLP (six 2048x2048 linear layers), batch 16 per rank (--ddp-batch),
 forward + backward (DDP's bucketed allreduce overlapping it) + SGD step, median over steps.
 
 gloo in Debian's torch 1.13 has no reduce_scatter; its column says n/a.
@@ -135,7 +135,7 @@ def rank_main(args):
         params = sum(p.numel() for p in base.parameters())
         models = {b: DDP(copy.deepcopy(base), process_group=g) for b, g in groups.items()}
         opts = {b: torch.optim.SGD(m.parameters(), lr=1e-4) for b, m in models.items()}
-        x = torch.randn(16, 2048)
+        x = torch.randn(args.ddp_batch, 2048)
         steps = {b: [] for b in groups}
         for step in range(args.ddp_steps + 2):
             for b, m in models.items():
@@ -151,9 +151,9 @@ def rank_main(args):
             t = statistics.median(steps[b])
             results.append({"collective": "ddp_step", "bytes": params * 4, "backend": b,
                             "ranks": n, "supported": True, "time_us": t * 1e6,
-                            "params": params})
+                            "params": params, "batch": args.ddp_batch})
         if rank == 0:
-            print(f"  ddp step ({params / 1e6:.1f}M params): braid "
+            print(f"  ddp step ({params / 1e6:.1f}M params, batch {args.ddp_batch}): braid "
                   f"{statistics.median(steps['braid']) * 1e3:.1f} ms, gloo "
                   f"{statistics.median(steps['gloo']) * 1e3:.1f} ms", flush=True)
 
@@ -204,7 +204,7 @@ def markdown(results):
     for n, c, size in keys:
         b, g = by.get((n, c, size, "braid")), by.get((n, c, size, "gloo"))
         if c == "ddp_step":
-            lines.append(f"| {n} | DDP step ({b['params'] / 1e6:.1f}M params) | - | "
+            lines.append(f"| {n} | DDP step ({b['params'] / 1e6:.1f}M params, batch {b.get('batch', 16)}) | - | "
                          f"{b['time_us'] / 1e3:.1f} ms | {g['time_us'] / 1e3:.1f} ms | | | "
                          f"{g['time_us'] / b['time_us']:.2f}x |")
             continue
@@ -226,13 +226,15 @@ def main():
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds; median reported")
     ap.add_argument("--ddp-steps", type=int, default=10, help="0 skips the DDP measurement")
+    ap.add_argument("--ddp-batch", type=int, default=16,
+                    help="samples per rank in the DDP step (small: communication dominates)")
     ap.add_argument("--json", default=None, help="write all results here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     ap.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
-    args.collectives = args.collectives.split(",")
+    args.collectives = [c for c in args.collectives.split(",") if c]
     if args.rank_main:
         return rank_main(args)
 
@@ -240,7 +242,7 @@ def main():
     results = []
     passthrough = ["--sizes", ",".join(map(str, args.sizes)), "--collectives",
                    ",".join(args.collectives), "--repeats", str(args.repeats),
-                   "--ddp-steps", str(args.ddp_steps)]
+                   "--ddp-steps", str(args.ddp_steps), "--ddp-batch", str(args.ddp_batch)]
     for n in [int(x) for x in args.ranks.split(",")]:
         print(f"{n} ranks (braid vs gloo, interleaved, median of {args.repeats}):", flush=True)
         with tempfile.NamedTemporaryFile(suffix=".json") as f:

@@ -1,18 +1,17 @@
 #include "process_group.hpp"
 
-#include "store_adapter.hpp"
-#include "tensor_util.hpp"
-
-#include <braid/error.hpp>
-#include <braid/options.hpp>
-
 #include <Python.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <braid/error.hpp>
+#include <braid/options.hpp>
 #include <cstring>
 #include <functional>
 #include <numeric>
+
+#include "store_adapter.hpp"
+#include "tensor_util.hpp"
 
 namespace braid_torch {
 
@@ -99,7 +98,9 @@ ProcessGroupBraid::~ProcessGroupBraid() {
   }
 }
 
-void ProcessGroupBraid::shutdown() { queue_->shutdown(); }
+void ProcessGroupBraid::shutdown() {
+  queue_->shutdown();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
                                                           const std::vector<at::Tensor>& inputs,
@@ -112,8 +113,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
       run();
     } catch (const braid::Error& e) {
       if (e.code() != braid::ErrorCode::Timeout) throw;
-      throw braid::Error(e.code(), e.detail() + " (the group's timeout is " + std::to_string(ms) +
-                                       " ms)");
+      throw braid::Error(e.code(),
+                         e.detail() + " (the group's timeout is " + std::to_string(ms) + " ms)");
     }
   };
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
@@ -132,13 +133,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
   const auto dtype = requireReducible(t, "all_reduce");
   const auto op = toBraidOp(opts.reduceOp, "all_reduce");
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors,
-                 [comm, t, dtype, op] {
-                   InOutStage s(t);
-                   comm->allreduce(s.ptr(), s.ptr(), static_cast<std::size_t>(t.numel()), dtype,
-                                   op);
-                   s.commit();
-                 });
+  return enqueue(
+      c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors, [comm, t, dtype, op] {
+        InOutStage s(t);
+        comm->allreduce(s.ptr(), s.ptr(), static_cast<std::size_t>(t.numel()), dtype, op);
+        s.commit();
+      });
 }
 
 // Sparse COO tensors (e.g. nn.Embedding(sparse=True) gradients under DDP): every rank gathers
@@ -161,10 +161,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduceSparse(
     comm->allgather(&nnz, nnzs.data(), 1, braid::DataType::Int64);
     const std::int64_t total = std::accumulate(nnzs.begin(), nnzs.end(), std::int64_t{0});
     std::vector<std::int64_t> valShape = val.sizes().vec();
-    const std::size_t rowBytes =
-        val.element_size() * static_cast<std::size_t>(std::accumulate(
-                                 valShape.begin() + 1, valShape.end(), std::int64_t{1},
-                                 std::multiplies<>()));
+    const std::size_t rowBytes = val.element_size() * static_cast<std::size_t>(std::accumulate(
+                                                          valShape.begin() + 1, valShape.end(),
+                                                          std::int64_t{1}, std::multiplies<>()));
     const auto sparseDim = static_cast<std::size_t>(in.sparse_dim());
     std::vector<std::size_t> idxCounts, valCounts;
     for (std::int64_t n : nnzs) {
@@ -239,8 +238,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
     checkSameType(out, t, "reduce_scatter", "an input");
   }
   TORCH_CHECK(in[static_cast<std::size_t>(rank_)].numel() == out.numel(),
-              "braid: reduce_scatter: the output has ", out.numel(), " elements but input[",
-              rank_, "] (this rank's block) has ", in[static_cast<std::size_t>(rank_)].numel());
+              "braid: reduce_scatter: the output has ", out.numel(), " elements but input[", rank_,
+              "] (this rank's block) has ", in[static_cast<std::size_t>(rank_)].numel());
   const auto dtype = requireReducible(out, "reduce_scatter");
   const auto op = toBraidOp(opts.reduceOp, "reduce_scatter");
   std::vector<std::size_t> counts;
@@ -263,9 +262,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
   checkTensor(output, "reduce_scatter_tensor", "output");
   checkTensor(input, "reduce_scatter_tensor", "input");
   checkSameType(input, output, "reduce_scatter_tensor", "the output");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "braid: reduce_scatter_tensor: the input has ",
-              input.numel(), " elements; it must have group size (", size_, ") x output (",
-              output.numel(), ")");
+  TORCH_CHECK(input.numel() == output.numel() * size_,
+              "braid: reduce_scatter_tensor: the input has ", input.numel(),
+              " elements; it must have group size (", size_, ") x output (", output.numel(), ")");
   const auto dtype = requireReducible(input, "reduce_scatter_tensor");
   const auto op = toBraidOp(opts.reduceOp, "reduce_scatter_tensor");
   auto comm = comm_;
@@ -317,17 +316,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
               "] has ", out[static_cast<std::size_t>(rank_)].numel());
   const auto counts = byteCounts(out);
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, out,
-                 [comm, in, out, counts] {
-                   at::Tensor src = in.contiguous();
-                   Packed area = receiveArea(out);
-                   void* s = byteSize(src) ? src.data_ptr() : nullptr;
-                   if (allEqual(counts))
-                     comm->allgather(s, area.base, counts[0], kByte);
-                   else
-                     comm->allgatherv(s, area.base, counts, {}, kByte);
-                   unpack(area, out);
-                 });
+  return enqueue(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, out, [comm, in, out, counts] {
+    at::Tensor src = in.contiguous();
+    Packed area = receiveArea(out);
+    void* s = byteSize(src) ? src.data_ptr() : nullptr;
+    if (allEqual(counts))
+      comm->allgather(s, area.base, counts[0], kByte);
+    else
+      comm->allgatherv(s, area.base, counts, {}, kByte);
+    unpack(area, out);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& output,
@@ -341,22 +339,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& ou
               " elements; it must have group size (", size_, ") x input (", input.numel(), ")");
   auto comm = comm_;
   at::Tensor out = output, in = input;
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor", {in}, {out},
-                 [comm, out, in] {
-                   at::Tensor src = in.contiguous();
-                   OutStage o(out);
-                   comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(),
-                                   byteSize(src), kByte);
-                   o.commit();
-                 });
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor", {in}, {out}, [comm, out, in] {
+        at::Tensor src = in.contiguous();
+        OutStage o(out);
+        comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(), byteSize(src), kByte);
+        o.commit();
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   TORCH_CHECK(static_cast<int>(outputLists.size()) == size_,
-              "braid: all_gather_coalesced: ", outputLists.size(),
-              " output lists for a group of ", size_);
+              "braid: all_gather_coalesced: ", outputLists.size(), " output lists for a group of ",
+              size_);
   for (const auto& t : inputs) checkTensor(t, "all_gather_coalesced", "input");
   std::vector<at::Tensor> flatOut;
   for (const auto& list : outputLists) {
@@ -366,8 +363,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
       checkTensor(list[j], "all_gather_coalesced", "output");
       checkSameType(inputs[j], list[j], "all_gather_coalesced", "an output");
       TORCH_CHECK(list[j].numel() == inputs[j].numel(), "braid: all_gather_coalesced: output ", j,
-                  " has ", list[j].numel(), " elements but input ", j, " has ",
-                  inputs[j].numel());
+                  " has ", list[j].numel(), " elements but input ", j, " has ", inputs[j].numel());
       flatOut.push_back(list[j]);
     }
   }
@@ -481,8 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::AllToAllOptions&) {
-  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
-                  static_cast<int>(outputs.size()) == size_,
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "braid: all_to_all needs ", size_, " input and output tensors, got ", inputs.size(),
               " and ", outputs.size());
   for (const auto& t : inputs) {
@@ -503,8 +498,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
                      // Packed in place: make sure it does not alias the outputs.
                      for (const auto& o : outputs)
                        if (sharesMemory(inputs[0], o)) {
-                         src.storage = at::empty({static_cast<std::int64_t>(totalBytes(inputs))},
-                                                 at::kByte);
+                         src.storage =
+                             at::empty({static_cast<std::int64_t>(totalBytes(inputs))}, at::kByte);
                          std::memcpy(src.storage.data_ptr(), src.base, totalBytes(inputs));
                          src.base = src.storage.data_ptr();
                          break;
@@ -545,10 +540,73 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::
   return p2p_->recvAnySource(queue_, t, tag);
 }
 
+// ---------------------------------------------------------------- monitored barrier
+
+void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  using Clock = std::chrono::steady_clock;
+  // Tags of its own, so a stray user message is reported instead of taken for a token.
+  constexpr int kArriveTag = -0x6d62;
+  constexpr int kReleaseTag = -0x6d63;
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? config_.timeout : opts.timeout;
+  at::Tensor token = at::full({1}, rank_, at::kLong);
+  if (rank_ != 0) {
+    // Only rank 0 enforces the timeout, so that it, not a bystander, names the missing rank.
+    try {
+      p2p_->send(queue_, token, 0, kArriveTag)->wait();
+      p2p_->recv(queue_, token, 0, kReleaseTag)->wait();
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "Rank ", rank_,
+                  " successfully reached monitoredBarrier, but received errors while waiting "
+                  "for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n "
+                  "Original exception: \n",
+                  e.what());
+    }
+    return;
+  }
+  const auto start = Clock::now();
+  auto waitAll = [&](std::vector<std::pair<int, c10::intrusive_ptr<BraidWork>>>& works) {
+    std::vector<int> failed;
+    for (auto& [peer, work] : works) {
+      auto left = timeout;
+      if (!waitAllRanks) {
+        left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(timeout - (Clock::now() - start));
+        TORCH_CHECK(left.count() > 0, "Rank 0 timed out in monitoredBarrier after ",
+                    timeout.count(), " ms.");
+      }
+      try {
+        work->wait(left);
+      } catch (const std::exception& e) {
+        if (!waitAllRanks)
+          TORCH_CHECK(false, "[Rank 0]: Rank ", peer, " failed to pass monitoredBarrier in ",
+                      timeout.count(), " ms\n Original exception: \n", e.what());
+        failed.push_back(peer);
+      }
+    }
+    if (!failed.empty()) {
+      std::string ranks;
+      for (int r : failed) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      TORCH_CHECK(false, "[Rank 0]: Ranks ", ranks, " failed to pass monitoredBarrier in ",
+                  timeout.count(), " ms");
+    }
+  };
+  std::vector<std::pair<int, c10::intrusive_ptr<BraidWork>>> arrivals, releases;
+  for (int r = 1; r < size_; ++r)
+    arrivals.emplace_back(r, p2p_->recv(queue_, at::empty({1}, at::kLong), r, kArriveTag));
+  waitAll(arrivals);
+  for (int r = 1; r < size_; ++r)
+    releases.emplace_back(r, p2p_->send(queue_, token, r, kReleaseTag));
+  waitAll(releases);
+}
+
 // ---------------------------------------------------------------- sequence numbers
 
-void ProcessGroupBraid::setSequenceNumberForGroup() { seq_ = 0; }
+void ProcessGroupBraid::setSequenceNumberForGroup() {
+  seq_ = 0;
+}
 
-std::uint64_t ProcessGroupBraid::getSequenceNumberForGroup() { return seq_.load(); }
+std::uint64_t ProcessGroupBraid::getSequenceNumberForGroup() {
+  return seq_.load();
+}
 
 }  // namespace braid_torch

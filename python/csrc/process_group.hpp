@@ -12,15 +12,14 @@
 // Other braid settings come from the BRAID_* environment as usual.
 #pragma once
 
-#include "p2p.hpp"
-#include "torch_compat.hpp"
-#include "work.hpp"
-
 #include <braid/comm.hpp>
-
 #include <chrono>
 #include <memory>
 #include <string>
+
+#include "p2p.hpp"
+#include "torch_compat.hpp"
+#include "work.hpp"
 
 namespace braid_torch {
 
@@ -76,12 +75,13 @@ class ProcessGroupBraid : public BackendBase {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  /// Rank 0 collects a token from every rank, then releases them; a rank that does not arrive
+  /// within the timeout is named in rank 0's error (Gloo's semantics and messages).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
   void setSequenceNumberForGroup() override;
   std::uint64_t getSequenceNumberForGroup() override;

@@ -7,6 +7,7 @@ comparison, at several world sizes, and summarises every test's outcome.
     PYTHONPATH=python /usr/bin/python3 tests/python/run_torch_suite.py --full \
         --backend braid --world-sizes 2,3,4 --json /tmp/braid-suite.json
     PYTHONPATH=python /usr/bin/python3 tests/python/run_torch_suite.py --full --backend gloo
+    /usr/bin/python3 tests/python/run_torch_suite.py --summarize A.json B.json ...  # markdown
 
 --quick runs a fixed subset (every collective, p2p, any-source, async, DDP) at world size 2 in
 well under a minute on 2 cores: the CI mode. --full runs all 279 tests at each world size
@@ -44,6 +45,10 @@ QUICK_TESTS = [
     "test_barrier", "test_send_recv", "test_send_recv_any_source", "test_send_recv_with_tag",
     "test_isend", "test_DistributedDataParallelCPU",
 ]
+
+
+# Skip reasons of CPU tests the suite reserves for MPI although nothing in them is MPI-specific.
+MPI_ONLY_CPU = ("Only MPI supports CPU all_to_all_single", "Only MPI supports all_to_all")
 
 
 # ---------------------------------------------------------------- worker side (one world size)
@@ -115,6 +120,14 @@ def _setup_suite():
                 self._spawn_processes()
             torch.backends.cudnn.flags(enabled=False).__enter__()
 
+    if os.environ.get("BRAID_SUITE_UNGATE") == "1":
+        # The suite runs its CPU all_to_all tests for MPI only; their bodies are
+        # backend-agnostic and braid implements all_to_all(_single): run them.
+        for name in dir(TestDistBackendWithSpawn):
+            fn = getattr(TestDistBackendWithSpawn, name)
+            if name.startswith("test_") and getattr(fn, "__unittest_skip_why__", "") in MPI_ONLY_CPU:
+                fn.__unittest_skip__ = False
+
     TestDistBackendWithSpawn.__module__ = __name__
     TestDistBackendWithSpawn.__qualname__ = "TestDistBackendWithSpawn"
     globals()["TestDistBackendWithSpawn"] = TestDistBackendWithSpawn
@@ -158,7 +171,9 @@ class _Recorder(unittest.TextTestResult):
     def _add(self, test, outcome, detail=""):
         name = test.id().split(".")[-1]
         seconds = time.monotonic() - self._t0.get(test.id(), time.monotonic())
-        self.records.append({"test": name, "outcome": outcome, "detail": detail[-4000:],
+        if len(detail) > 6000:  # keep the message (first) and the end; C++ frames sit between
+            detail = detail[:3000] + "\n...\n" + detail[-3000:]
+        self.records.append({"test": name, "outcome": outcome, "detail": detail,
                              "seconds": round(seconds, 2)})
         if self.out_json:
             Path(self.out_json).write_text(json.dumps(self.records, indent=1))
@@ -233,15 +248,19 @@ def _list_tests():
     return out.stdout.split()
 
 
-def run_world(backend, world, tests, timeout, log_dir, as_gloo=False, start="spawn"):
+def run_world(backend, world, tests, timeout, log_dir, as_gloo=False, start="fork",
+              ungate=False):
     label = "braid-as-gloo" if as_gloo else backend
     out_json = Path(log_dir) / f"{label}-w{world}.json"
     log_path = Path(log_dir) / f"{label}-w{world}.log"
     env = dict(os.environ, BRAID_SUITE_WORKER="1", BACKEND="gloo" if as_gloo else backend,
                WORLD_SIZE=str(world), BRAID_SUITE_AS_GLOO="1" if as_gloo else "0",
-               BRAID_SUITE_START=start,
+               BRAID_SUITE_START=start, BRAID_SUITE_UNGATE="1" if ungate else "0",
                PYTHONPATH=os.pathsep.join([str(REPO / "python"), str(HERE)]),
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1",
+               # Read by the suite's decorators at import: the tests use file:// (each test's
+               # setUp sets the real path), and the timeout tests are gated on it.
+               INIT_METHOD="file:///tmp/braid-suite-init")
     env.setdefault("DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "120")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--json", str(out_json),
            *tests]
@@ -261,14 +280,89 @@ def run_world(backend, world, tests, timeout, log_dir, as_gloo=False, start="spa
 
 
 def _brief(detail):
-    lines = [l for l in detail.strip().splitlines() if l.strip()]
+    """The exception line of a child's traceback (the suite nests them in its own)."""
+    lines = [l.strip() for l in detail.strip().splitlines() if l.strip()]
+    lines = [l for l in lines if not l.startswith(("frame #", "File ", "Exception raised from"))]
+    for l in reversed(lines):
+        if re.match(r"^(\w+\.)*\w*(Error|Exception)\b:", l) and "exited with error code" not in l:
+            return l[:300]
     for l in reversed(lines):
         if "Error" in l or "error" in l or "assert" in l.lower():
-            return l.strip()[:300]
-    return (lines[-1].strip() if lines else "")[:300]
+            return l[:300]
+    return (lines[-1] if lines else "")[:300]
+
+
+GPU_ONLY = re.compile(r"CUDA|GPU|cuda|gpu|Nccl|NCCL|nccl|multigpu|peer access|ROCm",)
+
+
+def summarize(paths):
+    """Markdown summary of --json files: counts per run, then every test that did not pass on
+    braid in any run, with its outcome per world size and the reason."""
+    runs = []
+    for p in paths:
+        data = json.loads(Path(p).read_text())
+        label = ("braid (as gloo)" if data.get("as_gloo") else data["backend"])
+        runs.append((label, data["worlds"]))
+    out = ["| run | world size | pass | fail | skip | total |", "|---|---|---|---|---|---|"]
+    for label, worlds in runs:
+        for w, recs in sorted(worlds.items()):
+            n = {k: sum(1 for r in recs if r["outcome"] == k) for k in ("pass", "skip")}
+            bad = sum(1 for r in recs if r["outcome"] in ("fail", "error"))
+            out.append(f"| {label} | {w} | {n['pass']} | {bad} | {n['skip']} | {len(recs)} |")
+    # Per test: outcomes in every run.
+    table = {}
+    for label, worlds in runs:
+        for w, recs in worlds.items():
+            for r in recs:
+                table.setdefault(r["test"], {})[(label, w)] = r
+    braid_runs = [(l, w) for l, ws in runs for w in ws if l.startswith("braid")]
+    gpu_only, not_braid = [], []
+    for test in sorted(table):
+        cells = table[test]
+        failed = any(cells.get(k, {}).get("outcome") in ("fail", "error") for k in braid_runs)
+        if not failed and any(cells.get(k, {}).get("outcome") == "pass" for k in braid_runs):
+            continue
+        reasons = {c["detail"].strip().splitlines()[-1][:160] if c["detail"].strip() else ""
+                   for c in cells.values() if c["outcome"] != "pass"}
+        skipped_everywhere = all(c["outcome"] == "skip" for c in cells.values())
+        # Skipped everywhere, for a GPU reason at least once (other reasons, such as the world
+        # size, may come first at a given size): it cannot run on a machine without CUDA.
+        if skipped_everywhere and (any(GPU_ONLY.search(x) for x in reasons) or "cuda" in test):
+            gpu_only.append(test)
+        else:
+            not_braid.append(test)
+    out.append("")
+    out.append(f"Tests that need CUDA, GPUs or NCCL (skipped by every run): {len(gpu_only)}.")
+    out.append("")
+    out.append("Every other test that failed in a braid run or passed in none:")
+    out.append("")
+    cols = [f"{l} w{w}" for l, ws in runs for w in sorted(ws)]
+    out.append("| test | " + " | ".join(cols) + " | reason |")
+    out.append("|---|" + "---|" * len(cols) + "---|")
+    short = {"pass": "pass", "skip": "skip", "fail": "FAIL", "error": "FAIL"}
+    for test in not_braid:
+        cells = table[test]
+        row = []
+        reason, failure = "", False
+        for l, ws in runs:
+            for w in sorted(ws):
+                c = cells.get((l, w))
+                row.append(short.get(c["outcome"], "?") if c else "-")
+                if c and l.startswith("braid") and c["outcome"] != "pass":
+                    # a failure's message wins over a skip reason; else the largest world size
+                    if c["outcome"] != "skip":
+                        reason = _brief(c["detail"])
+                        failure = True
+                    elif not failure:
+                        reason = c["detail"].strip()
+        out.append(f"| {test} | " + " | ".join(row) + f" | {reason[:200]} |")
+    return "\n".join(out)
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--summarize":
+        print(summarize(sys.argv[2:]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="braid", choices=["braid", "gloo"])
@@ -280,6 +374,9 @@ def main():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="CI subset (default)")
     mode.add_argument("--full", action="store_true", help="every test of the suite")
+    ap.add_argument("--keep-gates", action="store_true",
+                    help="braid: keep the suite's MPI-only gate on its CPU all_to_all tests "
+                         "(by default they run: nothing in them is MPI-specific)")
     ap.add_argument("--start", choices=["fork", "spawn"], default="fork",
                     help="how rank processes start: fork (default; ~10x faster: no re-import of "
                          "torch per rank) or spawn (what upstream's test_distributed_spawn does)")
@@ -310,7 +407,8 @@ def main():
         print(f"{'braid (as gloo)' if args.as_gloo else args.backend}, world size {world}: running "
               f"{len(tests) if tests else 'all'} tests (logs in {log_dir})", flush=True)
         records, seconds, log_path = run_world(args.backend, world, tests, timeout, log_dir,
-                                               as_gloo=args.as_gloo, start=args.start)
+                                               as_gloo=args.as_gloo, start=args.start,
+                                               ungate=args.backend == "braid" and not args.keep_gates)
         all_records[str(world)] = records
         counts = {}
         for r in records:
