@@ -30,3 +30,7 @@ clean:
 
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+# The fast sanitizer subset CI runs after `make test` (scripts/sanitize.sh for the others).
+test-sanitize: deps
+	BRAID_SANITIZE_SUITES="unit transport" scripts/sanitize.sh address

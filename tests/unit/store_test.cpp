@@ -565,7 +565,9 @@ TEST(TcpStore, ClientDisconnectingWhileParkedDoesNotDisturbOthers) {
 // a while: the replies come back complete and in order, and other clients are served meanwhile.
 TEST(TcpStore, PipelinedRequestsAndSlowReaders) {
   TcpStoreServer server("127.0.0.1", 0);
-  auto store = connectTo(server);
+  // Generous bounds: a stuck server would never answer, and under a sanitizer on a loaded
+  // machine encoding 96 MiB of replies takes seconds.
+  auto store = connectTo(server, milliseconds(60000));
   std::vector<std::uint8_t> big(8 << 20);
   std::mt19937 rng(3);
   for (auto& b : big) b = static_cast<std::uint8_t>(rng());
@@ -598,7 +600,7 @@ TEST(TcpStore, PipelinedRequestsAndSlowReaders) {
 
   std::vector<std::uint8_t> in;
   std::vector<proto::Response> replies;
-  const auto deadline = Clock::now() + milliseconds(5000);
+  const auto deadline = Clock::now() + milliseconds(60000);
   while (replies.size() < kBigGets + 2 && Clock::now() < deadline) {
     std::uint8_t buf[65536];
     const ssize_t n = raw.recvSome(buf, sizeof buf, milliseconds(500));
