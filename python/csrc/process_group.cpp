@@ -552,8 +552,10 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   if (rank_ != 0) {
     // Only rank 0 enforces the timeout, so that it, not a bystander, names the missing rank.
     try {
-      p2p_->send(queue_, token, 0, kArriveTag)->wait();
-      p2p_->recv(queue_, token, 0, kReleaseTag)->wait();
+      // The same bound as rank 0's (gloo's semantics): when rank 0 gives up on a missing rank
+      // it sends no release, and every waiting rank fails after `timeout` instead of hanging.
+      p2p_->send(queue_, token, 0, kArriveTag)->wait(timeout);
+      p2p_->recv(queue_, token, 0, kReleaseTag)->wait(timeout);
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "Rank ", rank_,
                   " successfully reached monitoredBarrier, but received errors while waiting "
