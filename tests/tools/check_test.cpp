@@ -393,12 +393,40 @@ TEST(Check, TorchrunStyleEnvironmentWithoutBraidRun) {
   std::filesystem::remove(json);
 }
 
+/// Open MPI's and Slurm's variables for one rank (they carry no store address: BRAID_STORE).
+EnvList mpiStyleEnv(const std::string& convention, int rank, int size, int port) {
+  EnvList env = cleanLaunchEnv();
+  const bool ompi = convention == "openmpi";
+  env.emplace_back(ompi ? "OMPI_COMM_WORLD_RANK" : "SLURM_PROCID", std::to_string(rank));
+  env.emplace_back(ompi ? "OMPI_COMM_WORLD_SIZE" : "SLURM_NTASKS", std::to_string(size));
+  env.emplace_back(ompi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "SLURM_LOCALID", std::to_string(rank));
+  env.emplace_back("BRAID_STORE", "127.0.0.1:" + std::to_string(port));
+  env.emplace_back("BRAID_AUTH_KEY", std::nullopt);
+  return env;
+}
+
+TEST(Check, OpenMpiAndSlurmStyleEnvironments) {
+  for (const std::string convention : {"openmpi", "slurm"}) {
+    SCOPED_TRACE(convention);
+    const int port = unusedPort();
+    const auto results =
+        runRanks({mpiStyleEnv(convention, 0, 2, port), mpiStyleEnv(convention, 1, 2, port)},
+                 {"--quick", "--timeout", "60"}, 240);
+    for (const auto& r : results) ASSERT_EQ(r.exitCode(), 0) << describeAll(results);
+    EXPECT_NE(results[0].out.find("launch " + convention), std::string::npos)
+        << describeAll(results);
+    EXPECT_NE(results[0].out.find("summary: PASS: 2 ranks, 1 pair, 13 collectives"),
+              std::string::npos)
+        << describeAll(results);
+  }
+}
+
 TEST(Check, SingleProcessWithoutLauncher) {
   ProcessOptions opts;
   opts.env = cleanLaunchEnv();
   const auto r = runProcess({toolPath("braid-check"), "--quick"}, opts);
   ASSERT_EQ(r.exitCode(), 0) << describe(r);
-  EXPECT_NE(r.out.find("summary: PASS: 1 ranks, 0 pairs, 13 collectives"), std::string::npos)
+  EXPECT_NE(r.out.find("summary: PASS: 1 rank, 0 pairs, 13 collectives"), std::string::npos)
       << describe(r);
 }
 

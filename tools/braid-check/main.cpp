@@ -83,6 +83,11 @@ long long toInt(const std::string& s) {
   }
 }
 
+/// "1 pair", "3 pairs".
+std::string counted(std::size_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 /// "rank 3 (10.0.0.2:4100)" -> "10.0.0.2:4100"; "rank 1 (pid 7 on vm)" -> "pid 7 on vm".
 std::string endpointOf(const std::string& description) {
   const std::size_t open = description.find('(');
@@ -112,8 +117,8 @@ class Checker {
   void fail(const std::string& what);
   /// "rank 2 (host, address[; extra])".
   std::string rankText(int r, const std::string& extra = "") const;
-  /// Ranks that joined: the ones later stages wait for.
-  std::vector<bool> joined() const;
+  /// Ranks that joined and reported every stage since: the ones later stages wait for.
+  std::vector<bool> reporting() const;
   /// Marks ranks that did not post `stage` and returns whether any is missing.
   bool noteMissing(const std::vector<std::optional<std::string>>& posts, const std::string& what);
 
@@ -131,6 +136,7 @@ class Checker {
   std::unique_ptr<Comm> comm_;
   CheckReport report_;
   bool incomplete_ = false;
+  std::vector<bool> silent_;  // by rank: missed a stage's report, so nobody waits for it again
 };
 
 Checker::Checker(const CheckArgs& args, const LaunchInfo& launch, const Options& options)
@@ -153,6 +159,7 @@ Checker::Checker(const CheckArgs& args, const LaunchInfo& launch, const Options&
   report_.latencyIters = args.latencyIters;
   report_.bandwidthIters = args.bandwidthIters;
   report_.ranks.resize(static_cast<std::size_t>(size_));
+  silent_.assign(static_cast<std::size_t>(size_), false);
 }
 
 void Checker::say(const std::string& line) const {
@@ -182,9 +189,11 @@ std::string Checker::rankText(int r, const std::string& extra) const {
   return "rank " + std::to_string(r) + (inside.empty() ? "" : " (" + inside + ")");
 }
 
-std::vector<bool> Checker::joined() const {
+std::vector<bool> Checker::reporting() const {
   std::vector<bool> v;
-  for (const RankInfo& k : report_.ranks) v.push_back(k.joined);
+  for (int r = 0; r < size_; ++r)
+    v.push_back(report_.ranks[static_cast<std::size_t>(r)].joined &&
+                !silent_[static_cast<std::size_t>(r)]);
   return v;
 }
 
@@ -194,7 +203,9 @@ bool Checker::noteMissing(const std::vector<std::optional<std::string>>& posts,
   for (int r = 0; r < size_; ++r) {
     if (posts[static_cast<std::size_t>(r)]) continue;
     any = true;
-    if (!report_.ranks[static_cast<std::size_t>(r)].joined) continue;
+    if (!report_.ranks[static_cast<std::size_t>(r)].joined || silent_[static_cast<std::size_t>(r)])
+      continue;
+    silent_[static_cast<std::size_t>(r)] = true;
     const std::string text = "rank " + std::to_string(r) + " did not report " + what +
                              " within the timeout (it hung or exited; see its own output)";
     fail(text);
@@ -346,7 +357,7 @@ bool Checker::checkPairs() {
   }
   board_->post("pairs", post);
   const auto posts =
-      board_->collect("pairs", waitTimeout_ + opTimeout_ * (rounds + 1), waitTimeout_, joined());
+      board_->collect("pairs", waitTimeout_ + opTimeout_ * (rounds + 1), waitTimeout_, reporting());
   noteMissing(posts, "its pair results");
 
   // What each rank said about each peer, and about its own setup.
@@ -483,7 +494,7 @@ bool Checker::checkPerformance() {
   }
   board_->post("perf", post.empty() ? "\n" : post);
   const auto posts = board_->collect("perf", opTimeout_ * (2 * rounds + 1),
-                                     std::max(waitTimeout_, opTimeout_), joined());
+                                     std::max(waitTimeout_, opTimeout_), reporting());
   noteMissing(posts, "its latency and bandwidth results");
 
   bool ok = !incomplete_;
@@ -597,7 +608,7 @@ bool Checker::checkCollectives() {
   }
   board_->post("collectives", post);
   const auto posts = board_->collect("collectives", opTimeout_ * static_cast<int>(names.size() + 1),
-                                     std::max(waitTimeout_, opTimeout_), joined());
+                                     std::max(waitTimeout_, opTimeout_), reporting());
   noteMissing(posts, "its collective results");
 
   report_.collectives.resize(names.size());
@@ -678,9 +689,8 @@ int Checker::finish() {
     if (!seen) stage(s, Status::Skipped, "not run: an earlier stage failed");
   }
   if (report_.exitCode == 0) {
-    say("summary: PASS: " + std::to_string(size_) + " ranks, " +
-        std::to_string(report_.pairs.size()) + " pairs, " +
-        std::to_string(report_.collectives.size()) + " collectives" +
+    say("summary: PASS: " + counted(size_, "rank") + ", " + counted(report_.pairs.size(), "pair") +
+        ", " + counted(report_.collectives.size(), "collective") +
         (report_.warnings.empty()
              ? ""
              : ", " + std::to_string(report_.warnings.size()) + " outlier warnings") +
@@ -709,7 +719,7 @@ int Checker::finish() {
   if (board_) {
     try {
       board_->post("done", "1");
-      if (rank_ == 0 && server_) board_->collect("done", waitTimeout_, waitTimeout_, joined());
+      if (rank_ == 0 && server_) board_->collect("done", waitTimeout_, waitTimeout_, reporting());
     } catch (const std::exception&) {
       // The store went away; every result is already reported.
     }
