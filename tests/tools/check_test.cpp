@@ -558,6 +558,45 @@ TEST(Check, RankKilledDuringThePairMeasurementsIsNamed) {
       << describeAll(results);
 }
 
+TEST(Check, FailingCollectiveIsNamed) {
+  // The two ranks run different allreduce algorithms (a misconfigured job): the allreduce fails
+  // on both (Mismatch where the sizes disagree, PeerLost on the other side) within the timeout,
+  // and the report names it; the collectives after it are not run.
+  const int port = unusedPort();
+  std::vector<EnvList> envs;
+  for (int r = 0; r < 2; ++r) {
+    EnvList env = torchrunEnv(r, 2, port);
+    env.emplace_back("BRAID_SHM_DISABLE", "1");
+    env.emplace_back("BRAID_ALGO", r == 0 ? "allreduce:recursive_doubling" : "allreduce:ring");
+    envs.push_back(env);
+  }
+  const std::string json = tempPath("collfail.json");
+  const auto results = runRanks(
+      envs, {"--quick", "--timeout", "10", "--collective-size", "64K", "--json", json}, 120);
+  for (const auto& r : results) {
+    EXPECT_FALSE(r.timedOut) << describeAll(results);
+    EXPECT_EQ(r.exitCode(), 1) << describeAll(results);
+  }
+  const std::string& out = results[0].out;
+  EXPECT_NE(out.find("PASS 1 of 1 pair"), std::string::npos) << describeAll(results);
+  EXPECT_NE(out.find("  FAIL allreduce"), std::string::npos) << describeAll(results);
+  EXPECT_NE(out.find("  - collective allreduce: rank "), std::string::npos) << describeAll(results);
+  EXPECT_NE(out.find("Mismatch"), std::string::npos) << describeAll(results);
+  EXPECT_NE(out.find("SKIP allgather"), std::string::npos) << describeAll(results);
+  EXPECT_NE(out.find("summary: FAIL (exit 1): 1 problem"), std::string::npos)
+      << describeAll(results);
+  Json j;
+  ASSERT_NO_THROW(j = readJsonFile(json));
+  EXPECT_FALSE(j["passed"].b);
+  ASSERT_EQ(j["collectives"].arr.size(), 13u);
+  EXPECT_EQ(j["collectives"].arr[0]["name"].str, "allreduce");
+  EXPECT_EQ(j["collectives"].arr[0]["status"].str, "FAIL");
+  EXPECT_EQ(j["collectives"].arr[1]["status"].str, "SKIP");
+  ASSERT_EQ(j["failures"].arr.size(), 1u);
+  EXPECT_EQ(j["failures"].arr[0].str.rfind("collective allreduce: rank ", 0), 0u);
+  std::filesystem::remove(json);
+}
+
 TEST(Check, UsageErrorsAndHelp) {
   ProcessOptions opts;
   opts.env = cleanLaunchEnv();

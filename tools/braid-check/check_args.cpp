@@ -22,7 +22,8 @@ Checks, in order (rank 0 prints the report):
   5 collectives  every collective once, outputs compared with independently computed values
 
 Options:
-  --json FILE            write the results as JSON (rank 0; '-' for stdout)
+  --json FILE            write the results as JSON (rank 0; '-': stdout, the report then
+                         goes to stderr)
   --quick                smaller probes and fewer iterations (a few seconds per check)
   --timeout SEC          bound on connecting, on each operation and on waiting for a rank
                          (default: BRAID_CONNECT_TIMEOUT / BRAID_EXEC_TIMEOUT)

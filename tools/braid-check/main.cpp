@@ -111,6 +111,8 @@ class Checker {
 
   /// Rank 0 prints the report; every line is flushed so a hang is visible where it happens.
   void say(const std::string& line) const;
+  /// stdout, or stderr when the JSON goes to stdout (--json -), so stdout stays parseable.
+  std::FILE* reportFile() const { return args_.jsonPath == "-" ? stderr : stdout; }
   /// A failure this rank saw itself: rank 0 reports it, the others print it on stderr too.
   void localFailure(const std::string& what) const;
   void stage(const std::string& name, Status status, const std::string& detail);
@@ -164,8 +166,9 @@ Checker::Checker(const CheckArgs& args, const LaunchInfo& launch, const Options&
 
 void Checker::say(const std::string& line) const {
   if (rank_ != 0) return;
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
+  std::FILE* out = reportFile();
+  std::fputs((line + "\n").c_str(), out);
+  std::fflush(out);
 }
 
 void Checker::localFailure(const std::string& what) const {
@@ -317,7 +320,7 @@ bool Checker::checkRanks() {
 bool Checker::checkPairs() {
   const int rounds = tournamentRounds(size_);
   say("[3/5] pairs (communicator setup, then one verified " + std::to_string(kConnectProbeBytes) +
-      "-byte round trip per pair, " + std::to_string(rounds) + " rounds)");
+      "-byte round trip per pair, " + counted(rounds, "round") + ")");
   std::string setupError;
   try {
     comm_ = Comm::create(store_, rank_, size_, options_);
@@ -454,7 +457,7 @@ bool Checker::checkPairs() {
   const bool ok = passed == total && !incomplete_ &&
                   std::all_of(setupErrors.begin(), setupErrors.end(),
                               [](const std::string& e) { return e.empty(); });
-  const std::string detail = std::to_string(passed) + " of " + std::to_string(total) + " pairs";
+  const std::string detail = std::to_string(passed) + " of " + counted(total, "pair");
   if (ok) say("  PASS " + detail + " connected");
   stage("pairs", ok ? Status::Pass : Status::Fail, detail);
   return ok;
@@ -464,10 +467,10 @@ bool Checker::checkPairs() {
 
 bool Checker::checkPerformance() {
   const int rounds = tournamentRounds(size_);
-  say("[4/5] latency and bandwidth (ping-pong per pair, " + std::to_string(rounds) +
-      " rounds: " + tools::formatBytes(args_.latencyBytes) + " x " +
-      std::to_string(args_.latencyIters) + ", " + tools::formatBytes(args_.bandwidthBytes) + " x " +
-      std::to_string(args_.bandwidthIters) + ")");
+  say("[4/5] latency and bandwidth (ping-pong per pair, " + counted(rounds, "round") + ": " +
+      tools::formatBytes(args_.latencyBytes) + " x " + std::to_string(args_.latencyIters) + ", " +
+      tools::formatBytes(args_.bandwidthBytes) + " x " + std::to_string(args_.bandwidthIters) +
+      ")");
   std::string post;
   for (int round = 0; round < rounds; ++round) {
     const int peer = tournamentPartner(size_, round, rank_);
@@ -563,7 +566,7 @@ bool Checker::checkPerformance() {
     std::ostringstream os;
     printMatrix(os, report_, "latency, us (half round trip)", true);
     printMatrix(os, report_, "bandwidth, GB/s (bytes / half round trip)", false);
-    std::fputs(os.str().c_str(), stdout);
+    std::fputs(os.str().c_str(), reportFile());
   }
   if (size_ < 2) say("  (one rank: no pairs to measure)");
   const Status outlierStatus = args_.strict ? Status::Fail : Status::Warn;
@@ -574,7 +577,7 @@ bool Checker::checkPerformance() {
   if (outliers > 0 && args_.strict) ok = false;
   Status status = ok ? (outliers > 0 ? Status::Warn : Status::Pass) : Status::Fail;
   const std::string detail =
-      std::to_string(report_.pairs.size()) + " pairs, " + std::to_string(outliers) + " outliers";
+      counted(report_.pairs.size(), "pair") + ", " + counted(outliers, "outlier");
   if (ok) say(std::string("  ") + toString(status) + " " + detail);
   stage("performance", status, detail);
   return ok;
@@ -614,6 +617,7 @@ bool Checker::checkCollectives() {
   report_.collectives.resize(names.size());
   for (std::size_t i = 0; i < names.size(); ++i) report_.collectives[i].name = names[i];
   std::vector<std::vector<std::string>> perRankWrong(names.size());
+  std::vector<bool> skippedOn(names.size(), false);  // a rank's communicator failed before it
   for (int r = 0; r < size_; ++r) {
     if (!posts[static_cast<std::size_t>(r)]) {
       for (auto& c : report_.collectives)
@@ -636,6 +640,8 @@ bool Checker::checkCollectives() {
         if (w > 0)
           perRankWrong[static_cast<std::size_t>(i)].push_back("rank " + std::to_string(r) + ": " +
                                                               std::to_string(w));
+      } else if (f[1] == "skip") {
+        skippedOn[static_cast<std::size_t>(i)] = true;
       } else {
         c.error +=
             (c.error.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + f[6];
@@ -643,6 +649,7 @@ bool Checker::checkCollectives() {
     }
   }
   int passed = 0;
+  int skipped = 0;
   for (std::size_t i = 0; i < names.size(); ++i) {
     CollectiveInfo& c = report_.collectives[i];
     if (c.wrong > 0) {
@@ -651,7 +658,9 @@ bool Checker::checkCollectives() {
       c.error +=
           (c.error.empty() ? "" : "; ") + std::to_string(c.wrong) + " wrong elements (" + who + ")";
     }
-    c.status = c.error.empty() ? Status::Pass : Status::Fail;
+    // Not run on some rank (its communicator failed on an earlier collective) and nothing
+    // wrong seen: skipped, not a failure of its own; the earlier failure is reported.
+    c.status = !c.error.empty() ? Status::Fail : skippedOn[i] ? Status::Skipped : Status::Pass;
     char line[256];
     std::snprintf(line, sizeof line, "  %s %-15s %-22s %8s %10s us", toString(c.status),
                   c.name.c_str(), c.algo.empty() ? "-" : c.algo.c_str(),
@@ -660,15 +669,20 @@ bool Checker::checkCollectives() {
     if (c.status == Status::Pass) {
       ++passed;
       say(line);
+    } else if (c.status == Status::Skipped) {
+      ++skipped;
+      c.error = "not run: the communicator failed earlier";
+      say(std::string(line) + "  " + c.error);
     } else {
       say(std::string(line) + "  " + c.error);
       fail("collective " + c.name + ": " + c.error);
     }
   }
   const bool ok = passed == static_cast<int>(names.size());
-  const std::string detail =
-      std::to_string(passed) + " of " + std::to_string(names.size()) + " collectives";
-  if (ok) say("  PASS " + detail + " correct");
+  std::string detail =
+      std::to_string(passed) + " of " + std::to_string(names.size()) + " collectives passed";
+  if (skipped > 0) detail += ", " + std::to_string(skipped) + " not run";
+  if (ok) say("  PASS " + detail);
   stage("collectives", ok ? Status::Pass : Status::Fail, detail);
   return ok;
 }
