@@ -525,8 +525,8 @@ TEST(Check, RankKilledDuringThePairMeasurementsIsNamed) {
   std::atomic<pid_t> victim{0};
   std::atomic<bool> killed{false};
   const auto results =
-      runRanks(envs, {"--timeout", "10", "--latency-iters", "200000", "--bandwidth-iters", "2"},
-               180, [&](std::size_t r, ProcessOptions& opts) {
+      runRanks(envs, {"--timeout", "10", "--latency-iters", "50000", "--bandwidth-iters", "2"}, 180,
+               [&](std::size_t r, ProcessOptions& opts) {
                  if (r == 0) {
                    opts.actionWhen = [](const std::string& out) {
                      return out.find("[4/5]") != std::string::npos;

@@ -82,7 +82,7 @@ CheckArgs parseCheckArgs(int argc, char** argv) {
       const std::size_t eq = arg.find('=');
       if (eq != std::string::npos) {
         inlineValue = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
+        arg.resize(eq);
       }
     }
     auto value = [&]() -> std::string {

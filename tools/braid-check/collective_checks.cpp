@@ -1,5 +1,6 @@
 #include "collective_checks.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -35,10 +36,11 @@ CollectiveChecker::CollectiveChecker(Comm& comm, std::size_t bytes)
 
 const std::vector<std::string>& CollectiveChecker::names() {
   static const std::vector<std::string> kNames = [] {
-    std::vector<std::string> v;
-    for (const tools::BenchOpInfo& op : tools::benchOps()) v.emplace_back(op.name);
-    for (const char* extra : {"barrier", "allgatherv", "reducescatterv", "alltoallv"})
-      v.emplace_back(extra);
+    const auto ops = tools::benchOps();
+    std::vector<std::string> v(ops.size());
+    std::transform(ops.begin(), ops.end(), v.begin(),
+                   [](const tools::BenchOpInfo& op) { return std::string(op.name); });
+    v.insert(v.end(), {"barrier", "allgatherv", "reducescatterv", "alltoallv"});
     return v;
   }();
   return kNames;

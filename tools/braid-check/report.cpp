@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -25,9 +26,9 @@ const char* toString(Status s) {
 
 PairInfo* CheckReport::pair(int a, int b) {
   if (a > b) std::swap(a, b);
-  for (PairInfo& p : pairs)
-    if (p.a == a && p.b == b) return &p;
-  return nullptr;
+  const auto it = std::find_if(pairs.begin(), pairs.end(),
+                               [&](const PairInfo& p) { return p.a == a && p.b == b; });
+  return it == pairs.end() ? nullptr : &*it;
 }
 
 const PairInfo* CheckReport::pair(int a, int b) const {
