@@ -471,6 +471,16 @@ TEST(Check, UnreachableStoreFailsNamingTheAddressWithinTheTimeout) {
             std::string::npos)
       << describe(r1);
   EXPECT_LT(r1.seconds, 40.0) << "bounded by --timeout, not a hang";
+
+  // Without --timeout, BRAID_CONNECT_TIMEOUT bounds it.
+  EnvList env = torchrunEnv(1, 2, port);
+  env.emplace_back("BRAID_CONNECT_TIMEOUT", "1500");
+  const auto byEnv = runRanks({env}, {}, 60);
+  EXPECT_EQ(byEnv[0].exitCode(), 3) << describe(byEnv[0]);
+  EXPECT_NE(byEnv[0].err.find("cannot reach the store at 127.0.0.1:" + std::to_string(port) +
+                              " within 1.5 s"),
+            std::string::npos)
+      << describe(byEnv[0]);
 }
 
 TEST(Check, MissingRankIsNamedWithinTheTimeout) {
