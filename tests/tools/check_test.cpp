@@ -335,6 +335,9 @@ struct RunCase {
   int nranks;
   bool tcp;
 };
+void PrintTo(const RunCase& c, std::ostream* os) {
+  *os << c.nranks << " ranks, " << (c.tcp ? "tcp" : "shm");
+}
 
 class CheckPasses : public ::testing::TestWithParam<RunCase> {};
 
