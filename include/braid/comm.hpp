@@ -170,6 +170,13 @@ class Comm {
   /// "shm", "tcp", or "self".
   std::string pathTo(int peer) const;
 
+  /// How this rank's transport names `peer` in its errors, with what bootstrap learned about it:
+  /// "rank P (HOST:PORT)" for a TCP peer (the address and port its listener published),
+  /// "rank P (pid N on HOSTNAME)" for a peer reached through shared memory, "rank P" for this
+  /// rank. For diagnostics (braid-check prints it); throws Error(InvalidArgument) for a peer
+  /// outside [0, size()).
+  std::string describePeer(int peer) const;
+
   /// Name of the algorithm the communicator would pick for this collective and byte size.
   std::string selectedAlgorithm(Collective c, std::size_t bytes) const;
 

@@ -351,6 +351,14 @@ std::string Comm::pathTo(int peer) const {
   return transport::pathTo(*impl_->transport, peer);
 }
 
+std::string Comm::describePeer(int peer) const {
+  if (peer < 0 || peer >= impl_->size)
+    throw Error(ErrorCode::InvalidArgument,
+                "describePeer on rank " + std::to_string(impl_->rank) + ": argument 'peer' = " +
+                    std::to_string(peer) + " is outside [0, " + std::to_string(impl_->size) + ")");
+  return impl_->transport->describePeer(peer);
+}
+
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
   return tuning::selectAlgorithm(impl_->rules,
                                  {c, bytes, impl_->size, impl_->opts.smallMessageBytes,

@@ -173,5 +173,26 @@ TEST(Errors, ExecTimeoutNamesThePeer) {
   });
 }
 
+TEST(Errors, DescribePeerNamesThePeerAndRejectsRanksOutside) {
+  runThreads(3, testOptions(), [](Comm& c) {
+    EXPECT_EQ(c.describePeer(c.rank()), "rank " + std::to_string(c.rank()));
+    for (int p = 0; p < c.size(); ++p) {
+      if (p == c.rank()) continue;
+      const std::string d = c.describePeer(p);
+      // "rank P (HOST:PORT)" over TCP, "rank P (pid N on HOST)" through shared memory.
+      EXPECT_EQ(d.rfind("rank " + std::to_string(p) + " (", 0), 0u) << d;
+      EXPECT_EQ(d.back(), ')') << d;
+      if (c.pathTo(p) == "tcp") {
+        EXPECT_NE(d.find("127.0.0.1:"), std::string::npos) << d;
+      } else {
+        EXPECT_NE(d.find("(pid "), std::string::npos) << d;
+      }
+    }
+    expectError([&] { c.describePeer(3); }, ErrorCode::InvalidArgument,
+                {"describePeer", "rank " + std::to_string(c.rank()), "'peer' = 3"});
+    expectError([&] { c.describePeer(-1); }, ErrorCode::InvalidArgument, {"'peer' = -1"});
+  });
+}
+
 }  // namespace
 }  // namespace braid::test

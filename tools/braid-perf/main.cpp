@@ -19,12 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "bench_ops.hpp"
 #include "kernels/reduce.hpp"
 #include "perf_args.hpp"
 
 namespace braid::perf {
 namespace {
+
+using tools::formatBytes;
+using tools::jsonString;
 
 constexpr int kExitBraidError = 1;
 constexpr int kExitUsage = 2;
@@ -48,33 +50,6 @@ class AlignedBuffer {
   };
   std::unique_ptr<void, Free> data_;
 };
-
-std::string formatBytes(std::size_t b) {
-  if (b >= (std::size_t{1} << 30) && b % (std::size_t{1} << 30) == 0)
-    return std::to_string(b >> 30) + "G";
-  if (b >= (std::size_t{1} << 20) && b % (std::size_t{1} << 20) == 0)
-    return std::to_string(b >> 20) + "M";
-  if (b >= (std::size_t{1} << 10) && b % (std::size_t{1} << 10) == 0)
-    return std::to_string(b >> 10) + "K";
-  return std::to_string(b);
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 struct Result {
   std::size_t bytes = 0;

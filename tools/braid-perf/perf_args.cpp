@@ -119,36 +119,6 @@ std::vector<ReduceOp> parseRedops(const std::string& text) {
 
 }  // namespace
 
-std::optional<std::size_t> parseByteSize(const std::string& text) {
-  std::string_view s = text;
-  if (!s.empty() && (s.back() == 'B' || s.back() == 'b')) s.remove_suffix(1);
-  std::size_t multiplier = 1;
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K':
-      case 'k':
-        multiplier = std::size_t{1} << 10;
-        break;
-      case 'M':
-      case 'm':
-        multiplier = std::size_t{1} << 20;
-        break;
-      case 'G':
-      case 'g':
-        multiplier = std::size_t{1} << 30;
-        break;
-      default:
-        break;
-    }
-    if (multiplier != 1) s.remove_suffix(1);
-  }
-  std::size_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  if (v > std::numeric_limits<std::size_t>::max() / multiplier) return std::nullopt;
-  return v * multiplier;
-}
-
 PerfArgs parsePerfArgs(int argc, char** argv) {
   PerfArgs args;
   std::string dtypes = "fp32";

@@ -8,9 +8,20 @@
 #include <string>
 #include <vector>
 
-#include "bench_ops.hpp"
+#include "common/bench_ops.hpp"
+#include "common/text.hpp"
 
 namespace braid::perf {
+
+// The operations and their checks live in tools/common, shared with braid-check.
+using tools::BenchCase;
+using tools::BenchOp;
+using tools::BenchOpInfo;
+using tools::benchOps;
+using tools::BenchRunner;
+using tools::busFactor;
+using tools::findBenchOp;
+using tools::parseByteSize;
 
 struct PerfArgs {
   std::vector<const BenchOpInfo*> ops;
@@ -36,9 +47,6 @@ class UsageError : public std::runtime_error {
 
 /// Throws UsageError naming the offending argument.
 PerfArgs parsePerfArgs(int argc, char** argv);
-
-/// "8", "64K", "4M", "1G" (binary multiples, optional trailing B). nullopt when malformed.
-std::optional<std::size_t> parseByteSize(const std::string& text);
 
 /// minBytes, minBytes*f, ... up to maxBytes, and maxBytes itself (as the anchor benchmarks).
 std::vector<std::size_t> sizeSteps(const PerfArgs& args);

@@ -1,6 +1,6 @@
-// Test data for braid-perf -c 1: integer values chosen so that every partial result of the
-// reduction is exactly representable in the element type (fp16 holds integers up to 2048,
-// bf16 up to 256, int8 up to 127), whatever order an algorithm combines ranks in. Expected
+// Test data for braid-perf -c 1 and braid-check: integer values chosen so that every partial
+// result of the reduction is exactly representable in the element type (fp16 holds integers up
+// to 2048, bf16 up to 256, int8 up to 127), whatever order an algorithm combines ranks in. Expected
 // results are computed here, in double, without any braid code.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <limits>
 #include <optional>
 
-namespace braid::perf {
+namespace braid::tools {
 
 /// The value rank r contributes at global index i, and the reduction over all ranks.
 class DataPattern {
@@ -163,4 +163,4 @@ std::int64_t countWrong(DataType t, const void* buf, std::size_t count, F&& expe
   });
 }
 
-}  // namespace braid::perf
+}  // namespace braid::tools

@@ -1,11 +1,11 @@
-#include "bench_ops.hpp"
+#include "common/bench_ops.hpp"
 
 #include <array>
 #include <cstring>
 
-#include "check_data.hpp"
+#include "common/check_data.hpp"
 
-namespace braid::perf {
+namespace braid::tools {
 namespace {
 
 constexpr std::array<BenchOpInfo, 9> kOps = {{
@@ -169,4 +169,4 @@ std::int64_t BenchRunner::verify(const BenchCase& c) const {
   return 0;
 }
 
-}  // namespace braid::perf
+}  // namespace braid::tools

@@ -1,5 +1,6 @@
-// The operations braid-perf measures, with nccl-tests' definitions of size and bus bandwidth,
-// and for each one: how to run it, how to fill its inputs and how to verify its outputs.
+// The operations braid-perf measures and braid-check verifies, with nccl-tests' definitions of
+// size and bus bandwidth, and for each one: how to run it, how to fill its inputs and how to
+// verify its outputs.
 #pragma once
 
 #include <braid/comm.hpp>
@@ -10,7 +11,7 @@
 #include <span>
 #include <string_view>
 
-namespace braid::perf {
+namespace braid::tools {
 
 enum class BenchOp {
   Allreduce,
@@ -69,4 +70,4 @@ class BenchRunner {
   void* recv_;
 };
 
-}  // namespace braid::perf
+}  // namespace braid::tools

@@ -6,14 +6,14 @@
 //   min, max: values in [-100, 100] ([0, 200] unsigned);
 //   moved:    values in [-2^20, 2^20] (clamped to L), distinct over a wide range of indices.
 // L is capped at 2^30 for the wide types so all of this is 32-bit modular arithmetic.
-#include "check_data.hpp"
+#include "common/check_data.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 
-namespace braid::perf {
+namespace braid::tools {
 namespace {
 
 /// Every integer in [-L, L] ([0, L] for uint8) is exact in the dtype. Wide types are capped at
@@ -175,4 +175,4 @@ std::uint16_t floatToBf16Bits(float f) noexcept {
   return static_cast<std::uint16_t>((x + roundingBias) >> 16);
 }
 
-}  // namespace braid::perf
+}  // namespace braid::tools
