@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -394,15 +395,24 @@ std::string asyncMix(Ctx& x, Draw& d, std::size_t maxCount) {
   std::vector<std::size_t> order(ops.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[d.below(i)]);
+  // A failure is reported as the earliest issued operation's error: the later ones may only
+  // say that the communicator failed before them.
+  std::vector<std::exception_ptr> errors(ops.size());
   for (std::size_t i : order) {
-    if (d.coin()) {
-      while (!ops[i].work.wait(std::chrono::milliseconds(50))) {
+    try {
+      if (d.coin()) {
+        while (!ops[i].work.wait(std::chrono::milliseconds(50))) {
+        }
+      } else {
+        ops[i].work.wait();
       }
-    } else {
-      ops[i].work.wait();
+    } catch (const Error&) {
+      errors[i] = std::current_exception();
     }
     EXPECT_TRUE(ops[i].work.test());
   }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
   for (auto& p : ops) p.verify();
   return what;
 }

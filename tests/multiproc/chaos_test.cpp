@@ -167,6 +167,9 @@ const char* variantName(int v) {
 // What a rank reports on its pipe: "R\n" when ready, then "E <code> <ns> <ops> <message>\n" when
 // an operation failed, or "N <ops>\n" when it ran out of time without an error.
 int rankMain(const Round& rd, int rank, std::uint16_t port, int fd) {
+  // Failures recorded before the fork belong to the parent's earlier rounds.
+  const int failuresBefore =
+      ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
   Options o = testOptions();
   o.execTimeout = kExecTimeout;
   o.shmDisable = rd.variant == 1;
@@ -192,7 +195,10 @@ int rankMain(const Round& rd, int rank, std::uint16_t port, int fd) {
   writeAll(fd, report);
   comm.reset();  // destroying a failed communicator must not hang (the parent's deadline)
   store.reset();
-  return ::testing::Test::HasFailure() ? 2 : 0;
+  return ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() >
+                 failuresBefore
+             ? 2
+             : 0;
 }
 
 void runRound(const Round& rd, int index, std::uint64_t seed) {
