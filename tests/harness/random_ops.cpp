@@ -486,12 +486,16 @@ std::uint64_t seedFromEnv(const char* name) {
 }
 
 std::size_t residentBytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  // RssAnon: heap, stacks and private mappings. Shared memory (the shm transport's segments,
+  // whose pages count once touched and grow as more ring slots get used) is left out.
+  std::FILE* f = std::fopen("/proc/self/status", "r");
   if (f == nullptr) return 0;
-  unsigned long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+  char line[256];
+  std::size_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "RssAnon: %zu kB", &kib) == 1) break;
   std::fclose(f);
-  return got == 2 ? resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)) : 0;
+  return kib * 1024;
 }
 
 }  // namespace braid::test

@@ -34,7 +34,8 @@ class RandomOps {
 /// The seed from the environment variable `name` if set (for replays), else a fresh random one.
 std::uint64_t seedFromEnv(const char* name);
 
-/// Resident set size of this process in bytes (/proc/self/statm).
+/// Anonymous resident memory of this process in bytes (RssAnon in /proc/self/status: heap,
+/// stacks, private mappings; not the shared-memory segments).
 std::size_t residentBytes();
 
 }  // namespace braid::test
