@@ -64,6 +64,12 @@ struct Options {
   bool shmCmaDisable = false;
   /// Authentication and peer address filtering (BRAID_AUTH_KEY, BRAID_WHITELIST).
   SecurityOptions security;
+  /// Deterministic reductions (BRAID_DETERMINISTIC=1): allreduce, reduce and reduce_scatter(v)
+  /// reduce every element in rank order, ((x0 op x1) op x2) ..., each step rounded to the
+  /// dtype, so results are bitwise identical across runs, ranks, algorithms and transports.
+  /// Selection then picks only rank-ordered algorithms; a BRAID_ALGO rule forcing another one
+  /// for a reduction is an Error(InvalidArgument) (docs/algorithms.md, "Deterministic mode").
+  bool deterministic = false;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

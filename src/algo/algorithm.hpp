@@ -45,6 +45,10 @@ struct Context {
   transport::Deadline deadline;
   /// Every message of this operation carries this tag.
   std::uint64_t tag;
+  /// Deterministic mode (Options::deterministic): an algorithm registered with rankOrdered
+  /// must then reduce every element as ((x0 op x1) op x2) ... in rank order, each step one
+  /// kernel call (acc as the first operand), so every rank-ordered algorithm gives the same bits.
+  bool deterministic = false;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -54,6 +58,9 @@ struct AlgoInfo {
   Collective coll;
   AlgoFn run;
   const char* summary;  // one line for braid-info and logs
+  /// Reductions only: with Context::deterministic set, every element is reduced in rank order
+  /// (see Context::deterministic). Deterministic mode selects only these.
+  bool rankOrdered = false;
 };
 
 /// Every algorithm, grouped by collective.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "algo/algorithm.hpp"
@@ -66,6 +67,53 @@ class InFlight {
   Context& ctx_;
   int uncaught_;
   std::array<transport::Request, N> reqs_;
+};
+
+/// InFlight for a number of requests known only at run time (e.g. one per peer): allocated
+/// once per operation, same abort-on-failure contract as InFlight.
+class InFlightSet {
+ public:
+  InFlightSet(Context& ctx, std::size_t n)
+      : ctx_(ctx),
+        uncaught_(std::uncaught_exceptions()),
+        n_(n),
+        reqs_(std::make_unique<transport::Request[]>(n)) {}
+  InFlightSet(const InFlightSet&) = delete;
+  InFlightSet& operator=(const InFlightSet&) = delete;
+  ~InFlightSet() {
+    bool abandon = std::uncaught_exceptions() > uncaught_;
+    for (std::size_t i = 0; i < n_; ++i)
+      abandon = abandon || reqs_[i].state.load(std::memory_order_acquire) ==
+                               transport::Request::State::Pending;
+    if (!abandon) return;
+    try {
+      ctx_.tr.abort("rank " + std::to_string(ctx_.rank) + " failed an operation (tag " +
+                    std::to_string(ctx_.tag) + ") with messages in flight");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more to do while unwinding
+    }
+  }
+
+  void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, reqs_[i]);
+  }
+  void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, reqs_[i]);
+  }
+  void wait(std::size_t i) {
+    transport::Request& r = reqs_[i];
+    if (r.state.load(std::memory_order_acquire) == transport::Request::State::Idle) return;
+    ctx_.tr.wait(r, ctx_.deadline);
+    r.state.store(transport::Request::State::Idle, std::memory_order_release);
+  }
+  void waitAll() {
+    for (std::size_t i = 0; i < n_; ++i) wait(i);
+  }
+
+ private:
+  Context& ctx_;
+  int uncaught_;
+  std::size_t n_;
+  std::unique_ptr<transport::Request[]> reqs_;
 };
 
 inline std::uint8_t* bytesOf(void* p) noexcept {

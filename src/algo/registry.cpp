@@ -29,6 +29,10 @@ void shmDirectBroadcast(Context&, const CollArgs&);
 void shmDirectReduceScatter(Context&, const CollArgs&);
 void shmDirectReduce(Context&, const CollArgs&);
 void shmDirectBarrier(Context&, const CollArgs&);
+void rankOrderedAllreduce(Context&, const CollArgs&);
+void rankOrderedReduce(Context&, const CollArgs&);
+void rankOrderedReduceScatter(Context&, const CollArgs&);
+void rankOrderedReduceScatterv(Context&, const CollArgs&);
 
 namespace {
 
@@ -63,7 +67,8 @@ constexpr std::array kAlgorithms{
     // a SharedMemoryGroup); elsewhere each runs the classic algorithm of its collective.
     AlgoInfo{"shm_direct", Collective::Allreduce, shmDirectAllreduce,
              "one host: each rank reduces its 1/N slice of every peer's staged chunk in shared "
-             "memory, then all copy the slices; 2 barriers per chunk (1 below 4 KiB)"},
+             "memory, then all copy the slices; 2 barriers per chunk (1 below 4 KiB)",
+             true},
     AlgoInfo{"shm_direct", Collective::Allgather, shmDirectAllgather,
              "one host: each rank stages its block in shared memory, all copy every block; "
              "1 barrier per chunk"},
@@ -72,12 +77,31 @@ constexpr std::array kAlgorithms{
              "chunk"},
     AlgoInfo{"shm_direct", Collective::ReduceScatter, shmDirectReduceScatter,
              "one host: each rank stages its input, reduces its block of every peer's staging; "
-             "1 barrier per chunk"},
+             "1 barrier per chunk",
+             true},
     AlgoInfo{"shm_direct", Collective::Reduce, shmDirectReduce,
              "one host: slices reduced in shared memory as in allreduce, the root copies them; "
-             "2 barriers per chunk (1 below 4 KiB)"},
+             "2 barriers per chunk (1 below 4 KiB)",
+             true},
     AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
              "one host: one counter line per rank in shared memory, spin then futex"},
+    // Deterministic mode (BRAID_DETERMINISTIC): every element reduced in rank order.
+    AlgoInfo{"rank_ordered", Collective::Allreduce, rankOrderedAllreduce,
+             "each rank reduces its 1/N segment of every input in rank order, then ring "
+             "allgather; 2(N-1)/N x bytes per rank, bitwise reproducible",
+             true},
+    AlgoInfo{"rank_ordered", Collective::Reduce, rankOrderedReduce,
+             "the root reduces every rank's input in rank order, chunk-pipelined; root receives "
+             "(N-1) x bytes, bitwise reproducible",
+             true},
+    AlgoInfo{"rank_ordered", Collective::ReduceScatter, rankOrderedReduceScatter,
+             "every rank sends each owner its block, owners reduce in rank order; (N-1)/N x input "
+             "bytes per rank, bitwise reproducible",
+             true},
+    AlgoInfo{"rank_ordered", Collective::ReduceScatterv, rankOrderedReduceScatterv,
+             "every rank sends each owner its block, owners reduce in rank order; bitwise "
+             "reproducible",
+             true},
 };
 
 }  // namespace

@@ -65,12 +65,19 @@ void Comm::Impl::execute(Op& op) {
     return;
   }
 
-  const std::string name = tuning::selectAlgorithm(
-      rules, {c, op.bytes, size, opts.smallMessageBytes, transport->sharedGroup() != nullptr});
+  std::string name;
+  try {
+    name = tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
+                                           transport->sharedGroup() != nullptr,
+                                           opts.deterministic});
+  } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent yet
+    throw Error(e.code(), where(c) + ": " + e.detail());
+  }
   const algo::AlgoInfo* algorithm = algo::findAlgorithm(c, name);
   if (algorithm == nullptr)
     throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
-  algo::Context ctx{*transport, rank, size, opts.chunkBytes, scratch, deadline, op.tag};
+  algo::Context ctx{*transport, rank, size, opts.chunkBytes, scratch, deadline, op.tag,
+                    opts.deterministic};
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   algorithm->run(ctx, op.args);
@@ -238,6 +245,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->id = std::move(id);
   impl->opts = opts;
   impl->rules = tuning::parseRules(opts.algo, "BRAID_ALGO");
+  if (opts.deterministic) tuning::checkDeterministicRules(impl->rules, "BRAID_ALGO");
   if (opts.chunkBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
   if (opts.bufferBytes < 64)
@@ -362,7 +370,8 @@ std::string Comm::describePeer(int peer) const {
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
   return tuning::selectAlgorithm(impl_->rules,
                                  {c, bytes, impl_->size, impl_->opts.smallMessageBytes,
-                                  impl_->transport->sharedGroup() != nullptr});
+                                  impl_->transport->sharedGroup() != nullptr,
+                                  impl_->opts.deterministic});
 }
 
 // ---------------------------------------------------------------- sub-communicators

@@ -42,6 +42,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
     {"BRAID_WHITELIST", "",
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
+    {"BRAID_DETERMINISTIC", "0",
+     "1: reductions combine ranks in rank order, bitwise reproducible (rank-ordered algorithms)"},
 };
 
 const char* get(const char* name) {
@@ -127,6 +129,7 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_WHITELIST"))
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
+  o.deterministic = intVar("BRAID_DETERMINISTIC", 0) != 0;
   return o;
 }
 

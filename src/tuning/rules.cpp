@@ -22,7 +22,39 @@ bool hasAlgorithm(std::optional<Collective> coll, std::string_view name) {
   return false;
 }
 
+// "shm_direct, rank_ordered": the rank-ordered algorithms of `coll`.
+std::string rankOrderedNames(Collective coll) {
+  std::string names;
+  for (const auto& a : algo::registry())
+    if (a.coll == coll && a.rankOrdered) names += (names.empty() ? "" : ", ") + std::string(a.name);
+  return names;
+}
+
+Error notRankOrdered(Collective coll, std::string_view algorithm, std::string_view origin) {
+  return Error(ErrorCode::InvalidArgument,
+               "BRAID_DETERMINISTIC=1, but " + std::string(origin) + " selects algorithm '" +
+                   std::string(algorithm) + "' for " + toString(coll) +
+                   ", which does not reduce in rank order (rank-ordered algorithms for " +
+                   toString(coll) + ": " + rankOrderedNames(coll) + ")");
+}
+
 }  // namespace
+
+bool isReduction(Collective c) noexcept {
+  return c == Collective::Allreduce || c == Collective::Reduce || c == Collective::ReduceScatter ||
+         c == Collective::ReduceScatterv;
+}
+
+void checkDeterministicRules(const std::vector<Rule>& rules, std::string_view source) {
+  for (const auto& r : rules)
+    for (const auto& a : algo::registry())
+      if (isReduction(a.coll) && !a.rankOrdered && r.algorithm == a.name &&
+          (!r.coll || *r.coll == a.coll))
+        throw notRankOrdered(a.coll, a.name,
+                             std::string(source) + " rule '" +
+                                 (r.coll ? std::string(toString(*r.coll)) + ":" : std::string()) +
+                                 r.algorithm + "'");
+}
 
 std::optional<std::size_t> parseSize(std::string_view s) {
   s = trim(s);
@@ -96,8 +128,14 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
   for (const auto& r : rules) {
     if (r.coll && *r.coll != in.coll) continue;
     if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
-    if (algo::findAlgorithm(in.coll, r.algorithm) != nullptr) return r.algorithm;
+    const algo::AlgoInfo* a = algo::findAlgorithm(in.coll, r.algorithm);
+    if (a == nullptr) continue;
+    if (in.deterministic && isReduction(in.coll) && !a->rankOrdered)
+      throw notRankOrdered(in.coll, r.algorithm, "a BRAID_ALGO rule");
+    return r.algorithm;
   }
+  if (in.deterministic && isReduction(in.coll))
+    return in.sharedMemory && in.coll != Collective::ReduceScatterv ? "shm_direct" : "rank_ordered";
   if (in.sharedMemory) {
     switch (in.coll) {
       case Collective::Allreduce:

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <braid/types.hpp>
-
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -39,9 +38,22 @@ struct SelectionInputs {
   /// Every rank is on this host and the transport offers a SharedMemoryGroup: the default
   /// policy then picks the "shm_direct" algorithms where one exists.
   bool sharedMemory = false;
+  /// Deterministic mode (Options::deterministic): reductions (allreduce, reduce,
+  /// reducescatter, reducescatterv) may run only algorithms registered as rankOrdered.
+  bool deterministic = false;
 };
 
-/// The algorithm to run: the first matching rule, else the default policy.
+/// The algorithm to run: the first matching rule, else the default policy. In deterministic
+/// mode the default policy picks rank-ordered algorithms for reductions, and a matching rule
+/// naming another one throws Error(InvalidArgument) naming the algorithm and the collective.
 std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in);
+
+/// True for the collectives deterministic mode constrains (allreduce, reduce, reducescatter(v)).
+bool isReduction(Collective c) noexcept;
+
+/// Deterministic mode, at communicator creation: throws Error(InvalidArgument) naming `source`,
+/// the rule and the algorithm if some rule can force a reduction onto an algorithm that does
+/// not reduce in rank order.
+void checkDeterministicRules(const std::vector<Rule>& rules, std::string_view source);
 
 }  // namespace braid::tuning

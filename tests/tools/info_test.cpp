@@ -33,6 +33,10 @@ TEST(BraidInfo, PrintsVersionIsaAlgorithmsAndEnvironment) {
     EXPECT_NE(r.out.find(toString(a.coll)), std::string::npos);
     if (a.summary != nullptr && *a.summary != '\0') {
       EXPECT_NE(r.out.find(a.summary), std::string::npos) << "summary of " << a.name;
+      // Deterministic mode's algorithms are marked, the others not.
+      EXPECT_EQ(r.out.find(std::string(a.summary) + " [rank-ordered") != std::string::npos,
+                a.rankOrdered)
+          << a.name;
     }
   }
   for (const EnvVarDoc& d : environmentVariables()) {

@@ -18,10 +18,24 @@ class EnvTest : public ::testing::Test {
           "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
           "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
           "SLURM_LOCALID", "BRAID_CHUNK_SIZE", "BRAID_EXEC_TIMEOUT", "BRAID_DEBUG",
-          "BRAID_STORE_EXTERNAL"})
+          "BRAID_STORE_EXTERNAL", "BRAID_DETERMINISTIC"})
       unsetenv(v);
   }
 };
+
+TEST_F(EnvTest, DeterministicMode) {
+  EXPECT_FALSE(Options::fromEnv().deterministic);
+  setenv("BRAID_DETERMINISTIC", "1", 1);
+  EXPECT_TRUE(Options::fromEnv().deterministic);
+  setenv("BRAID_DETERMINISTIC", "0", 1);
+  EXPECT_FALSE(Options::fromEnv().deterministic);
+  setenv("BRAID_DETERMINISTIC", "yes", 1);
+  EXPECT_THROW(Options::fromEnv(), Error);
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || v.name == std::string("BRAID_DETERMINISTIC");
+  EXPECT_TRUE(listed);
+}
 
 TEST_F(EnvTest, NoLauncherMeansOneRank) {
   auto li = LaunchInfo::fromEnv();

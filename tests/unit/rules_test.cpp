@@ -3,6 +3,7 @@
 
 #include <braid/error.hpp>
 
+#include "algo/algorithm.hpp"
 #include "tuning/rules.hpp"
 
 namespace braid::tuning {
@@ -53,6 +54,61 @@ TEST(Rules, SizesAcceptSuffixes) {
   EXPECT_FALSE(parseSize("x"));
   EXPECT_FALSE(parseSize(""));
   EXPECT_FALSE(parseSize("99999999999999999999G"));
+}
+
+SelectionInputs detIn(Collective c, std::size_t bytes, bool shm) {
+  SelectionInputs s{c, bytes, 4, 64 * 1024, shm};
+  s.deterministic = true;
+  return s;
+}
+
+TEST(Rules, DeterministicModePicksRankOrderedAlgorithms) {
+  std::vector<Rule> none;
+  for (bool shm : {false, true})
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 20}) {
+      const std::string direct = shm ? "shm_direct" : "rank_ordered";
+      EXPECT_EQ(selectAlgorithm(none, detIn(Collective::Allreduce, bytes, shm)), direct);
+      EXPECT_EQ(selectAlgorithm(none, detIn(Collective::Reduce, bytes, shm)), direct);
+      EXPECT_EQ(selectAlgorithm(none, detIn(Collective::ReduceScatter, bytes, shm)), direct);
+      EXPECT_EQ(selectAlgorithm(none, detIn(Collective::ReduceScatterv, bytes, shm)),
+                "rank_ordered");
+    }
+  // Collectives that do not reduce keep their policy.
+  EXPECT_EQ(selectAlgorithm(none, detIn(Collective::Allgatherv, 8, false)), "ring");
+  EXPECT_EQ(selectAlgorithm(none, detIn(Collective::Broadcast, 8, false)), "binomial_tree");
+  // Every algorithm the policy picks is registered as rank-ordered.
+  for (Collective c : {Collective::Allreduce, Collective::Reduce, Collective::ReduceScatter,
+                       Collective::ReduceScatterv})
+    for (bool shm : {false, true}) {
+      const auto* a = algo::findAlgorithm(c, selectAlgorithm(none, detIn(c, 8, shm)));
+      ASSERT_NE(a, nullptr);
+      EXPECT_TRUE(a->rankOrdered) << toString(c) << " " << a->name;
+    }
+}
+
+TEST(Rules, DeterministicModeRefusesForcedNonRankOrderedAlgorithms) {
+  auto rules = parseRules("allreduce:0-1K:rank_ordered;allreduce:1K-2K:ring;allgather:ring",
+                          "BRAID_ALGO");
+  EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allreduce, 8, false)), "rank_ordered");
+  EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allgather, 8, false)), "ring");
+  EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allreduce, 4096, true)), "shm_direct");
+  try {
+    selectAlgorithm(rules, detIn(Collective::Allreduce, 1500, false));
+    ADD_FAILURE() << "deterministic mode ran ring";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    const std::string w = e.what();
+    EXPECT_NE(w.find("'ring'"), std::string::npos) << w;
+    EXPECT_NE(w.find("BRAID_DETERMINISTIC"), std::string::npos) << w;
+    EXPECT_NE(w.find("rank_ordered"), std::string::npos) << w;  // names the alternatives
+  }
+  EXPECT_THROW(checkDeterministicRules(rules, "BRAID_ALGO"), Error);
+  EXPECT_THROW(checkDeterministicRules(parseRules("ring", "t"), "BRAID_ALGO"), Error);
+  EXPECT_THROW(checkDeterministicRules(parseRules("reduce:binomial_tree", "t"), "BRAID_ALGO"),
+               Error);
+  EXPECT_NO_THROW(checkDeterministicRules(
+      parseRules("allgather:ring;broadcast:binomial_tree;shm_direct;rank_ordered", "t"),
+      "BRAID_ALGO"));
 }
 
 }  // namespace

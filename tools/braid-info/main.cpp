@@ -40,7 +40,8 @@ void printAlgorithms() {
       if (a.coll != coll) continue;
       if (first) std::printf("  %s\n", toString(coll));
       first = false;
-      std::printf("    %-24s %s\n", a.name, a.summary != nullptr ? a.summary : "");
+      std::printf("    %-24s %s%s\n", a.name, a.summary != nullptr ? a.summary : "",
+                  a.rankOrdered ? " [rank-ordered: BRAID_DETERMINISTIC]" : "");
     }
   }
   if (algos.empty()) std::printf("  (none registered)\n");

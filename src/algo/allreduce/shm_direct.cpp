@@ -16,14 +16,19 @@
 //   2 barriers per chunk; memory traffic per rank: 1 write + (N-1)/N reads + 1/N write of the
 //   chunk in the segment, then 1 read of the chunk out of it. Each slice is reduced once, so
 //   every rank ends with bitwise the same result.
+// Deterministic mode (Context::deterministic): step 3 reduces the slice in rank order instead
+//   (algo/rank_order.hpp: the own slice is saved in scratch first, 1/N of a chunk copied once
+//   more), and without a shared group the rank_ordered algorithm replaces the ring.
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/rank_order.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::algo {
 
 void ringAllreduce(Context&, const CollArgs&);
+void rankOrderedAllreduce(Context&, const CollArgs&);
 
 namespace {
 
@@ -52,7 +57,10 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
   }
   transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
   if (g == nullptr) {
-    ringAllreduce(ctx, a);
+    if (ctx.deterministic)
+      rankOrderedAllreduce(ctx, a);
+    else
+      ringAllreduce(ctx, a);
     return;
   }
   if (bytes == 0) return;
@@ -78,7 +86,9 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     std::memcpy(g->staging(me) + h, in + off * es, c * es);
     g->barrier(ctx.tag, ctx.deadline);
     const Slice mine = sliceOf(c, n, me);
-    if (mine.count > 0) {
+    if (mine.count > 0 && ctx.deterministic) {
+      reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
+    } else if (mine.count > 0) {
       std::uint8_t* dst = g->staging(me) + h + mine.offset * es;
       for (int s = 1; s < n; ++s) {
         const int p = (me + s) % n;

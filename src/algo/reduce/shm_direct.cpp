@@ -12,14 +12,18 @@
 //   5. the root copies every reduced slice into its output.
 // Steps alternate staging halves. 2 barriers per chunk; memory traffic per rank: 1 write and
 // (N-1)/N reads of the chunk; the root also reads the whole result once.
+// Deterministic mode (Context::deterministic): step 3 reduces in rank order
+// (algo/rank_order.hpp), and without a shared group the rank_ordered reduce replaces the tree.
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/rank_order.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::algo {
 
 void binomialTreeReduce(Context&, const CollArgs&);
+void rankOrderedReduce(Context&, const CollArgs&);
 
 namespace {
 
@@ -50,7 +54,10 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
   }
   transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
   if (g == nullptr) {
-    binomialTreeReduce(ctx, a);
+    if (ctx.deterministic)
+      rankOrderedReduce(ctx, a);
+    else
+      binomialTreeReduce(ctx, a);
     return;
   }
   if (bytes == 0) return;
@@ -75,7 +82,9 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
     std::memcpy(g->staging(me) + h, in + off * es, c * es);
     g->barrier(ctx.tag, ctx.deadline);
     const Slice mine = sliceOf(c, n, me);
-    if (mine.count > 0) {
+    if (mine.count > 0 && ctx.deterministic) {
+      reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
+    } else if (mine.count > 0) {
       std::uint8_t* dst = g->staging(me) + h + mine.offset * es;
       for (int s = 1; s < n; ++s) {
         const int p = (me + s) % n;

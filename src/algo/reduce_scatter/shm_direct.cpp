@@ -6,15 +6,19 @@
 //   2. barrier;
 //   3. reduce chunk `rank` of every rank's staging, in rank order, into the output.
 // Steps alternate staging halves. 1 barrier per chunk; memory traffic per rank: its input written
-// once into the segment, N chunks read per output chunk. Every rank reduces in rank order.
+// once into the segment, N chunks read per output chunk. Every rank reduces in rank order
+// (algo/rank_order.hpp), deterministic mode or not; without a shared group, deterministic mode
+// runs the rank_ordered algorithm instead of the ring.
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/rank_order.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::algo {
 
 void ringReduceScatter(Context&, const CollArgs&);
+void rankOrderedReduceScatter(Context&, const CollArgs&);
 
 void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
@@ -27,7 +31,10 @@ void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
   }
   transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
   if (g == nullptr) {
-    ringReduceScatter(ctx, a);
+    if (ctx.deterministic)
+      rankOrderedReduceScatter(ctx, a);
+    else
+      ringReduceScatter(ctx, a);
     return;
   }
   if (block == 0) return;
@@ -44,9 +51,8 @@ void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
                   in + (static_cast<std::size_t>(q) * a.count + off) * es, c * es);
     g->barrier(ctx.tag, ctx.deadline);
     const std::size_t at = h + static_cast<std::size_t>(me) * c * es;
-    kernels::reduce3(a.dtype, a.op, out + off * es, g->staging(0) + at, g->staging(1) + at, c);
-    for (int p = 2; p < n; ++p)
-      kernels::reduceInto(a.dtype, a.op, out + off * es, g->staging(p) + at, c);
+    reduceInRankOrder(a.dtype, a.op, out + off * es, n, c,
+                      [&](int p) -> const void* { return g->staging(p) + at; });
   }
 }
 

@@ -115,7 +115,12 @@ class ShmGroup final : public SharedMemoryGroup {
   void barrier(std::uint64_t tag, Deadline deadline) override;
 
   /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
-  void markGone() {
+  /// `why`: the transport's failure, repeated by this rank's later barriers.
+  void markGone(const std::string& why = "") {
+    if (!why.empty()) {
+      std::lock_guard<std::mutex> lk(abortMu_);
+      if (goneWhy_.empty()) goneWhy_ = why;
+    }
     shm::GroupLine& mine = seg_.groupLine(local_);
     if (mine.gone.exchange(1, std::memory_order_seq_cst) != 0) return;
     for (std::size_t p = 0; p < count_; ++p)
@@ -134,9 +139,10 @@ class ShmGroup final : public SharedMemoryGroup {
 
  private:
   [[noreturn]] void fail(ErrorCode code, const std::string& what) {
-    markGone();
-    throw Error(code, "rank " + std::to_string(local_) + ": shm group barrier #" +
-                          std::to_string(epoch_) + ": " + what);
+    const Error e(code, "rank " + std::to_string(local_) + ": shm group barrier #" +
+                            std::to_string(epoch_) + ": " + what);
+    markGone(e.what());
+    throw e;
   }
   void checkPeer(std::size_t p, bool probeProcess);
 
@@ -154,6 +160,7 @@ class ShmGroup final : public SharedMemoryGroup {
   std::atomic<bool> aborted_{false};
   std::mutex abortMu_;
   std::string abortWhy_;
+  std::string goneWhy_;  // the transport failure that made this rank leave (abortMu_)
 };
 
 void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
@@ -161,9 +168,13 @@ void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
     std::lock_guard<std::mutex> lk(abortMu_);
     throw Error(ErrorCode::Aborted, abortWhy_);
   }
-  if (seg_.groupLine(local_).gone.load(std::memory_order_acquire) != 0)
-    throw Error(ErrorCode::Aborted, "rank " + std::to_string(local_) +
-                                        ": the shm transport failed earlier; the group is broken");
+  if (seg_.groupLine(local_).gone.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lk(abortMu_);
+    throw Error(ErrorCode::Aborted,
+                "rank " + std::to_string(local_) + ": the shm transport failed earlier" +
+                    (goneWhy_.empty() ? std::string() : " (" + goneWhy_ + ")") +
+                    "; the group is broken");
+  }
   if (seg_.groupLine(p).gone.load(std::memory_order_acquire) != 0)
     fail(ErrorCode::PeerLost,
          descriptions_[p] + " left the group (its transport closed or failed)");
@@ -444,7 +455,7 @@ void ShmTransportImpl::failTransport(Error error) {
   if (failed_) return;
   failed_ = std::move(error);
   for (Channel& c : channels_) c.abandon();  // closes the pairs: peers see PeerLost
-  if (group_) group_->markGone();
+  if (group_) group_->markGone(failed_->what());
   completed_ = true;
   backgroundCv_.notify_all();
 }
