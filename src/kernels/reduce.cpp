@@ -5,11 +5,11 @@
 // products wrap (computed in the unsigned type, as two's complement).
 #include "kernels/reduce.hpp"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <braid/error.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "kernels/kernel_table.hpp"
@@ -125,14 +125,6 @@ int dtypeRow(DataType t) {
   return static_cast<int>(t);
 }
 
-std::size_t detectStreamingThreshold() {
-  // Half the last-level cache: an output that large evicts what the next step reads.
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  if (llc <= 0) return std::size_t{16} << 20;
-  return static_cast<std::size_t>(llc) / 2;
-}
-
 bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
                   std::size_t bytes) {
   switch (mode) {
@@ -236,8 +228,10 @@ const char* selectedIsa() noexcept {
 }
 
 std::size_t streamingThresholdBytes() noexcept {
-  static const std::size_t threshold = detectStreamingThreshold();
-  return threshold;
+  // Never, for now: non-temporal stores for a distinct dst of 64 MiB were within a few percent
+  // of cached stores and 8-25% slower in place (docs/benchmarks.md, Reduction kernels), so
+  // Auto does not use them. StoreMode::Streaming still does, for measurement.
+  return 0;
 }
 
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
@@ -267,15 +261,10 @@ void divideBy(Isa isa, DataType t, void* buf, std::size_t count, int divisor) {
 }
 
 float halfToFloat(std::uint16_t h) noexcept {
-  _Float16 x;
-  std::memcpy(&x, &h, sizeof x);
-  return static_cast<float>(x);
+  return detail::halfWiden(h);
 }
 std::uint16_t floatToHalf(float f) noexcept {
-  auto x = static_cast<_Float16>(f);
-  std::uint16_t h;
-  std::memcpy(&h, &x, sizeof h);
-  return h;
+  return detail::halfNarrow(f);
 }
 float bf16ToFloat(std::uint16_t b) noexcept {
   return detail::bf16Widen(b);

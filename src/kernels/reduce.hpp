@@ -49,11 +49,12 @@ Isa activeIsa() noexcept;
 /// when this CPU does not support it.
 void setActiveIsa(Isa isa);
 
-/// How large outputs are written. Auto streams (non-temporal stores + sfence) when the output
-/// is at least streamingThresholdBytes() and does not alias an input; Cached never streams;
-/// Streaming always does (where dst is element-aligned), for measurement.
+/// How outputs are written. Auto streams (non-temporal stores + sfence) when the output is at
+/// least streamingThresholdBytes() (if non-zero) and does not alias an input; Cached never
+/// streams; Streaming always does (where dst is element-aligned), for measurement.
 enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
-/// Output size from which StoreMode::Auto streams (0: never).
+/// Output size from which StoreMode::Auto streams; 0 (today): never, because streaming did not
+/// pay in the measurement of docs/benchmarks.md (Reduction kernels).
 std::size_t streamingThresholdBytes() noexcept;
 
 /// The same operations at an explicit level (tests and benchmarks run every supported level

@@ -61,30 +61,44 @@ struct F16 : Ps8 {
   static void stream(T* p, V v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow(v)); }
 };
 
-struct Bf16 : Ps8 {
+// bf16 works on 16 elements at once as two fp32 vectors: vpunpckl/hwd with zero widens (the
+// bf16 bits land in the high half of each 32-bit lane) and vpackusdw of the two halves narrows,
+// both per 128-bit lane, so the element order comes back without a cross-lane permute.
+struct Ps8x2 {
+  __m256 lo, hi;
+};
+
+struct Bf16 : Avx2Lane {
   using T = std::uint16_t;
+  using V = Ps8x2;
+  static constexpr std::size_t kLanes = 16;
   static V load(const T* p) {
-    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i zero = _mm256_setzero_si256();
+    return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, x)),
+            _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, x))};
   }
   // Round to nearest even on the bit pattern: add 0x7fff plus the lowest kept bit, keep the
-  // high half. NaN lanes keep their payload's high half with the quiet bit set.
-  static __m128i narrow(V v) {
+  // high half (in the low 16 bits of the lane). NaN lanes keep their payload's high half with
+  // the quiet bit set.
+  static __m256i round32(__m256 v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(u, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
     r = _mm256_srli_epi32(r, 16);
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-    // Pack 8 x u32 (all <= 0xffff) to 8 x u16: packus works per 128-bit half, so gather the
-    // two halves' low quadwords.
-    __m256i p = _mm256_packus_epi32(r, r);
-    p = _mm256_permute4x64_epi64(p, 0x08);
-    return _mm256_castsi256_si128(p);
+    return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
   }
-  static void store(T* p, V v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow(v)); }
-  static void stream(T* p, V v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), narrow(v)); }
+  static __m256i narrow(V v) { return _mm256_packus_epi32(round32(v.lo), round32(v.hi)); }
+  static void store(T* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v)); }
+  static void stream(T* p, V v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), narrow(v)); }
+  static V add(V a, V b) { return {Ps8::add(a.lo, b.lo), Ps8::add(a.hi, b.hi)}; }
+  static V mul(V a, V b) { return {Ps8::mul(a.lo, b.lo), Ps8::mul(a.hi, b.hi)}; }
+  static V min(V a, V b) { return {Ps8::min(a.lo, b.lo), Ps8::min(a.hi, b.hi)}; }
+  static V max(V a, V b) { return {Ps8::max(a.lo, b.lo), Ps8::max(a.hi, b.hi)}; }
+  static V div(V a, V b) { return {Ps8::div(a.lo, b.lo), Ps8::div(a.hi, b.hi)}; }
+  static V splat(int d) { return {Ps8::splat(d), Ps8::splat(d)}; }
 };
 
 struct F64 : Avx2Lane {

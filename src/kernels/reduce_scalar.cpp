@@ -1,5 +1,5 @@
 // Portable level: plain C++ per element (one "lane"), the fallback on every CPU and the level
-// BRAID_KERNEL_ISA=scalar forces. fp16 goes through the compiler's _Float16 conversions.
+// BRAID_KERNEL_ISA=scalar forces. fp16 converts in integer arithmetic (kernel_table.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -66,15 +66,8 @@ struct PlainFloatLane : FloatOps<F, F> {
 };
 
 struct HalfLane : FloatOps<std::uint16_t, float> {
-  static float load(const std::uint16_t* p) {
-    _Float16 h;
-    std::memcpy(&h, p, sizeof h);
-    return static_cast<float>(h);
-  }
-  static void store(std::uint16_t* p, float v) {
-    auto h = static_cast<_Float16>(v);
-    std::memcpy(p, &h, sizeof h);
-  }
+  static float load(const std::uint16_t* p) { return detail::halfWiden(*p); }
+  static void store(std::uint16_t* p, float v) { *p = detail::halfNarrow(v); }
   static void stream(std::uint16_t* p, float v) { store(p, v); }
 };
 
