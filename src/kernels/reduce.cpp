@@ -5,6 +5,8 @@
 // products wrap (computed in the unsigned type, as two's complement).
 #include "kernels/reduce.hpp"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <braid/error.hpp>
 #include <cstdlib>
@@ -125,6 +127,31 @@ int dtypeRow(DataType t) {
   return static_cast<int>(t);
 }
 
+// Size of the last-level cache one core can use: sysfs (what lscpu shows, per CCX on AMD) before
+// sysconf, which reports the whole socket's L3 on some CPUs (256 MiB for a 32 MiB-per-CCX EPYC).
+std::size_t lastLevelCacheBytes() {
+  std::size_t best = 0;
+  int bestLevel = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream levelFile(dir + "level"), sizeFile(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(levelFile >> level) || !(sizeFile >> size) || size.empty()) continue;
+    std::size_t bytes = std::strtoull(size.c_str(), nullptr, 10);
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    if (level > bestLevel && bytes > 0) {
+      bestLevel = level;
+      best = bytes;
+    }
+  }
+  if (best != 0) return best;
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return llc > 0 ? static_cast<std::size_t>(llc) : std::size_t{32} << 20;
+}
+
 bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
                   std::size_t bytes) {
   switch (mode) {
@@ -228,10 +255,12 @@ const char* selectedIsa() noexcept {
 }
 
 std::size_t streamingThresholdBytes() noexcept {
-  // Never, for now: non-temporal stores for a distinct dst of 64 MiB were within a few percent
-  // of cached stores and 8-25% slower in place (docs/benchmarks.md, Reduction kernels), so
-  // Auto does not use them. StoreMode::Streaming still does, for measurement.
-  return 0;
+  // Half the last-level cache: an output that large does not stay cached for the next step
+  // anyway. Measured (docs/benchmarks.md, Reduction kernels): for a distinct dst of 64 MiB
+  // non-temporal stores were 5-12% faster than cached ones (they skip the read-for-ownership of
+  // dst); in place they were slower, which is why Auto never streams into an input.
+  static const std::size_t threshold = lastLevelCacheBytes() / 2;
+  return threshold;
 }
 
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {

@@ -53,8 +53,8 @@ void setActiveIsa(Isa isa);
 /// least streamingThresholdBytes() (if non-zero) and does not alias an input; Cached never
 /// streams; Streaming always does (where dst is element-aligned), for measurement.
 enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
-/// Output size from which StoreMode::Auto streams; 0 (today): never, because streaming did not
-/// pay in the measurement of docs/benchmarks.md (Reduction kernels).
+/// Output size from which StoreMode::Auto streams into a dst distinct from both inputs: half
+/// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement).
 std::size_t streamingThresholdBytes() noexcept;
 
 /// The same operations at an explicit level (tests and benchmarks run every supported level

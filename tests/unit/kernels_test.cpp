@@ -7,6 +7,7 @@
 // to even, overflow to inf); a NaN result only has to be a NaN.
 #include <gtest/gtest.h>
 
+#include <braid/braid.hpp>
 #include <braid/error.hpp>
 #include <cmath>
 #include <cstring>
@@ -561,6 +562,25 @@ TEST(Kernels, IsaSelectionAndNames) {
       float x = 1, y = 2;
       EXPECT_THROW(kernels::reduceInto(isa, DataType::Float32, ReduceOp::Sum, &x, &y, 1), Error);
     }
+  }
+  kernels::setActiveIsa(before);
+}
+
+TEST(Kernels, CommunicatorAppliesKernelIsaOption) {
+  const Isa before = kernels::activeIsa();
+  Options o;
+  o.kernelIsa = "scalar";
+  {
+    auto comm = Comm::create(LaunchInfo{}, o);
+    EXPECT_EQ(kernels::activeIsa(), Isa::Scalar);
+  }
+  o.kernelIsa = "sse9";
+  try {
+    Comm::create(LaunchInfo{}, o);
+    ADD_FAILURE() << "kernelIsa 'sse9' accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_KERNEL_ISA"), std::string::npos);
   }
   kernels::setActiveIsa(before);
 }
