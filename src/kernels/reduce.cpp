@@ -75,7 +75,6 @@ const Levels& levels() {
 
 // The level the functions without an Isa argument use (setActiveIsa); null until first use.
 std::atomic<const KernelTable*> gActiveTable{nullptr};
-std::atomic<Isa> gActiveIsa{Isa::Scalar};
 
 const KernelTable& activeTable() {
   const KernelTable* t = gActiveTable.load(std::memory_order_acquire);
@@ -83,11 +82,8 @@ const KernelTable& activeTable() {
     return *t;
   const Levels& l = levels();
   const KernelTable* best = l.table[static_cast<int>(l.best)];
-  const KernelTable* expected = nullptr;
-  gActiveIsa.store(l.best, std::memory_order_relaxed);
-  if (!gActiveTable.compare_exchange_strong(expected, best, std::memory_order_acq_rel)) {
-    return *expected;  // setActiveIsa won the race
-  }
+  // A concurrent setActiveIsa may have won: keep its choice.
+  if (!gActiveTable.compare_exchange_strong(t, best, std::memory_order_acq_rel)) return *t;
   return *best;
 }
 
@@ -240,14 +236,14 @@ Isa bestIsa() noexcept {
 }
 
 Isa activeIsa() noexcept {
-  activeTable();
-  return gActiveIsa.load(std::memory_order_relaxed);
+  const KernelTable* t = &activeTable();
+  for (Isa isa : kAllIsas)
+    if (levels().table[static_cast<int>(isa)] == t) return isa;
+  return Isa::Scalar;  // unreachable: the active table is always one of the levels'
 }
 
 void setActiveIsa(Isa isa) {
-  const KernelTable& t = tableFor(isa, "setActiveIsa");
-  gActiveIsa.store(isa, std::memory_order_relaxed);
-  gActiveTable.store(&t, std::memory_order_release);
+  gActiveTable.store(&tableFor(isa, "setActiveIsa"), std::memory_order_release);
 }
 
 const char* selectedIsa() noexcept {
