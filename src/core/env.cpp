@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "common/address_filter.hpp"
+#include "kernels/reduce.hpp"
 #include "tuning/rules.hpp"
 
 namespace braid {
@@ -44,6 +45,7 @@ const std::vector<EnvVarDoc> kVariables = {
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
     {"BRAID_DETERMINISTIC", "0",
      "1: reductions combine ranks in rank order, bitwise reproducible (rank-ordered algorithms)"},
+    {"BRAID_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2, avx512, avx512bf16"},
 };
 
 const char* get(const char* name) {
@@ -130,6 +132,21 @@ Options Options::fromEnv() {
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
   o.deterministic = intVar("BRAID_DETERMINISTIC", 0) != 0;
+  if (const char* v = get("BRAID_KERNEL_ISA")) {
+    std::string_view s(v);
+    if (s != "auto" && s != "AUTO") {
+      auto isa = kernels::parseIsa(s);
+      if (!isa)
+        throw badValue("BRAID_KERNEL_ISA", v, "one of auto, scalar, avx2, avx512, avx512bf16");
+      if (!kernels::isaSupported(*isa)) {
+        std::string levels;
+        for (auto l : kernels::supportedIsas()) levels += std::string(" ") + kernels::toString(l);
+        levels = "supported by this CPU (supported:" + levels + ")";
+        throw badValue("BRAID_KERNEL_ISA", v, levels.c_str());
+      }
+      o.kernelIsa = kernels::toString(*isa);
+    }
+  }
   return o;
 }
 

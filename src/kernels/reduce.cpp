@@ -1,200 +1,301 @@
-// Reduction kernels. Each (dtype, op) loop is compiled three times by GCC function
-// multi-versioning (x86-64-v4 = AVX-512, x86-64-v3 = AVX2+FMA+F16C, baseline) and the loader
-// picks the best clone for the CPU at run time, so one binary runs everywhere at full width.
-// Integer sums and products wrap (computed in the unsigned type, as two's complement).
+// Reduction kernel dispatch. Each instruction-set level fills a table of (dtype, op) loops in
+// its own translation unit (reduce_scalar.cpp, reduce_avx2.cpp, reduce_avx512.cpp,
+// reduce_avx512bf16.cpp), compiled for that target only. The CPU is inspected once, on first
+// use; afterwards a call costs one atomic load and one indirect call. Integer sums and
+// products wrap (computed in the unsigned type, as two's complement).
 #include "kernels/reduce.hpp"
 
-#include <braid/error.hpp>
+#include <unistd.h>
 
+#include <atomic>
+#include <braid/error.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
-// TSan cannot run ifunc resolvers (they run before its runtime starts): sanitizer builds set
-// BRAID_NO_CLONES and use the baseline loops.
-#if defined(__x86_64__) && !defined(BRAID_NO_CLONES)
-#define BRAID_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define BRAID_CLONES
+#include "kernels/kernel_table.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
 #endif
 
 namespace braid::kernels {
 namespace {
 
-using Half = _Float16;
+using detail::KernelTable;
 
-inline float bf16Load(std::uint16_t b) {
-  std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+constexpr int kNumIsas = 4;
 
-inline std::uint16_t bf16Store(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+struct Levels {
+  const KernelTable* table[kNumIsas] = {};
+  Isa best = Isa::Scalar;
+};
 
-template <class T>
-inline T minOf(T x, T y) {
-  return y < x ? y : x;
+#if defined(__x86_64__)
+bool cpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
 }
-template <class T>
-inline T maxOf(T x, T y) {
-  return x < y ? y : x;
-}
+#endif
 
-// Integer loops: T is the stored type, U its unsigned twin for wrapping arithmetic.
-#define BRAID_INT_KERNELS(SUFFIX, T, U)                                                      \
-  BRAID_CLONES void sum_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {              \
-    for (std::size_t i = 0; i < n; ++i)                                                      \
-      d[i] = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) + static_cast<U>(b[i])));    \
-  }                                                                                          \
-  BRAID_CLONES void prod_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {             \
-    for (std::size_t i = 0; i < n; ++i)                                                      \
-      d[i] = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) * static_cast<U>(b[i])));    \
-  }                                                                                          \
-  BRAID_CLONES void min_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {              \
-    for (std::size_t i = 0; i < n; ++i) d[i] = minOf(a[i], b[i]);                            \
-  }                                                                                          \
-  BRAID_CLONES void max_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {              \
-    for (std::size_t i = 0; i < n; ++i) d[i] = maxOf(a[i], b[i]);                            \
+Levels detect() {
+  Levels l;
+  l.table[static_cast<int>(Isa::Scalar)] = &detail::scalarKernels();
+#if defined(__x86_64__)
+  // libgcc's checks include the OS side (XCR0 enables the YMM/ZMM state).
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && cpuHasF16c();
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+  if (avx2) {
+    l.table[static_cast<int>(Isa::Avx2)] = &detail::avx2Kernels();
+    l.best = Isa::Avx2;
   }
-
-BRAID_INT_KERNELS(i8, std::int8_t, std::uint8_t)
-BRAID_INT_KERNELS(u8, std::uint8_t, std::uint8_t)
-BRAID_INT_KERNELS(i32, std::int32_t, std::uint32_t)
-BRAID_INT_KERNELS(i64, std::int64_t, std::uint64_t)
-
-// Float loops: LOAD widens the stored type to the accumulation type, STORE narrows back.
-#define BRAID_FLOAT_KERNELS(SUFFIX, T, LOAD, STORE)                                        \
-  BRAID_CLONES void sum_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {            \
-    for (std::size_t i = 0; i < n; ++i) d[i] = STORE(LOAD(a[i]) + LOAD(b[i]));             \
-  }                                                                                        \
-  BRAID_CLONES void prod_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {           \
-    for (std::size_t i = 0; i < n; ++i) d[i] = STORE(LOAD(a[i]) * LOAD(b[i]));             \
-  }                                                                                        \
-  BRAID_CLONES void min_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {            \
-    for (std::size_t i = 0; i < n; ++i) d[i] = STORE(minOf(LOAD(a[i]), LOAD(b[i])));       \
-  }                                                                                        \
-  BRAID_CLONES void max_##SUFFIX(T* d, const T* a, const T* b, std::size_t n) {            \
-    for (std::size_t i = 0; i < n; ++i) d[i] = STORE(maxOf(LOAD(a[i]), LOAD(b[i])));       \
+  if (avx512) {
+    l.table[static_cast<int>(Isa::Avx512)] = &detail::avx512Kernels();
+    l.best = Isa::Avx512;
   }
+  if (bf16) {
+    static KernelTable withBf16 = detail::avx512Kernels();
+    detail::overrideWithAvx512Bf16(withBf16);
+    l.table[static_cast<int>(Isa::Avx512Bf16)] = &withBf16;
+    l.best = Isa::Avx512Bf16;
+  }
+#endif
+  return l;
+}
 
-#define BRAID_ID(x) (x)
-#define BRAID_H2F(x) static_cast<float>(x)
-#define BRAID_F2H(x) static_cast<Half>(x)
-BRAID_FLOAT_KERNELS(f32, float, BRAID_ID, BRAID_ID)
-BRAID_FLOAT_KERNELS(f64, double, BRAID_ID, BRAID_ID)
-BRAID_FLOAT_KERNELS(f16, Half, BRAID_H2F, BRAID_F2H)
-BRAID_FLOAT_KERNELS(bf16, std::uint16_t, bf16Load, bf16Store)
+const Levels& levels() {
+  static const Levels l = detect();
+  return l;
+}
 
-template <class T>
-using Loop = void (*)(T*, const T*, const T*, std::size_t);
+// The level the functions without an Isa argument use (setActiveIsa); null until first use.
+std::atomic<const KernelTable*> gActiveTable{nullptr};
 
-template <class T>
-void run(ReduceOp op, Loop<T> sum, Loop<T> prod, Loop<T> mn, Loop<T> mx, void* d, const void* a,
-         const void* b, std::size_t n) {
-  Loop<T> f = nullptr;
+const KernelTable& activeTable() {
+  const KernelTable* t = gActiveTable.load(std::memory_order_acquire);
+  if (t != nullptr) [[likely]]
+    return *t;
+  const Levels& l = levels();
+  const KernelTable* best = l.table[static_cast<int>(l.best)];
+  // A concurrent setActiveIsa may have won: keep its choice.
+  if (!gActiveTable.compare_exchange_strong(t, best, std::memory_order_acq_rel)) return *t;
+  return *best;
+}
+
+const KernelTable& tableFor(Isa isa, const char* what) {
+  const int i = static_cast<int>(isa);
+  if (i < 0 || i >= kNumIsas)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(what) + ": unknown kernel ISA " + std::to_string(i));
+  const KernelTable* t = levels().table[i];
+  if (t == nullptr)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(what) + ": kernel ISA " + toString(isa) +
+                    " is not supported by this CPU (best: " + toString(levels().best) + ")");
+  return *t;
+}
+
+int opColumn(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: f = sum; break;
-    case ReduceOp::Prod: f = prod; break;
-    case ReduceOp::Min: f = mn; break;
-    case ReduceOp::Max: f = mx; break;
+    case ReduceOp::Avg:
+      return 0;
+    case ReduceOp::Prod:
+      return 1;
+    case ReduceOp::Min:
+      return 2;
+    case ReduceOp::Max:
+      return 3;
   }
-  if (f == nullptr)
-    throw Error(ErrorCode::InvalidArgument,
-                "reduction kernel: unknown op " + std::to_string(static_cast<int>(op)));
-  f(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  throw Error(ErrorCode::InvalidArgument,
+              "reduction kernel: unknown op " + std::to_string(static_cast<int>(op)));
 }
 
-template <class T>
-void divideLoop(T* p, std::size_t n, T divisor) {
+int dtypeRow(DataType t) {
+  if (!isValid(t))
+    throw Error(ErrorCode::InvalidArgument,
+                "reduction kernel: unknown dtype " + std::to_string(static_cast<int>(t)));
+  return static_cast<int>(t);
+}
+
+// Size of the last-level cache one core can use: sysfs (what lscpu shows, per CCX on AMD) before
+// sysconf, which reports the whole socket's L3 on some CPUs (256 MiB for a 32 MiB-per-CCX EPYC).
+std::size_t lastLevelCacheBytes() {
+  std::size_t best = 0;
+  int bestLevel = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream levelFile(dir + "level"), sizeFile(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(levelFile >> level) || !(sizeFile >> size) || size.empty()) continue;
+    std::size_t bytes = std::strtoull(size.c_str(), nullptr, 10);
+    if (size.back() == 'K') bytes <<= 10;
+    if (size.back() == 'M') bytes <<= 20;
+    if (level > bestLevel && bytes > 0) {
+      bestLevel = level;
+      best = bytes;
+    }
+  }
+  if (best != 0) return best;
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return llc > 0 ? static_cast<std::size_t>(llc) : std::size_t{32} << 20;
+}
+
+bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
+                  std::size_t bytes) {
+  switch (mode) {
+    case StoreMode::Cached:
+      return false;
+    case StoreMode::Streaming:
+      return true;
+    case StoreMode::Auto:
+      break;
+  }
+  const std::size_t threshold = streamingThresholdBytes();
+  return threshold != 0 && bytes >= threshold && dst != a && dst != b;
+}
+
+void run(const KernelTable& table, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
+         std::size_t count, StoreMode mode) {
+  const int row = dtypeRow(t);
+  const int col = opColumn(op);
+  if (count == 0) return;
+  const bool stream = shouldStream(mode, dst, a, b, count * dataTypeSize(t));
+  table.binary[row][col](dst, a, b, count, stream);
+}
+
+template <class T, class D>
+void divideIntegers(void* buf, std::size_t n, D divisor) {
+  auto* p = static_cast<T*>(buf);
   for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / divisor);
+}
+
+void divide(const KernelTable& table, DataType t, void* buf, std::size_t count, int divisor) {
+  const int row = dtypeRow(t);
+  if (count == 0 || divisor == 1) return;
+  if (divisor == 0) throw Error(ErrorCode::InvalidArgument, "divideBy: divisor 0");
+  switch (t) {
+    case DataType::Int8:
+      return divideIntegers<std::int8_t>(buf, count, divisor);
+    case DataType::Uint8:
+      return divideIntegers<std::uint8_t>(buf, count, divisor);
+    case DataType::Int32:
+      return divideIntegers<std::int32_t>(buf, count, divisor);
+    case DataType::Int64:
+      return divideIntegers<std::int64_t>(buf, count, std::int64_t{divisor});
+    default:
+      table.divide[row](buf, count, divisor);
+  }
 }
 
 }  // namespace
 
-#define BRAID_RUN(SUFFIX, T) \
-  run<T>(op, sum_##SUFFIX, prod_##SUFFIX, min_##SUFFIX, max_##SUFFIX, dst, a, b, count)
-
-void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
-  if (count == 0) return;
-  switch (t) {
-    case DataType::Int8: BRAID_RUN(i8, std::int8_t); return;
-    case DataType::Uint8: BRAID_RUN(u8, std::uint8_t); return;
-    case DataType::Int32: BRAID_RUN(i32, std::int32_t); return;
-    case DataType::Int64: BRAID_RUN(i64, std::int64_t); return;
-    case DataType::Float16: BRAID_RUN(f16, Half); return;
-    case DataType::BFloat16: BRAID_RUN(bf16, std::uint16_t); return;
-    case DataType::Float32: BRAID_RUN(f32, float); return;
-    case DataType::Float64: BRAID_RUN(f64, double); return;
+const char* toString(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Avx512Bf16:
+      return "avx512bf16";
   }
-  throw Error(ErrorCode::InvalidArgument,
-              "reduction kernel: unknown dtype " + std::to_string(static_cast<int>(t)));
+  return "unknown";
 }
 
-void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
-  reduce3(t, op, dst, dst, src, count);
+std::optional<Isa> parseIsa(std::string_view name) noexcept {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  for (Isa isa : kAllIsas)
+    if (lower == toString(isa)) return isa;
+  return std::nullopt;
 }
 
-void divideBy(DataType t, void* buf, std::size_t count, int divisor) {
-  if (count == 0 || divisor == 1) return;
-  switch (t) {
-    case DataType::Int8:
-      return divideLoop(static_cast<std::int8_t*>(buf), count, static_cast<std::int8_t>(divisor));
-    case DataType::Uint8:
-      return divideLoop(static_cast<std::uint8_t*>(buf), count,
-                        static_cast<std::uint8_t>(divisor));
-    case DataType::Int32:
-      return divideLoop(static_cast<std::int32_t*>(buf), count, std::int32_t{divisor});
-    case DataType::Int64:
-      return divideLoop(static_cast<std::int64_t*>(buf), count, std::int64_t{divisor});
-    case DataType::Float32:
-      return divideLoop(static_cast<float*>(buf), count, static_cast<float>(divisor));
-    case DataType::Float64:
-      return divideLoop(static_cast<double*>(buf), count, static_cast<double>(divisor));
-    case DataType::Float16: {
-      auto* p = static_cast<Half*>(buf);
-      for (std::size_t i = 0; i < count; ++i)
-        p[i] = static_cast<Half>(static_cast<float>(p[i]) / static_cast<float>(divisor));
-      return;
-    }
-    case DataType::BFloat16: {
-      auto* p = static_cast<std::uint16_t*>(buf);
-      for (std::size_t i = 0; i < count; ++i)
-        p[i] = bf16Store(bf16Load(p[i]) / static_cast<float>(divisor));
-      return;
-    }
-  }
-  throw Error(ErrorCode::InvalidArgument, "divideBy: unknown dtype");
+bool isaSupported(Isa isa) noexcept {
+  const int i = static_cast<int>(isa);
+  return i >= 0 && i < kNumIsas && levels().table[i] != nullptr;
+}
+
+std::vector<Isa> supportedIsas() {
+  std::vector<Isa> out;
+  for (Isa isa : kAllIsas)
+    if (isaSupported(isa)) out.push_back(isa);
+  return out;
+}
+
+Isa bestIsa() noexcept {
+  return levels().best;
+}
+
+Isa activeIsa() noexcept {
+  const KernelTable* t = &activeTable();
+  for (Isa isa : kAllIsas)
+    if (levels().table[static_cast<int>(isa)] == t) return isa;
+  return Isa::Scalar;  // unreachable: the active table is always one of the levels'
+}
+
+void setActiveIsa(Isa isa) {
+  gActiveTable.store(&tableFor(isa, "setActiveIsa"), std::memory_order_release);
 }
 
 const char* selectedIsa() noexcept {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("x86-64-v4")) return "avx512 (x86-64-v4)";
-  if (__builtin_cpu_supports("x86-64-v3")) return "avx2+f16c (x86-64-v3)";
-  return "baseline (x86-64)";
-#else
-  return "portable";
-#endif
+  return toString(activeIsa());
+}
+
+std::size_t streamingThresholdBytes() noexcept {
+  // Half the last-level cache: an output that large does not stay cached for the next step
+  // anyway. Measured (docs/benchmarks.md, Reduction kernels): for a distinct dst of 64 MiB
+  // non-temporal stores were 5-12% faster than cached ones (they skip the read-for-ownership of
+  // dst); in place they were slower, which is why Auto never streams into an input.
+  static const std::size_t threshold = lastLevelCacheBytes() / 2;
+  return threshold;
+}
+
+void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  run(activeTable(), t, op, dst, a, b, count, StoreMode::Auto);
+}
+
+void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
+  run(activeTable(), t, op, dst, dst, src, count, StoreMode::Auto);
+}
+
+void divideBy(DataType t, void* buf, std::size_t count, int divisor) {
+  divide(activeTable(), t, buf, count, divisor);
+}
+
+void reduce3(Isa isa, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
+             std::size_t count, StoreMode mode) {
+  run(tableFor(isa, "reduce3"), t, op, dst, a, b, count, mode);
+}
+
+void reduceInto(Isa isa, DataType t, ReduceOp op, void* dst, const void* src, std::size_t count,
+                StoreMode mode) {
+  run(tableFor(isa, "reduceInto"), t, op, dst, dst, src, count, mode);
+}
+
+void divideBy(Isa isa, DataType t, void* buf, std::size_t count, int divisor) {
+  divide(tableFor(isa, "divideBy"), t, buf, count, divisor);
 }
 
 float halfToFloat(std::uint16_t h) noexcept {
-  Half x;
-  std::memcpy(&x, &h, sizeof x);
-  return static_cast<float>(x);
+  return detail::halfWiden(h);
 }
 std::uint16_t floatToHalf(float f) noexcept {
-  Half x = static_cast<Half>(f);
-  std::uint16_t h;
-  std::memcpy(&h, &x, sizeof h);
-  return h;
+  return detail::halfNarrow(f);
 }
-float bf16ToFloat(std::uint16_t b) noexcept { return bf16Load(b); }
-std::uint16_t floatToBf16(float f) noexcept { return bf16Store(f); }
+float bf16ToFloat(std::uint16_t b) noexcept {
+  return detail::bf16Widen(b);
+}
+std::uint16_t floatToBf16(float f) noexcept {
+  return detail::bf16Narrow(f);
+}
 
 }  // namespace braid::kernels

@@ -1,23 +1,69 @@
-// Reduction kernels for every dtype x op, vectorised for the CPU found at run time
-// (function multi-versioning: AVX-512, AVX2, baseline x86-64; fp16 via F16C where present).
-// fp16 and bf16 are widened to fp32, combined, and rounded back (round-to-nearest-even).
+// Reduction kernels for every dtype x op, vectorised with explicit intrinsics for the CPU found
+// at run time (AVX-512 (+BF16), AVX2+F16C, portable scalar), chosen once per process.
+// fp16 and bf16 are widened to fp32, combined, and rounded back once (round-to-nearest-even).
+// Every instruction-set level computes bit-identical results (NaN payloads aside), so the level
+// changes speed only; docs/architecture.md (Kernels) describes the design.
 #pragma once
 
 #include <braid/types.hpp>
-
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 namespace braid::kernels {
 
 /// dst[i] = dst[i] op src[i]. Avg behaves as Sum (the caller divides afterwards).
 void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count);
-/// dst[i] = a[i] op b[i]; dst may alias a or b.
+/// dst[i] = a[i] op b[i]; dst may be the same pointer as a or b (other overlaps: undefined).
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 /// buf[i] /= divisor (integer division for integer types) — completes Avg.
 void divideBy(DataType t, void* buf, std::size_t count, int divisor);
-/// The instruction set the dispatcher picked on this CPU: "avx512", "avx2" or "baseline".
+/// The instruction set the kernels above use in this process: toString(activeIsa()).
 const char* selectedIsa() noexcept;
+
+/// Float Min/Max: if either operand is NaN the result is NaN (whatever the order of operands),
+/// otherwise the smaller/larger; Sum and Prod follow IEEE arithmetic in fp32/fp64.
+
+/// Instruction-set levels, lowest first. Avx2 needs AVX2 and F16C; Avx512 needs AVX-512
+/// F/BW/DQ/VL; Avx512Bf16 is Avx512 plus AVX512_BF16 (hardware fp32->bf16 rounding).
+enum class Isa : std::uint8_t { Scalar, Avx2, Avx512, Avx512Bf16 };
+inline constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16};
+
+/// "scalar", "avx2", "avx512", "avx512bf16".
+const char* toString(Isa isa) noexcept;
+/// Parses the names toString gives (case-insensitive); nullopt otherwise.
+std::optional<Isa> parseIsa(std::string_view name) noexcept;
+/// Whether this CPU (and OS) runs the level's kernels.
+bool isaSupported(Isa isa) noexcept;
+/// Every supported level, lowest first (always includes Scalar).
+std::vector<Isa> supportedIsas();
+/// The highest supported level: what the process uses unless setActiveIsa chose another.
+Isa bestIsa() noexcept;
+/// The level reduceInto/reduce3/divideBy without an Isa argument use.
+Isa activeIsa() noexcept;
+/// Process-wide choice of the level used by the functions without an Isa argument (the
+/// communicator applies BRAID_KERNEL_ISA through this). Results do not depend on the level, so
+/// communicators of one process may share it. Throws Error(InvalidArgument) naming the level
+/// when this CPU does not support it.
+void setActiveIsa(Isa isa);
+
+/// How outputs are written. Auto streams (non-temporal stores + sfence) when the output is at
+/// least streamingThresholdBytes() (if non-zero) and does not alias an input; Cached never
+/// streams; Streaming always does (where dst is element-aligned), for measurement.
+enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
+/// Output size from which StoreMode::Auto streams into a dst distinct from both inputs: half
+/// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement).
+std::size_t streamingThresholdBytes() noexcept;
+
+/// The same operations at an explicit level (tests and benchmarks run every supported level
+/// through these). Throws Error(InvalidArgument) when the CPU does not support `isa`.
+void reduce3(Isa isa, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
+             std::size_t count, StoreMode mode = StoreMode::Auto);
+void reduceInto(Isa isa, DataType t, ReduceOp op, void* dst, const void* src, std::size_t count,
+                StoreMode mode = StoreMode::Auto);
+void divideBy(Isa isa, DataType t, void* buf, std::size_t count, int divisor);
 
 /// fp16 / bf16 scalar conversions (exact inverse for every finite half; RNE when narrowing).
 float halfToFloat(std::uint16_t h) noexcept;

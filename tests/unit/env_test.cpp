@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "kernels/reduce.hpp"
+
 namespace braid {
 namespace {
 
@@ -20,6 +22,7 @@ class EnvTest : public ::testing::Test {
           "SLURM_LOCALID", "BRAID_CHUNK_SIZE", "BRAID_EXEC_TIMEOUT", "BRAID_DEBUG",
           "BRAID_STORE_EXTERNAL", "BRAID_DETERMINISTIC"})
       unsetenv(v);
+    unsetenv("BRAID_KERNEL_ISA");
   }
 };
 
@@ -112,6 +115,28 @@ TEST_F(EnvTest, OptionsParseSizesAndRejectGarbage) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("BRAID_EXEC_TIMEOUT"), std::string::npos);
+  }
+}
+
+TEST_F(EnvTest, KernelIsaIsParsedAndCheckedAgainstTheCpu) {
+  EXPECT_EQ(Options::fromEnv().kernelIsa, "");
+  setenv("BRAID_KERNEL_ISA", "auto", 1);
+  EXPECT_EQ(Options::fromEnv().kernelIsa, "");
+  setenv("BRAID_KERNEL_ISA", "SCALAR", 1);
+  EXPECT_EQ(Options::fromEnv().kernelIsa, "scalar");
+  setenv("BRAID_KERNEL_ISA", "sse9", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_KERNEL_ISA"), std::string::npos);
+  }
+  for (auto isa : kernels::kAllIsas) {
+    setenv("BRAID_KERNEL_ISA", kernels::toString(isa), 1);
+    if (kernels::isaSupported(isa))
+      EXPECT_EQ(Options::fromEnv().kernelIsa, kernels::toString(isa));
+    else
+      EXPECT_THROW(Options::fromEnv(), Error) << kernels::toString(isa);
   }
 }
 
