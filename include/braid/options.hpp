@@ -70,9 +70,10 @@ struct Options {
   /// Selection then picks only rank-ordered algorithms; a BRAID_ALGO rule forcing another one
   /// for a reduction is an Error(InvalidArgument) (docs/algorithms.md, "Deterministic mode").
   bool deterministic = false;
-  /// Reduction kernel instruction set (BRAID_KERNEL_ISA): "" or "auto" = the best this CPU
-  /// supports; "scalar", "avx2", "avx512", "avx512bf16" force a level (process-wide, applied
-  /// when a communicator is created; results are identical at every level, only speed differs).
+  /// Reduction kernel instruction set (BRAID_KERNEL_ISA): "" or "auto" = the best verified level
+  /// (avx2 if present); "scalar", "avx2", "avx512", "avx512bf16" force a level (process-wide,
+  /// applied when a communicator is created; results are identical at every level, only speed
+  /// differs).
   std::string kernelIsa;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)

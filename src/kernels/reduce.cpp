@@ -54,15 +54,16 @@ Levels detect() {
     l.table[static_cast<int>(Isa::Avx2)] = &detail::avx2Kernels();
     l.best = Isa::Avx2;
   }
-  if (avx512) {
-    l.table[static_cast<int>(Isa::Avx512)] = &detail::avx512Kernels();
-    l.best = Isa::Avx512;
-  }
+  // The AVX-512 levels are available on request (BRAID_KERNEL_ISA=avx512|avx512bf16,
+  // setActiveIsa) but `auto` does not pick them yet: they were built and reviewed on a machine
+  // without AVX-512 and have not run anywhere. Until braid_unit_kernels_test (which sweeps every
+  // supported level bit-exactly) has passed on an AVX-512 CPU, the default stays at the best
+  // level that has been verified (docs/architecture.md, Kernels).
+  if (avx512) l.table[static_cast<int>(Isa::Avx512)] = &detail::avx512Kernels();
   if (bf16) {
     static KernelTable withBf16 = detail::avx512Kernels();
     detail::overrideWithAvx512Bf16(withBf16);
     l.table[static_cast<int>(Isa::Avx512Bf16)] = &withBf16;
-    l.best = Isa::Avx512Bf16;
   }
 #endif
   return l;

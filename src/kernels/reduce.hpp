@@ -39,7 +39,9 @@ std::optional<Isa> parseIsa(std::string_view name) noexcept;
 bool isaSupported(Isa isa) noexcept;
 /// Every supported level, lowest first (always includes Scalar).
 std::vector<Isa> supportedIsas();
-/// The highest supported level: what the process uses unless setActiveIsa chose another.
+/// The default level (auto): the highest supported level that has been verified (AVX2; the
+/// AVX-512 levels are opt-in, see reduce.cpp). What the process uses unless setActiveIsa chose
+/// another.
 Isa bestIsa() noexcept;
 /// The level reduceInto/reduce3/divideBy without an Isa argument use.
 Isa activeIsa() noexcept;

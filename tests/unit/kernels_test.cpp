@@ -541,7 +541,9 @@ TEST(Kernels, IsaSelectionAndNames) {
   EXPECT_FALSE(kernels::parseIsa("sse9").has_value());
   EXPECT_TRUE(kernels::isaSupported(Isa::Scalar));
   EXPECT_TRUE(kernels::isaSupported(kernels::bestIsa()));
-  EXPECT_EQ(kernels::supportedIsas().back(), kernels::bestIsa());
+  // auto stops at the best verified level: AVX2 when present (the AVX-512 levels are opt-in
+  // until this test has passed on an AVX-512 CPU; src/kernels/reduce.cpp).
+  EXPECT_EQ(kernels::bestIsa(), kernels::isaSupported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar);
   const Isa before = kernels::activeIsa();
   for (Isa isa : kernels::kAllIsas) {
     if (kernels::isaSupported(isa)) {
