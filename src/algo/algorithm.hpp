@@ -4,6 +4,7 @@
 
 #include <braid/types.hpp>
 
+#include "topology/topology.hpp"
 #include "transport/transport.hpp"
 
 #include <cstddef>
@@ -45,6 +46,10 @@ struct Context {
   transport::Deadline deadline;
   /// Every message of this operation carries this tag.
   std::uint64_t tag;
+  /// Where the ranks run (nodes, local ranks, leaders, link classes), as data; nullptr when the
+  /// caller has none (then an algorithm must not need it). Gathered at communicator creation or
+  /// loaded from BRAID_TOPO_FILE (docs/topology.md).
+  const topology::Topology* topo = nullptr;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

@@ -29,6 +29,12 @@ void shmDirectBroadcast(Context&, const CollArgs&);
 void shmDirectReduceScatter(Context&, const CollArgs&);
 void shmDirectReduce(Context&, const CollArgs&);
 void shmDirectBarrier(Context&, const CollArgs&);
+void halvingDoublingAllreduce(Context&, const CollArgs&);
+void halvingDoublingReduceScatter(Context&, const CollArgs&);
+void doubleBinaryTreeAllreduce(Context&, const CollArgs&);
+void bruckAllgather(Context&, const CollArgs&);
+void bruckAlltoall(Context&, const CollArgs&);
+void hierarchicalAllreduce(Context&, const CollArgs&);
 
 namespace {
 
@@ -78,6 +84,25 @@ constexpr std::array kAlgorithms{
              "2 barriers per chunk (1 below 4 KiB)"},
     AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
              "one host: one counter line per rank in shared memory, spin then futex"},
+    AlgoInfo{"halving_doubling", Collective::Allreduce, halvingDoublingAllreduce,
+             "Rabenseifner: recursive-halving reduce-scatter, recursive-doubling allgather; "
+             "2 log2(p) steps, 2(p-1)/p x bytes per rank, extra ranks fold in and out"},
+    AlgoInfo{"halving_doubling", Collective::ReduceScatter, halvingDoublingReduceScatter,
+             "recursive halving; log2(p) steps, (N-1)/N x input bytes per rank for N = 2^k, "
+             "extra ranks fold in and out"},
+    AlgoInfo{"double_binary_tree", Collective::Allreduce, doubleBinaryTreeAllreduce,
+             "two complementary binary trees, half the buffer each, reduce up then broadcast "
+             "down, chunk-pipelined; ~2 log2(N) steps, <= 2 x bytes per rank"},
+    AlgoInfo{"bruck", Collective::Allgather, bruckAllgather,
+             "Bruck: ceil(log2 N) steps of doubling distance, then a local rotation; "
+             "(N-1)/N x output bytes per rank; for small messages"},
+    AlgoInfo{"bruck", Collective::Alltoall, bruckAlltoall,
+             "Bruck: ceil(log2 N) steps, each block hops once per set bit of its distance; "
+             "~(N/2) log2 N blocks per rank; for small messages"},
+    AlgoInfo{"hierarchical", Collective::Allreduce, hierarchicalAllreduce,
+             "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
+             "across nodes (all local ranks in parallel), ring allgather in the node; "
+             "2(M-1)/M x bytes per host over the network for M hosts"},
 };
 
 }  // namespace

@@ -42,6 +42,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
     {"BRAID_WHITELIST", "",
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
+    {"BRAID_TOPO_FILE", "", "FILE: a (fabricated) topology JSON used instead of the gathered one"},
+    {"BRAID_TOPO_DUMP", "", "FILE: rank 0 writes the communicator's topology there as JSON"},
 };
 
 const char* get(const char* name) {
@@ -127,6 +129,8 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_WHITELIST"))
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
+  if (const char* v = get("BRAID_TOPO_FILE")) o.topoFile = v;
+  if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;
   return o;
 }
 

@@ -41,7 +41,11 @@ struct SelectionInputs {
   bool sharedMemory = false;
 };
 
-/// The algorithm to run: the first matching rule, else the default policy.
+/// The algorithm to run: the first matching rule, else the default policy: shm_direct where it
+/// exists and sharedMemory is set; otherwise, up to smallMessageBytes, recursive_doubling
+/// (allreduce), bruck (allgather), halving_doubling (reduce_scatter, N a power of two), and
+/// ring above; binomial_tree (broadcast, reduce), linear (gather, scatter), pairwise
+/// (alltoall), dissemination (barrier).
 std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in);
 
 }  // namespace braid::tuning
