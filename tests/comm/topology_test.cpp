@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "harness/checks.hpp"
 #include "harness/ranks.hpp"
 #include "topology/topology_json.hpp"
 
@@ -74,6 +75,29 @@ TEST(CommTopology, FabricatedFileReplacesGatheredAndReachesSubCommunicators) {
   EXPECT_EQ(t.node(1).ranks, (std::vector<int>{1, 3}));
   std::remove(file.c_str());
   std::remove(dump.c_str());
+}
+
+TEST(CommTopology, HierarchicalAllreduceRunsOnAFabricatedLayout) {
+  // 3 "hosts" x 2 ranks, placed round-robin: the composed path runs over the real transport.
+  const std::string file = tempPath("fabricated_hier");
+  {
+    std::ofstream out(file);
+    out << R"({"nodes": [{"host": "h0", "ranks": [0, 3]}, {"host": "h1", "ranks": [1, 4]},
+                         {"host": "h2", "ranks": [2, 5]}]})";
+  }
+  Options o = testOptions("allreduce:hierarchical");
+  o.topoFile = file;
+  runThreads(6, o, [](Comm& c) {
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allreduce, 1024), "hierarchical");
+    for (std::size_t count : {0, 1, 7, 13, 1031}) {
+      for (bool inPlace : {false, true}) {
+        checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, inPlace);
+        checkAllreduce(c, DataType::Int64, ReduceOp::Max, count, inPlace);
+        checkAllreduce(c, DataType::BFloat16, ReduceOp::Avg, count, inPlace);
+      }
+    }
+  });
+  std::remove(file.c_str());
 }
 
 TEST(CommTopology, FileOfAnotherSizeIsRejectedNamingIt) {
