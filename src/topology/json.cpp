@@ -1,6 +1,5 @@
 #include "topology/json.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <braid/error.hpp>
@@ -10,7 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <unordered_set>
 
 namespace braid::topology::json {
 
@@ -51,6 +50,11 @@ Value& Value::push(Value v) {
 Value& Value::set(std::string key, Value v) {
   for (auto& m : members_)
     if (m.first == key) return m.second = std::move(v);
+  members_.emplace_back(std::move(key), std::move(v));
+  return members_.back().second;
+}
+
+Value& Value::append(std::string key, Value v) {
   members_.emplace_back(std::move(key), std::move(v));
   return members_.back().second;
 }
@@ -324,6 +328,7 @@ class Parser {
   Value object(int depth) {
     expect('{');
     Value v = Value::object();
+    std::unordered_set<std::string> keys;  // duplicates in O(1), not a scan per member
     skipSpace();
     if (peek() == '}') {
       ++pos_;
@@ -334,14 +339,14 @@ class Parser {
       if (peek() != '"') fail("expected a member name in double quotes");
       const std::size_t keyPos = pos_;
       std::string key = string();
-      if (v.find(key) != nullptr) {
+      if (!keys.insert(key).second) {
         pos_ = keyPos;
         fail("duplicate member \"" + key + "\"");
       }
       skipSpace();
       expect(':');
       skipSpace();
-      v.set(std::move(key), value(depth + 1));
+      v.append(std::move(key), value(depth + 1));
       skipSpace();
       if (peek() == ',') {
         ++pos_;

@@ -37,6 +37,8 @@ class Value {
   /// Appends to an array / sets a member of an object (replacing an existing key).
   Value& push(Value v);
   Value& set(std::string key, Value v);
+  /// Appends a member without looking for an existing one (the caller knows the key is new).
+  Value& append(std::string key, Value v);
   /// The member `key` of an object, or nullptr.
   const Value* find(std::string_view key) const noexcept;
 
