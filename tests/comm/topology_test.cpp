@@ -100,6 +100,29 @@ TEST(CommTopology, HierarchicalAllreduceRunsOnAFabricatedLayout) {
   std::remove(file.c_str());
 }
 
+TEST(CommTopology, LogStepAlgorithmsOverTcp) {
+  // The algorithms added with the topology layer, forced (a bare name forces every collective
+  // that has it) and by the default policy, over TCP between threads (shared memory off, so
+  // the shm_direct algorithms do not take over), checked element by element.
+  const std::size_t counts[] = {0, 1, 7, 1031};
+  for (const char* rules : {"", "halving_doubling", "bruck", "allreduce:double_binary_tree"}) {
+    for (int n : {3, 4}) {
+      SCOPED_TRACE(std::string("rules '") + rules + "' n=" + std::to_string(n));
+      Options o = testOptions(rules);
+      o.shmDisable = true;
+      runThreads(n, o, [&](Comm& c) {
+        if (*rules == '\0') {
+          EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 8), "bruck");
+          EXPECT_EQ(c.selectedAlgorithm(Collective::ReduceScatter, 8),
+                    n == 4 ? "halving_doubling" : "ring");
+        }
+        sweepCollectives(c, counts);
+      });
+      if (HasFailure()) return;
+    }
+  }
+}
+
 TEST(CommTopology, FileOfAnotherSizeIsRejectedNamingIt) {
   const std::string file = tempPath("wrong_size");
   {
