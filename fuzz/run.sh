@@ -13,11 +13,12 @@ SECONDS_PER_TARGET="${1:-20}"
 BUILD="${BRAID_FUZZ_BUILD:-build-fuzz}"
 CXX="${CXX_FUZZ:-clang++}"
 JOBS="${BRAID_FUZZ_JOBS:-2}"
-TARGETS=(store_protocol_fuzz handshake_fuzz frame_fuzz)
+TARGETS=(store_protocol_fuzz handshake_fuzz frame_fuzz topology_json_fuzz)
 # The library sources the targets need (an archive: each target pulls only what it uses).
 LIB_SRCS=(src/common/*.cpp src/store/store.cpp src/store/store_protocol.cpp
           src/transport/tcp/socket.cpp src/transport/tcp/tcp_connection.cpp
-          src/transport/tcp/tcp_bootstrap.cpp)
+          src/transport/tcp/tcp_bootstrap.cpp
+          src/topology/json.cpp src/topology/topology.cpp src/topology/topology_json.cpp)
 
 if ! command -v "$CXX" >/dev/null 2>&1; then
   echo "fuzz: skipped: $CXX not found (scripts/install_deps.sh installs clang)"
@@ -66,6 +67,11 @@ compile fuzz/make_seeds.cpp "$BUILD/obj/make_seeds.o"
 for t in "${TARGETS[@]}"; do mkdir -p "$BUILD/corpus/$t"; done
 "$BUILD/make_seeds" "$BUILD/corpus/store_protocol_fuzz" "$BUILD/corpus/handshake_fuzz" \
   "$BUILD/corpus/frame_fuzz"
+# Topology seeds: a fabricated nodes-only file and a dumped one with every field.
+printf '{"nodes": [{"host": "a", "ranks": [0, 2]}, {"host": "b", "ranks": [1]}]}' \
+  >"$BUILD/corpus/topology_json_fuzz/nodes.json"
+printf '{"version": 1, "size": 2, "nodes": [{"host": "a", "host_id": "a/x", "leader": 0, "ranks": [0, 1]}], "ranks": [{"rank": 0, "node": 0, "local_rank": 0, "hostname": "a", "host_id": "a/x", "netns": "1", "numa_node": 0, "cpus": "0-1", "interfaces": [{"name": "lo", "addresses": ["127.0.0.1/8", "::1/128"]}]}, {"rank": 1, "host_id": "a/x", "numa_node": -1, "cpus": "", "interfaces": []}], "x": [1.5e3, -0, true, false, null, "\\u00e9\\n"]}' \
+  >"$BUILD/corpus/topology_json_fuzz/dump.json"
 
 status=0
 for t in "${TARGETS[@]}"; do

@@ -75,6 +75,12 @@ struct Options {
   /// applied when a communicator is created; results are identical at every level, only speed
   /// differs).
   std::string kernelIsa;
+  /// A topology JSON file used instead of the one gathered at creation (BRAID_TOPO_FILE): a
+  /// fabricated layout for planning and tests. Its rank count must equal the communicator's.
+  std::string topoFile;
+  /// Rank 0 of every communicator not created by split/subgroup writes the topology to this
+  /// file as JSON (BRAID_TOPO_DUMP).
+  std::string topoDump;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

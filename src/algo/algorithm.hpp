@@ -3,13 +3,13 @@
 #pragma once
 
 #include <braid/types.hpp>
-
-#include "transport/transport.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+
+#include "topology/topology.hpp"
+#include "transport/transport.hpp"
 
 namespace braid::algo {
 
@@ -49,6 +49,10 @@ struct Context {
   /// must then reduce every element as ((x0 op x1) op x2) ... in rank order, each step one
   /// kernel call (acc as the first operand), so every rank-ordered algorithm gives the same bits.
   bool deterministic = false;
+  /// Where the ranks run (nodes, local ranks, leaders, link classes), as data; nullptr when the
+  /// caller has none (then an algorithm must not need it). Gathered at communicator creation or
+  /// loaded from BRAID_TOPO_FILE (docs/topology.md).
+  const topology::Topology* topo = nullptr;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

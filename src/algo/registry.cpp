@@ -33,6 +33,12 @@ void rankOrderedAllreduce(Context&, const CollArgs&);
 void rankOrderedReduce(Context&, const CollArgs&);
 void rankOrderedReduceScatter(Context&, const CollArgs&);
 void rankOrderedReduceScatterv(Context&, const CollArgs&);
+void halvingDoublingAllreduce(Context&, const CollArgs&);
+void halvingDoublingReduceScatter(Context&, const CollArgs&);
+void doubleBinaryTreeAllreduce(Context&, const CollArgs&);
+void bruckAllgather(Context&, const CollArgs&);
+void bruckAlltoall(Context&, const CollArgs&);
+void hierarchicalAllreduce(Context&, const CollArgs&);
 
 namespace {
 
@@ -102,6 +108,25 @@ constexpr std::array kAlgorithms{
              "every rank sends each owner its block, owners reduce in rank order; bitwise "
              "reproducible",
              true},
+    AlgoInfo{"halving_doubling", Collective::Allreduce, halvingDoublingAllreduce,
+             "Rabenseifner: recursive-halving reduce-scatter, recursive-doubling allgather; "
+             "2 log2(p) steps, 2(p-1)/p x bytes per rank, extra ranks fold in and out"},
+    AlgoInfo{"halving_doubling", Collective::ReduceScatter, halvingDoublingReduceScatter,
+             "recursive halving; log2(p) steps, (N-1)/N x input bytes per rank for N = 2^k, "
+             "extra ranks fold in and out"},
+    AlgoInfo{"double_binary_tree", Collective::Allreduce, doubleBinaryTreeAllreduce,
+             "two complementary binary trees, half the buffer each, reduce up then broadcast "
+             "down, chunk-pipelined; ~2 log2(N) steps, <= 2 x bytes per rank"},
+    AlgoInfo{"bruck", Collective::Allgather, bruckAllgather,
+             "Bruck: ceil(log2 N) steps of doubling distance, then a local rotation; "
+             "(N-1)/N x output bytes per rank; for small messages"},
+    AlgoInfo{"bruck", Collective::Alltoall, bruckAlltoall,
+             "Bruck: ceil(log2 N) steps, each block hops once per set bit of its distance; "
+             "~(N/2) log2 N blocks per rank; for small messages"},
+    AlgoInfo{"hierarchical", Collective::Allreduce, hierarchicalAllreduce,
+             "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
+             "across nodes (all local ranks in parallel), ring allgather in the node; "
+             "2(M-1)/M x bytes per host over the network for M hosts"},
 };
 
 }  // namespace

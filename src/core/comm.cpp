@@ -7,6 +7,7 @@
 
 #include "core/comm_impl.hpp"
 #include "core/tag.hpp"
+#include "core/topology_setup.hpp"
 #include "core/validate.hpp"
 #include "kernels/reduce.hpp"
 #include "store/memory_store.hpp"
@@ -67,17 +68,17 @@ void Comm::Impl::execute(Op& op) {
 
   std::string name;
   try {
-    name = tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
-                                           transport->sharedGroup() != nullptr,
-                                           opts.deterministic});
+    name =
+        tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
+                                        transport->sharedGroup() != nullptr, opts.deterministic});
   } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent yet
     throw Error(e.code(), where(c) + ": " + e.detail());
   }
   const algo::AlgoInfo* algorithm = algo::findAlgorithm(c, name);
   if (algorithm == nullptr)
     throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
-  algo::Context ctx{*transport, rank, size, opts.chunkBytes, scratch, deadline, op.tag,
-                    opts.deterministic};
+  algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
+                    opts.deterministic, &topo};
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   algorithm->run(ctx, op.args);
@@ -238,7 +239,9 @@ namespace {
 
 std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::shared_ptr<TcpStoreServer> server, int rank, int size,
-                                     std::string id, const Options& opts) {
+                                     std::string id, const Options& opts,
+                                     const topology::Topology* parentTopology = nullptr,
+                                     std::span<const int> members = {}) {
   auto impl = std::make_unique<Comm::Impl>();
   impl->rank = rank;
   impl->size = size;
@@ -282,6 +285,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->scratch.resize(opts.bufferBytes);
+  impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
   if (opts.logLevel >= 2) {
     std::string paths;
     for (int p = 0; p < size; ++p)
@@ -290,6 +294,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      ", paths to peers [" + paths + "], tcp listen " +
                      (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
                      ", kernels " + kernels::selectedIsa());
+    impl->log(2, core::describeTopology(impl->topo, rank));
   }
   return impl;
 }
@@ -377,10 +382,9 @@ std::string Comm::describePeer(int peer) const {
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
-  return tuning::selectAlgorithm(impl_->rules,
-                                 {c, bytes, impl_->size, impl_->opts.smallMessageBytes,
-                                  impl_->transport->sharedGroup() != nullptr,
-                                  impl_->opts.deterministic});
+  return tuning::selectAlgorithm(
+      impl_->rules, {c, bytes, impl_->size, impl_->opts.smallMessageBytes,
+                     impl_->transport->sharedGroup() != nullptr, impl_->opts.deterministic});
 }
 
 // ---------------------------------------------------------------- sub-communicators
@@ -409,7 +413,7 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   std::string id = impl_->id + "/s" + std::to_string(seq) + "c" + std::to_string(color);
   return std::unique_ptr<Comm>(
       new Comm(makeImpl(impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()),
-                        std::move(id), impl_->opts)));
+                        std::move(id), impl_->opts, &impl_->topo, members)));
 }
 
 std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {

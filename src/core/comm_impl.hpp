@@ -6,6 +6,7 @@
 
 #include "algo/algorithm.hpp"
 #include "core/work.hpp"
+#include "topology/topology.hpp"
 #include "transport/transport.hpp"
 #include "tuning/rules.hpp"
 
@@ -45,6 +46,7 @@ struct Comm::Impl {
   std::shared_ptr<Store> commStore;  // this communicator's namespace in it
   std::unique_ptr<transport::Transport> transport;
   std::vector<std::uint8_t> scratch;  // allocated once, Options::bufferBytes
+  topology::Topology topo;            // given to every algorithm (algo::Context::topo)
 
   // Ordering: operations run one at a time, in issue order.
   std::mutex queueMu;

@@ -46,6 +46,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_DETERMINISTIC", "0",
      "1: reductions combine ranks in rank order, bitwise reproducible (rank-ordered algorithms)"},
     {"BRAID_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2, avx512, avx512bf16"},
+    {"BRAID_TOPO_FILE", "", "FILE: a (fabricated) topology JSON used instead of the gathered one"},
+    {"BRAID_TOPO_DUMP", "", "FILE: rank 0 writes the communicator's topology there as JSON"},
 };
 
 const char* get(const char* name) {
@@ -147,6 +149,8 @@ Options Options::fromEnv() {
       o.kernelIsa = kernels::toString(*isa);
     }
   }
+  if (const char* v = get("BRAID_TOPO_FILE")) o.topoFile = v;
+  if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;
   return o;
 }
 

@@ -152,9 +152,17 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
       return in.bytes <= in.smallMessageBytes ? "recursive_doubling" : "ring";
     case Collective::Reduce:
     case Collective::Broadcast: return "binomial_tree";
+    // Small messages are latency-bound: Bruck and recursive halving take log2(N) steps instead
+    // of ring's N-1 and send the same bytes (halving only when N is a power of two; otherwise
+    // its folding sends more).
     case Collective::Allgather:
-    case Collective::Allgatherv:
+      return in.bytes <= in.smallMessageBytes ? "bruck" : "ring";
     case Collective::ReduceScatter:
+      return in.bytes <= in.smallMessageBytes && in.worldSize > 0 &&
+                     (in.worldSize & (in.worldSize - 1)) == 0
+                 ? "halving_doubling"
+                 : "ring";
+    case Collective::Allgatherv:
     case Collective::ReduceScatterv: return "ring";
     case Collective::Gather:
     case Collective::Scatter: return "linear";

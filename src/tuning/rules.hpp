@@ -43,9 +43,13 @@ struct SelectionInputs {
   bool deterministic = false;
 };
 
-/// The algorithm to run: the first matching rule, else the default policy. In deterministic
-/// mode the default policy picks rank-ordered algorithms for reductions, and a matching rule
-/// naming another one throws Error(InvalidArgument) naming the algorithm and the collective.
+/// The algorithm to run: the first matching rule, else the default policy: shm_direct where it
+/// exists and sharedMemory is set; otherwise, up to smallMessageBytes, recursive_doubling
+/// (allreduce), bruck (allgather), halving_doubling (reduce_scatter, N a power of two), and
+/// ring above; binomial_tree (broadcast, reduce), linear (gather, scatter), pairwise
+/// (alltoall), dissemination (barrier). In deterministic mode the default policy picks
+/// rank-ordered algorithms for reductions, and a matching rule naming another one throws
+/// Error(InvalidArgument) naming the algorithm and the collective.
 std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in);
 
 /// True for the collectives deterministic mode constrains (allreduce, reduce, reducescatter(v)).

@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "algo/algorithm.hpp"
+#include "topology/traffic_transport.hpp"
 #include "transport/inproc/inproc_transport.hpp"
 
 namespace braid::test {
@@ -27,6 +29,11 @@ struct RankSetup {
   /// Per-rank tag override (empty: every rank uses `tag`).
   std::vector<std::uint64_t> tags;
   std::chrono::microseconds spin{20};
+  /// Given to every rank as Context::topo (its size must be `size`); nullptr: none.
+  const topology::Topology* topo = nullptr;
+  /// When set (and topo too), each rank's transport counts its traffic by link class, stored
+  /// here by rank once the rank finished.
+  std::vector<topology::Traffic>* traffic = nullptr;
 };
 
 using RankBody = std::function<void(algo::Context&)>;
@@ -36,6 +43,7 @@ using RankBody = std::function<void(algo::Context&)>;
 /// deadline (stuck outside the transport), the process aborts naming it.
 inline std::vector<std::exception_ptr> runRanks(const RankSetup& setup, const RankBody& body) {
   const int n = setup.size;
+  if (setup.traffic != nullptr) setup.traffic->assign(static_cast<std::size_t>(n), {});
   transport::InprocFabric fabric(n, setup.spin);
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
   std::vector<char> done(static_cast<std::size_t>(n), 0);
@@ -50,14 +58,20 @@ inline std::vector<std::exception_ptr> runRanks(const RankSetup& setup, const Ra
       const auto ur = static_cast<std::size_t>(r);
       try {
         std::vector<std::uint8_t> scratch(setup.scratchBytes);
-        algo::Context ctx{*ep,
+        std::unique_ptr<topology::TrafficCountingTransport> counting;
+        if (setup.traffic != nullptr && setup.topo != nullptr)
+          counting = std::make_unique<topology::TrafficCountingTransport>(*ep, *setup.topo);
+        transport::Transport& tr = counting ? *counting : *ep;
+        algo::Context ctx{tr,
                           r,
                           n,
                           setup.chunkBytes,
                           scratch,
                           deadline,
-                          setup.tags.empty() ? setup.tag : setup.tags[ur]};
+                          setup.tags.empty() ? setup.tag : setup.tags[ur],
+                          setup.topo};
         body(ctx);
+        if (counting) (*setup.traffic)[ur] = counting->traffic();
       } catch (...) {
         errors[ur] = std::current_exception();
       }

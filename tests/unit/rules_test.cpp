@@ -19,6 +19,23 @@ TEST(Rules, DefaultPolicyPicksLatencyAlgorithmForSmallAllreduce) {
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Barrier, 0)), "dissemination");
 }
 
+TEST(Rules, DefaultPolicyPicksLogStepAlgorithmsForSmallAllgatherAndReduceScatter) {
+  std::vector<Rule> none;
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::Allgather, 8)), "bruck");
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::Allgather, 64 * 1024 + 1)), "ring");
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::ReduceScatter, 64 * 1024)), "halving_doubling");
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::ReduceScatter, 64 * 1024 + 1)), "ring");
+  SelectionInputs odd{Collective::ReduceScatter, 8, 6, 64 * 1024};
+  EXPECT_EQ(selectAlgorithm(none, odd), "ring");  // folding 6 ranks into 4 sends more
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::Allgatherv, 8)), "ring");
+  EXPECT_EQ(selectAlgorithm(none, in(Collective::Alltoall, 8)), "pairwise");
+  // One host with shared memory keeps the direct algorithms.
+  SelectionInputs shm{Collective::Allgather, 8, 4, 64 * 1024, true};
+  EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
+  shm.coll = Collective::ReduceScatter;
+  EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
+}
+
 TEST(Rules, BareNameForcesEveryCollectiveThatHasIt) {
   auto rules = parseRules("ring", "test");
   EXPECT_EQ(selectAlgorithm(rules, in(Collective::Allreduce, 8)), "ring");

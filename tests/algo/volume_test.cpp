@@ -1,0 +1,392 @@
+// Communication volume of every registered algorithm: ranks as threads over the inproc
+// transport wrapped in the traffic-counting transport, on fabricated topologies of up to 64
+// ranks (8 hosts x 8). Each rank's bytes sent must equal the algorithm's formula (documented in
+// docs/algorithms.md), computed here from N, the rank and the sizes alone; the per-link-class
+// split must add up, nothing may go to the rank itself, and what was sent must be received.
+// An algorithm without a formula here fails the test: add its formula when adding it.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "algo/patterns/double_tree.hpp"
+#include "algo/patterns/tree.hpp"
+#include "rank_threads.hpp"
+#include "tuning/rules.hpp"
+
+namespace braid::test {
+namespace {
+
+using algo::AlgoInfo;
+using algo::CollArgs;
+using algo::Context;
+using topology::LinkClass;
+using topology::Topology;
+using topology::Traffic;
+
+struct Layout {
+  int nodes;
+  int perNode;
+  bool cyclic;
+};
+constexpr Layout kLayouts[] = {{1, 1, false}, {2, 1, false}, {1, 3, false},
+                               {2, 2, false}, {5, 1, false}, {7, 1, false},
+                               {2, 4, false}, {4, 4, true},  {8, 8, false}};
+
+// Element counts: 6720 = 2^6 x 3 x 5 x 7 splits evenly over every N used and every power of
+// two up to 64, so the formulas are exact.
+constexpr std::size_t kFull = 6720;  // allreduce, reduce, broadcast: elements of the buffer
+constexpr std::size_t kBlock = 60;   // per-rank blocks of the other collectives
+constexpr std::size_t kEs = 4;       // float32
+
+std::size_t vCount(int j) {
+  return 10 + static_cast<std::size_t>(j);
+}
+std::size_t pairCount(int from, int to) {
+  return 5 + static_cast<std::size_t>((from + 2 * to) % 7);
+}
+
+int floorPow2(int n) {
+  return static_cast<int>(std::bit_floor(static_cast<unsigned>(n)));
+}
+int log2Of(int p) {
+  return std::countr_zero(static_cast<unsigned>(p));
+}
+
+/// What the formulas need besides the algorithm.
+struct Shape {
+  int n;
+  int root;
+  const Topology* topo;
+};
+
+/// The hierarchical allreduce runs its composed path (else ring over all ranks).
+bool hierarchicalApplies(const Topology& t) {
+  return t.numNodes() > 1 && t.uniform() && t.maxLocalSize() > 1;
+}
+
+/// Bytes rank r sends, by the algorithm's formula; nullopt: no per-rank formula (the aggregate
+/// check still applies).
+using Formula = std::optional<std::uint64_t>;
+
+std::string resolve(const AlgoInfo& a) {
+  // shm_direct needs a SharedMemoryGroup, which the inproc transport has not: it runs the
+  // default classic algorithm of its collective.
+  if (std::string(a.name) != "shm_direct") return a.name;
+  return tuning::selectAlgorithm({}, {a.coll, std::size_t{1} << 40, 8, 64 * 1024, false});
+}
+
+std::optional<Formula> perRank(Collective coll, const std::string& name, const Shape& s, int r) {
+  const int n = s.n;
+  const std::uint64_t full = kFull * kEs;
+  const std::uint64_t block = kBlock * kEs;
+  const int p = floorPow2(n);
+  const int extra = n - p;
+  const bool foldedEven = r < 2 * extra && r % 2 == 0;
+  const bool foldedOdd = r < 2 * extra && r % 2 == 1;
+  auto sum = [](auto f, int n) {
+    std::uint64_t t = 0;
+    for (int j = 0; j < n; ++j) t += f(j);
+    return t;
+  };
+  switch (coll) {
+    case Collective::Allreduce:
+      if (name == "ring") return full * 2 * static_cast<std::uint64_t>(n - 1) / n;
+      if (name == "recursive_doubling") {
+        if (foldedEven) return full;
+        return full * static_cast<std::uint64_t>(log2Of(p)) + (foldedOdd ? full : 0);
+      }
+      if (name == "halving_doubling") {
+        if (foldedEven) return full;
+        return full * 2 * static_cast<std::uint64_t>(p - 1) / p + (foldedOdd ? full : 0);
+      }
+      if (name == "hierarchical") {
+        if (!hierarchicalApplies(*s.topo)) return full * 2 * static_cast<std::uint64_t>(n - 1) / n;
+        const auto local = static_cast<std::uint64_t>(s.topo->maxLocalSize());
+        const auto nodes = static_cast<std::uint64_t>(s.topo->numNodes());
+        return full * 2 * (local - 1) / local + (full / local) * 2 * (nodes - 1) / nodes;
+      }
+      // Inputs' foreign segments to their owners, then a ring allgather of the segments.
+      if (name == "rank_ordered") return full * 2 * static_cast<std::uint64_t>(n - 1) / n;
+      if (name == "double_binary_tree") {
+        // Per tree: half the buffer up to the parent, half down to each child.
+        std::uint64_t t = 0;
+        for (int w = 0; w < 2; ++w) {
+          const auto links = algo::patterns::doubleBinaryTree(r, n, w);
+          t += (full / 2) *
+               static_cast<std::uint64_t>((links.parent >= 0 ? 1 : 0) + links.numChildren);
+        }
+        return t;
+      }
+      break;
+    case Collective::Reduce:
+      if (name == "binomial_tree" || name == "rank_ordered") return r == s.root ? 0 : full;
+      break;
+    case Collective::Broadcast:
+      if (name == "binomial_tree")
+        return full *
+               static_cast<std::uint64_t>(algo::patterns::binomialTree(r, n, s.root).numChildren);
+      break;
+    case Collective::Allgather:
+      if (name == "ring" || name == "bruck") return block * static_cast<std::uint64_t>(n - 1);
+      break;
+    case Collective::Allgatherv:
+      // Ring forwards every block but the one of r+1, which r would send back to its owner.
+      if (name == "ring")
+        return kEs * (sum(vCount, n) - (n > 1 ? vCount((r + 1) % n) : sum(vCount, n)));
+      break;
+    case Collective::ReduceScatter:
+      if (name == "ring" || name == "rank_ordered")
+        return block * static_cast<std::uint64_t>(n - 1);
+      if (name == "halving_doubling") {
+        if (p == n) return block * static_cast<std::uint64_t>(n - 1);
+        if (foldedEven) return block * static_cast<std::uint64_t>(n);
+        return Formula{};  // the active ranks' share depends on the block layout: aggregate
+      }
+      break;
+    case Collective::ReduceScatterv:
+      if (name == "ring" || name == "rank_ordered")
+        return kEs * (sum(vCount, n) - vCount(r)) * (n > 1 ? 1 : 0);
+      break;
+    case Collective::Gather:
+      if (name == "linear") return r == s.root ? 0 : block;
+      break;
+    case Collective::Scatter:
+      if (name == "linear") return r == s.root ? block * static_cast<std::uint64_t>(n - 1) : 0;
+      break;
+    case Collective::Alltoall:
+      if (name == "pairwise") return block * static_cast<std::uint64_t>(n - 1);
+      if (name == "bruck") {
+        // Step k moves every slot i < N with bit k set.
+        std::uint64_t blocks = 0;
+        for (int k = 0; (1 << k) < n; ++k)
+          for (int i = 0; i < n; ++i) blocks += (i >> k) & 1;
+        return block * blocks;
+      }
+      break;
+    case Collective::Alltoallv:
+      if (name == "pairwise")
+        return kEs * sum([&](int j) { return j == r ? 0 : pairCount(r, j); }, n);
+      break;
+    case Collective::Barrier:
+      if (name == "dissemination") return 0;
+      break;
+    default:
+      break;
+  }
+  return std::nullopt;
+}
+
+/// The total over all ranks, where it has a closed form of its own.
+std::optional<std::uint64_t> aggregate(Collective coll, const std::string& name, int n) {
+  const std::uint64_t full = kFull * kEs;
+  const std::uint64_t block = kBlock * kEs;
+  const auto un = static_cast<std::uint64_t>(n);
+  const int p = floorPow2(n);
+  const auto extra = static_cast<std::uint64_t>(n - p);
+  if (coll == Collective::Allreduce && name == "double_binary_tree") return 2 * (un - 1) * full;
+  if (coll == Collective::Allreduce && name == "ring") return 2 * (un - 1) * full;
+  if (coll == Collective::Broadcast && name == "binomial_tree") return (un - 1) * full;
+  if (coll == Collective::ReduceScatter && name == "halving_doubling")
+    return (extra + static_cast<std::uint64_t>(p - 1)) * un * block + extra * block;
+  if (coll == Collective::Allreduce && name == "halving_doubling")
+    return 2 * extra * full + 2 * static_cast<std::uint64_t>(p - 1) * full;
+  return std::nullopt;
+}
+
+Traffic runCounted(const AlgoInfo& a, const Topology& topo, int root, std::vector<Traffic>& out) {
+  const int n = topo.size();
+  RankSetup setup;
+  setup.size = n;
+  setup.chunkBytes = 64 * 1024;
+  setup.scratchBytes = 1 << 20;
+  setup.deadline = std::chrono::milliseconds(120000);
+  setup.spin = std::chrono::microseconds(2);
+  setup.topo = &topo;
+  setup.traffic = &out;
+  const auto un = static_cast<std::size_t>(n);
+  auto errors = runRanks(setup, [&](Context& ctx) {
+    const int r = ctx.rank;
+    CollArgs args;
+    args.coll = a.coll;
+    args.dtype = DataType::Float32;
+    args.op = ReduceOp::Sum;
+    args.root = root;
+    std::vector<float> in, res;
+    std::vector<std::size_t> counts, recvCounts;
+    switch (a.coll) {
+      case Collective::Allreduce:
+      case Collective::Reduce:
+      case Collective::Broadcast:
+        args.count = kFull;
+        in.assign(kFull, 1.0f);
+        res.assign(kFull, 0.0f);
+        break;
+      case Collective::Allgather:
+      case Collective::Gather:
+        args.count = kBlock;
+        in.assign(kBlock, 1.0f);
+        res.assign(un * kBlock, 0.0f);
+        break;
+      case Collective::ReduceScatter:
+      case Collective::Scatter:
+        args.count = kBlock;
+        in.assign(un * kBlock, 1.0f);
+        res.assign(kBlock, 0.0f);
+        break;
+      case Collective::Alltoall:
+        args.count = kBlock;
+        in.assign(un * kBlock, 1.0f);
+        res.assign(un * kBlock, 0.0f);
+        break;
+      case Collective::Allgatherv:
+      case Collective::ReduceScatterv: {
+        for (int j = 0; j < n; ++j) counts.push_back(vCount(j));
+        const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+        const std::size_t mine = vCount(r);
+        const bool gather = a.coll == Collective::Allgatherv;
+        in.assign(gather ? mine : total, 1.0f);
+        res.assign(gather ? total : mine, 0.0f);
+        args.counts = counts;
+        break;
+      }
+      case Collective::Alltoallv: {
+        for (int j = 0; j < n; ++j) {
+          counts.push_back(pairCount(r, j));
+          recvCounts.push_back(pairCount(j, r));
+        }
+        in.assign(std::accumulate(counts.begin(), counts.end(), std::size_t{0}), 1.0f);
+        res.assign(std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0}), 0.0f);
+        args.counts = counts;
+        args.recvCounts = recvCounts;
+        break;
+      }
+      default:
+        break;
+    }
+    if (a.coll == Collective::Allreduce) in.assign(kFull, static_cast<float>(r + 1));
+    args.send = in.empty() ? nullptr : in.data();
+    args.recv = res.empty() ? nullptr : res.data();
+    if (a.coll == Collective::Broadcast) args.send = args.recv = in.data();
+    a.run(ctx, args);
+    if (a.coll == Collective::Allreduce) {
+      // The result as well: 1 + 2 + .. + N, exact in float32.
+      const auto want = static_cast<float>(n * (n + 1) / 2);
+      std::size_t wrong = 0;
+      for (float v : res) wrong += v != want ? 1 : 0;
+      if (wrong > 0) throw Error(ErrorCode::Internal, std::to_string(wrong) + " wrong elements");
+    }
+  });
+  for (int r = 0; r < n; ++r)
+    if (errors[static_cast<std::size_t>(r)])
+      ADD_FAILURE() << "rank " << r << " threw: " << errorText(errors[static_cast<std::size_t>(r)]);
+  Traffic sum;
+  for (const Traffic& t : out)
+    for (int c = 0; c < topology::kLinkClasses; ++c) {
+      sum.bytesSent[c] += t.bytesSent[c];
+      sum.bytesReceived[c] += t.bytesReceived[c];
+      sum.messagesSent[c] += t.messagesSent[c];
+    }
+  return sum;
+}
+
+class Volume : public testing::TestWithParam<const AlgoInfo*> {};
+
+TEST_P(Volume, MatchesFormula) {
+  const AlgoInfo& a = *GetParam();
+  const std::string name = resolve(a);
+  for (const Layout& l : kLayouts) {
+    const Topology topo = topology::uniformTopology(l.nodes, l.perNode, l.cyclic);
+    const int n = topo.size();
+    const Shape shape{n, n / 2, &topo};
+    SCOPED_TRACE(std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) +
+                 (l.cyclic ? " cyclic" : " blocked") + " (" + name + ")");
+    std::vector<Traffic> traffic;
+    const Traffic sum = runCounted(a, topo, shape.root, traffic);
+    if (HasFailure()) return;
+    ASSERT_EQ(sum.sent(LinkClass::Self), 0u) << "messages to the rank itself";
+    ASSERT_EQ(sum.totalSent(), sum.received(LinkClass::Shm) + sum.received(LinkClass::Network));
+    ASSERT_EQ(sum.sent(LinkClass::Network), sum.received(LinkClass::Network));
+    if (topo.numNodes() == 1) {
+      ASSERT_EQ(sum.sent(LinkClass::Network), 0u);
+    }
+    if (topo.maxLocalSize() == 1) {
+      ASSERT_EQ(sum.sent(LinkClass::Shm), 0u);
+    }
+    bool any = false;
+    std::uint64_t expectedTotal = 0;
+    bool allKnown = true;
+    for (int r = 0; r < n; ++r) {
+      const auto f = perRank(a.coll, name, shape, r);
+      if (!f) {
+        FAIL() << "no volume formula for " << toString(a.coll) << " " << a.name
+               << ": add one to tests/algo/volume_test.cpp and docs/algorithms.md";
+      }
+      if (!f->has_value()) {
+        allKnown = false;
+        continue;
+      }
+      any = true;
+      expectedTotal += **f;
+      EXPECT_EQ(traffic[static_cast<std::size_t>(r)].totalSent(), **f) << "rank " << r;
+    }
+    if (allKnown) {
+      EXPECT_EQ(sum.totalSent(), expectedTotal);
+    }
+    if (const auto agg = aggregate(a.coll, name, n)) {
+      EXPECT_EQ(sum.totalSent(), *agg);
+    } else {
+      EXPECT_TRUE(any) << "neither a per-rank nor an aggregate formula checked";
+    }
+    if (a.coll == Collective::Barrier) {
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(traffic[static_cast<std::size_t>(r)].totalMessagesSent(),
+                  static_cast<std::uint64_t>(algo::patterns::ceilLog2(n)));
+      }
+    }
+    if (name == "hierarchical" && hierarchicalApplies(topo)) {
+      // Per host: 2(M-1)/M x S over the network, whatever the ranks per host; per rank
+      // 2(L-1)/L x S over shared memory.
+      const auto nodes = static_cast<std::uint64_t>(topo.numNodes());
+      const auto local = static_cast<std::uint64_t>(topo.maxLocalSize());
+      const std::uint64_t full = kFull * kEs;
+      for (int m = 0; m < topo.numNodes(); ++m) {
+        std::uint64_t net = 0;
+        for (int r : topo.node(m).ranks) {
+          net += traffic[static_cast<std::size_t>(r)].sent(LinkClass::Network);
+          EXPECT_EQ(traffic[static_cast<std::size_t>(r)].sent(LinkClass::Shm),
+                    full * 2 * (local - 1) / local)
+              << "rank " << r;
+        }
+        EXPECT_EQ(net, full * 2 * (nodes - 1) / nodes) << "host " << m;
+      }
+    }
+    // Ring algorithms talk to one neighbour: all bytes on the class of the link to r+1.
+    if (name == "ring" && a.coll != Collective::Allgatherv &&
+        a.coll != Collective::ReduceScatterv) {
+      for (int r = 0; r < n && n > 1; ++r)
+        EXPECT_EQ(traffic[static_cast<std::size_t>(r)].sent(topo.link(r, (r + 1) % n)),
+                  traffic[static_cast<std::size_t>(r)].totalSent())
+            << "rank " << r;
+    }
+  }
+}
+
+std::vector<const AlgoInfo*> all() {
+  std::vector<const AlgoInfo*> v;
+  for (const AlgoInfo& a : algo::registry()) v.push_back(&a);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, Volume, testing::ValuesIn(all()),
+                         [](const testing::TestParamInfo<const AlgoInfo*>& i) {
+                           return std::string(toString(i.param->coll)) + "_" + i.param->name;
+                         });
+
+}  // namespace
+}  // namespace braid::test
