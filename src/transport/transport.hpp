@@ -9,9 +9,8 @@
 // allocation on the receive path) until a matching receive is posted.
 #pragma once
 
-#include <braid/error.hpp>
-
 #include <atomic>
+#include <braid/error.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,6 +76,22 @@ class SharedMemoryGroup {
   /// while peers still read the previous step's half, provided every step reads its half only
   /// before the next step's first barrier.
   virtual std::size_t beginStep() = 0;
+
+  /// Payload bytes of one rank's line in the low-latency exchange.
+  static constexpr std::size_t kLineBytes = 48;
+  /// Low-latency exchange, step 1 (src/algo/*/shm_ll.cpp): every rank takes part in every
+  /// exchange, in the same order, with or without data. Waits until every peer has entered
+  /// the previous exchange (so none still reads this rank's line of the one before; usually
+  /// at once), then writes `bytes` (<= kLineBytes) of `data` and the operation `tag` into this
+  /// rank's line and publishes it. Makes no system call unless a peer sleeps. Errors as
+  /// barrier(); the exchanges and barrier() are two independent sequences, and a rank found in
+  /// the other one when it should be in this one (or the reverse) is an Error(Mismatch).
+  virtual void linePost(std::uint64_t tag, const void* data, std::size_t bytes,
+                        Deadline deadline) = 0;
+  /// Step 2: waits until rank `peer` posted the current exchange (the one this rank posted
+  /// last) with the same tag (else Error(Mismatch)) and returns its payload, valid until this
+  /// rank's next linePost. Waits and fails as barrier().
+  virtual const std::uint8_t* lineWait(int peer, Deadline deadline) = 0;
 };
 
 class Transport {

@@ -18,7 +18,7 @@ class EnvTest : public ::testing::Test {
           "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
           "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
           "SLURM_LOCALID", "BRAID_CHUNK_SIZE", "BRAID_EXEC_TIMEOUT", "BRAID_DEBUG",
-          "BRAID_STORE_EXTERNAL"})
+          "BRAID_STORE_EXTERNAL", "BRAID_SHM_STAGING"})
       unsetenv(v);
   }
 };
@@ -99,6 +99,25 @@ TEST_F(EnvTest, OptionsParseSizesAndRejectGarbage) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("BRAID_EXEC_TIMEOUT"), std::string::npos);
   }
+}
+
+TEST_F(EnvTest, ShmStagingSize) {
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, std::size_t{2} << 20);
+  setenv("BRAID_SHM_STAGING", "256K", 1);
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, std::size_t{256} << 10);
+  setenv("BRAID_SHM_STAGING", "0", 1);
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, 0u);
+  setenv("BRAID_SHM_STAGING", "lots", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_SHM_STAGING"), std::string::npos);
+  }
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || std::string(v.name) == "BRAID_SHM_STAGING";
+  EXPECT_TRUE(listed);
 }
 
 TEST_F(EnvTest, EveryVariableIsDocumented) {
