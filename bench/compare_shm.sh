@@ -19,8 +19,17 @@ ranks="${3:-2 4 8}"
 out="$repo/results/shm"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt
+# The anchors: $ANCHORS, else ../shared/anchors beside the repository (or beside a worktree's
+# parent folder).
+src="${ANCHORS:-}"
+for cand in "$repo/../shared/anchors" "$repo/../../shared/anchors"; do
+  [ -n "$src" ] || { [ -d "$cand" ] && src="$cand"; } || true
+done
+[ -d "$src" ] || { echo "no anchors folder (set ANCHORS=.../shared/anchors)" >&2; exit 1; }
 anchors="$repo/results/anchors"
-rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
+rm -rf "$anchors"
+cp -r "$src" "$anchors"
+chmod -R u+w "$anchors"
 if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
   bash "$anchors/run_all.sh" setup >/dev/null
 fi

@@ -88,8 +88,8 @@ constexpr std::array kAlgorithms{
     AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
              "one host: one counter line per rank in shared memory, spin then futex"},
     AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
-             "one host: each rank stages its N blocks in shared memory, reads its block of every "
-             "peer's staging; 1 barrier per chunk"},
+             "one host: from 64 KiB blocks each rank reads its block straight from every peer's "
+             "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk"},
     AlgoInfo{"shm_direct", Collective::Alltoallv, shmDirectAlltoallv,
              "one host: alltoall through staging slots, counts exchanged and checked in round 0; "
              "1 barrier per chunk of the largest block"},

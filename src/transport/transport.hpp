@@ -92,6 +92,15 @@ class SharedMemoryGroup {
   /// last) with the same tag (else Error(Mismatch)) and returns its payload, valid until this
   /// rank's next linePost. Waits and fails as barrier().
   virtual const std::uint8_t* lineWait(int peer, Deadline deadline) = 0;
+
+  /// True when every rank can read every other rank's own memory single-copy
+  /// (process_vm_readv, probed at setup): the same answer on every rank.
+  virtual bool canReadPeers() const = 0;
+  /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
+  /// keeps that memory unchanged until a barrier that follows this call. Throws
+  /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is
+  /// failed afterwards (peers' barriers throw PeerLost).
+  virtual void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) = 0;
 };
 
 class Transport {

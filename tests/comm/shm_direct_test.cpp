@@ -76,6 +76,7 @@ TEST(ShmDirect, StagingSizeOption) {
   Options small = testOptions("shm_direct");
   small.chunkBytes = std::size_t{1} << 20;
   small.shmStagingBytes = 16 << 10;
+  small.shmCmaDisable = true;  // large alltoall blocks through the staging slots, not single copy
   runThreads(3, small, [](Comm& c) {
     checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 100003, false);
     checkReduceScatter(c, DataType::Int32, ReduceOp::Max, 20011, true);
@@ -107,8 +108,22 @@ TEST_P(ShmDirectProcesses, ForcedSweep) {
           throw Error(ErrorCode::Internal, "shm_direct not selected");
         sweepCollectives(c);
         checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 300007, false);
-        checkNonReducing(c, DataType::Int32, 300007);  // alltoall blocks beyond a staging slot
-        checkVariants(c, DataType::Float32, 300000);
+      },
+      std::chrono::seconds(900));
+}
+
+// Large messages between processes with the default chunk size: several staging rounds, and
+// alltoall single-copy (process_vm_readv between processes) where the kernel allows it.
+TEST_P(ShmDirectProcesses, LargeMessages) {
+  Options o = testOptions("shm_direct");
+  o.chunkBytes = std::size_t{256} << 10;
+  runProcesses(
+      GetParam(), o,
+      [](Comm& c) {
+        checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 700001, true);
+        checkReduceScatter(c, DataType::Float32, ReduceOp::Max, 100003, false);
+        checkNonReducing(c, DataType::Int32, 300007);  // alltoall: 1.2 MB blocks
+        checkVariants(c, DataType::Float32, 300000);   // blocks larger than a staging slot
       },
       std::chrono::seconds(900));
 }

@@ -2,8 +2,15 @@
 // else the pairwise algorithms run instead). No messages and no allocation: the staging areas of
 // the host's segment are the only intermediate memory.
 //
-// Alltoall. Every block is cut into chunks of C = min(chunkBytes, staging half / N) bytes; per
-// chunk index:
+// Alltoall, blocks of at least 64 KiB when every rank can read every other rank's memory
+// (SharedMemoryGroup::canReadPeers, process_vm_readv): single copy, 2 barriers. Each rank
+// publishes its send buffer's address in its staging half; barrier; each rank reads its block
+// straight out of every peer's send buffer into its output (N-1 process_vm_readv calls);
+// barrier (a send buffer stays untouched until every peer has read from it). Memory traffic per
+// rank: its receive buffer written once, nothing staged.
+//
+// Alltoall, otherwise. Every block is cut into chunks of C = min(chunkBytes, staging half / N)
+// bytes; per chunk index:
 //   1. copy that chunk of each of the N blocks of the send buffer into slot q (the one for
 //      rank q) of this rank's staging half;
 //   2. barrier;
@@ -35,6 +42,13 @@ namespace braid::algo {
 void pairwiseAlltoall(Context&, const CollArgs&);
 void pairwiseAlltoallv(Context&, const CollArgs&);
 
+namespace {
+
+// Alltoall blocks of at least this size go single-copy where every pair allows it.
+constexpr std::size_t kSingleCopyBytes = 64 * 1024;
+
+}  // namespace
+
 void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t block = a.count * es;
@@ -51,6 +65,22 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const auto own = static_cast<std::size_t>(me) * block;
   copyBytes(out + own, in + own, block);
   if (n == 1 || block == 0) return;
+  if (block >= kSingleCopyBytes && g->canReadPeers()) {
+    // Single copy: publish the send buffer's address, read this rank's block out of every
+    // peer's send buffer, and keep this one untouched until every peer has read from it.
+    const std::size_t h = g->beginStep();
+    const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(in));
+    std::memcpy(g->staging(me) + h, &address, sizeof address);
+    g->barrier(ctx.tag, ctx.deadline);
+    for (int s = 1; s < n; ++s) {
+      const int p = (me + s) % n;
+      std::uint64_t theirs = 0;
+      std::memcpy(&theirs, g->staging(p) + h, sizeof theirs);
+      g->readPeer(p, theirs + own, out + static_cast<std::size_t>(p) * block, block);
+    }
+    g->barrier(ctx.tag, ctx.deadline);
+    return;
+  }
   const std::size_t chunk =
       std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2 / un) / es * es);
   for (std::size_t off = 0; off < block; off += chunk) {

@@ -1,6 +1,7 @@
 #include "transport/shm/shm_group.hpp"
 
 #include <signal.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,36 @@ ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
       tagText_(std::move(tagText)) {
   for (std::size_t p = 0; p < count_; ++p)
     pids_.push_back(static_cast<pid_t>(seg_.rank(p).pid.load(std::memory_order_relaxed)));
+  // Every rank probed every peer before any transport was built (shm_bootstrap.cpp), so every
+  // rank computes the same answer from the same flags.
+  canReadPeers_ = !options.cmaDisable;
+  for (std::size_t from = 0; from < count_; ++from)
+    for (std::size_t to = 0; to < count_; ++to)
+      if (from != to &&
+          seg_.control(from, to).consumer.canReadSender.load(std::memory_order_acquire) == 0)
+        canReadPeers_ = false;
+}
+
+void ShmGroup::readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) {
+  // process_vm_readv moves at most this much per call (the kernel caps one call near 2 GiB).
+  constexpr std::size_t kMaxPerCall = std::size_t{1} << 30;
+  const auto p = static_cast<std::size_t>(peer);
+  auto* out = static_cast<std::uint8_t*>(dst);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const std::size_t ask = std::min(bytes - done, kMaxPerCall);
+    iovec local{out + done, ask};
+    iovec from{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote + done)), ask};
+    const ssize_t n = ::process_vm_readv(pids_[p], &local, 1, &from, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EFAULT;
+      if (err == ESRCH) fail(ErrorCode::PeerLost, descriptions_[p] + " exited");
+      fail(ErrorCode::Internal, "process_vm_readv of " + std::to_string(bytes) + " bytes from " +
+                                    descriptions_[p] + ": " + errnoText(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
 }
 
 void ShmGroup::markGone() {

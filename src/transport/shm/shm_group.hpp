@@ -48,6 +48,8 @@ class ShmGroup final : public SharedMemoryGroup {
   void barrier(std::uint64_t tag, Deadline deadline) override;
   void linePost(std::uint64_t tag, const void* data, std::size_t bytes, Deadline deadline) override;
   const std::uint8_t* lineWait(int peer, Deadline deadline) override;
+  bool canReadPeers() const override { return canReadPeers_; }
+  void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
 
   /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
   void markGone();
@@ -75,6 +77,7 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
   std::vector<pid_t> pids_;
+  bool canReadPeers_ = false;
   std::uint64_t epoch_ = 0;    // barriers entered
   std::uint64_t tag_ = 0;      // the tag of the current barrier
   std::uint64_t lineSeq_ = 0;  // line exchanges entered
