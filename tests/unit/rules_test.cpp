@@ -18,6 +18,29 @@ TEST(Rules, DefaultPolicyPicksLatencyAlgorithmForSmallAllreduce) {
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Barrier, 0)), "dissemination");
 }
 
+// One host (a SharedMemoryGroup): shm_ll up to one 48-byte line (allgather: per rank; every
+// barrier), shm_direct above and for the collectives without a line algorithm; rules still win.
+TEST(Rules, DefaultPolicyOnOneHost) {
+  const std::vector<Rule> none;
+  auto host = [](Collective c, std::size_t bytes, int n = 4) {
+    return SelectionInputs{c, bytes, n, 64 * 1024, true};
+  };
+  for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
+    EXPECT_EQ(selectAlgorithm(none, host(c, 1)), "shm_ll");
+    EXPECT_EQ(selectAlgorithm(none, host(c, 48)), "shm_ll");
+    EXPECT_EQ(selectAlgorithm(none, host(c, 49)), "shm_direct");
+  }
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48)), "shm_ll");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48 + 1)), "shm_direct");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Barrier, 0)), "shm_ll");
+  for (Collective c : {Collective::ReduceScatter, Collective::ReduceScatterv, Collective::Alltoall,
+                       Collective::Alltoallv, Collective::Allgatherv})
+    EXPECT_EQ(selectAlgorithm(none, host(c, 8)), "shm_direct");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Gather, 8)), "linear");
+  EXPECT_EQ(selectAlgorithm(parseRules("allreduce:ring", "test"), host(Collective::Allreduce, 8)),
+            "ring");
+}
+
 TEST(Rules, BareNameForcesEveryCollectiveThatHasIt) {
   auto rules = parseRules("ring", "test");
   EXPECT_EQ(selectAlgorithm(rules, in(Collective::Allreduce, 8)), "ring");
