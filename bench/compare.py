@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Median tables of braid-perf JSON runs next to the anchors' text runs, with ratios.
 
-usage: compare.py RESULTS_DIR [--mpi CONFIG] [--gloo NAME]
-  braid runs: RESULTS_DIR/braid.<coll>.run<k>.json (braid-perf --json)
+usage: compare.py RESULTS_DIR [--braid PREFIX] [--mpi CONFIG] [--gloo NAME]
+  braid runs: RESULTS_DIR/<PREFIX>.<coll>.run<k>.json (braid-perf --json; PREFIX "braid")
   anchors:    RESULTS_DIR/<CONFIG>.run<k>.txt (mpi/run.sh), RESULTS_DIR/<NAME>.run<k>.txt (gloo/run.sh)
 Ratios compare like with like: busbw ratio for sizes >= 64 KiB, time ratio (reference/braid)
 below; > 1 means braid is faster.
@@ -58,10 +58,11 @@ def fmt_size(b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
+    ap.add_argument("--braid", default="braid", help="prefix of braid's JSON runs")
     ap.add_argument("--mpi", default=None)
     ap.add_argument("--gloo", default=None)
     a = ap.parse_args()
-    braid = load_braid(os.path.join(a.dir, "braid.*.run*.json"))
+    braid = load_braid(os.path.join(a.dir, f"{a.braid}.*.run*.json"))
     refs = []
     if a.mpi:
         refs.append(("Open MPI", load_anchor(os.path.join(a.dir, f"{a.mpi}.run*.txt"))))

@@ -62,6 +62,12 @@ struct Options {
   /// kernel allows it (BRAID_SHM_CMA_THRESHOLD); BRAID_SHM_CMA_DISABLE=1 never uses it.
   std::size_t shmCmaThresholdBytes = 64 * 1024;
   bool shmCmaDisable = false;
+  /// Staging memory per rank in the host's segment for the direct shared-memory collectives
+  /// (two halves; the pipelining unit of shm_direct is at most one half, or half / N where
+  /// each rank stages one slot per peer). Rounded up to 4 KiB, at least 16 KiB, halved while
+  /// the segment would exceed shmMaxSegmentBytes; 0: no staging, so no shm_direct / shm_ll
+  /// (their classic algorithms run) (BRAID_SHM_STAGING).
+  std::size_t shmStagingBytes = std::size_t{2} << 20;
   /// Authentication and peer address filtering (BRAID_AUTH_KEY, BRAID_WHITELIST).
   SecurityOptions security;
   /// Deterministic reductions (BRAID_DETERMINISTIC=1): allreduce, reduce and reduce_scatter(v)

@@ -39,6 +39,15 @@ void doubleBinaryTreeAllreduce(Context&, const CollArgs&);
 void bruckAllgather(Context&, const CollArgs&);
 void bruckAlltoall(Context&, const CollArgs&);
 void hierarchicalAllreduce(Context&, const CollArgs&);
+void shmDirectAlltoall(Context&, const CollArgs&);
+void shmDirectAlltoallv(Context&, const CollArgs&);
+void shmDirectAllgatherv(Context&, const CollArgs&);
+void shmDirectReduceScatterv(Context&, const CollArgs&);
+void shmLowLatencyAllreduce(Context&, const CollArgs&);
+void shmLowLatencyBroadcast(Context&, const CollArgs&);
+void shmLowLatencyReduce(Context&, const CollArgs&);
+void shmLowLatencyBarrier(Context&, const CollArgs&);
+void shmLowLatencyAllgather(Context&, const CollArgs&);
 
 namespace {
 
@@ -127,6 +136,31 @@ constexpr std::array kAlgorithms{
              "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
              "across nodes (all local ranks in parallel), ring allgather in the node; "
              "2(M-1)/M x bytes per host over the network for M hosts"},
+    AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
+             "one host: from 64 KiB blocks each rank reads its block straight from every peer's "
+             "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk"},
+    AlgoInfo{"shm_direct", Collective::Alltoallv, shmDirectAlltoallv,
+             "one host: alltoall through staging slots, counts exchanged and checked in round 0; "
+             "1 barrier per chunk of the largest block"},
+    AlgoInfo{"shm_direct", Collective::Allgatherv, shmDirectAllgatherv,
+             "one host: each rank stages its block in shared memory, all copy every block; "
+             "1 barrier per chunk of the largest block"},
+    AlgoInfo{"shm_direct", Collective::ReduceScatterv, shmDirectReduceScatterv,
+             "one host: each rank stages its input, reduces its block of every peer's staging; "
+             "1 barrier per chunk of the largest block"},
+    // Low-latency shared-memory collectives: data, tag and sequence number in one 64-byte line
+    // per rank, at most 48 bytes; larger messages (or no shared group) run shm_direct.
+    AlgoInfo{"shm_ll", Collective::Allreduce, shmLowLatencyAllreduce,
+             "one host, <= 48 B: each rank posts its input in its cache line, all reduce the N "
+             "lines in rank order; no barrier"},
+    AlgoInfo{"shm_ll", Collective::Broadcast, shmLowLatencyBroadcast,
+             "one host, <= 48 B: the root posts the buffer in its cache line, all copy it"},
+    AlgoInfo{"shm_ll", Collective::Reduce, shmLowLatencyReduce,
+             "one host, <= 48 B: each rank posts its input in its cache line, the root reduces"},
+    AlgoInfo{"shm_ll", Collective::Barrier, shmLowLatencyBarrier,
+             "one host: each rank posts a sequence number in its cache line, polls the others'"},
+    AlgoInfo{"shm_ll", Collective::Allgather, shmLowLatencyAllgather,
+             "one host, <= 48 B per rank: each rank posts its block in its cache line, all copy"},
 };
 
 }  // namespace

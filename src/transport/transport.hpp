@@ -9,9 +9,8 @@
 // allocation on the receive path) until a matching receive is posted.
 #pragma once
 
-#include <braid/error.hpp>
-
 #include <atomic>
+#include <braid/error.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -77,6 +76,31 @@ class SharedMemoryGroup {
   /// while peers still read the previous step's half, provided every step reads its half only
   /// before the next step's first barrier.
   virtual std::size_t beginStep() = 0;
+
+  /// Payload bytes of one rank's line in the low-latency exchange.
+  static constexpr std::size_t kLineBytes = 48;
+  /// Low-latency exchange, step 1 (src/algo/*/shm_ll.cpp): every rank takes part in every
+  /// exchange, in the same order, with or without data. Waits until every peer has entered
+  /// the previous exchange (so none still reads this rank's line of the one before; usually
+  /// at once), then writes `bytes` (<= kLineBytes) of `data` and the operation `tag` into this
+  /// rank's line and publishes it. Makes no system call unless a peer sleeps. Errors as
+  /// barrier(); the exchanges and barrier() are two independent sequences, and a rank found in
+  /// the other one when it should be in this one (or the reverse) is an Error(Mismatch).
+  virtual void linePost(std::uint64_t tag, const void* data, std::size_t bytes,
+                        Deadline deadline) = 0;
+  /// Step 2: waits until rank `peer` posted the current exchange (the one this rank posted
+  /// last) with the same tag (else Error(Mismatch)) and returns its payload, valid until this
+  /// rank's next linePost. Waits and fails as barrier().
+  virtual const std::uint8_t* lineWait(int peer, Deadline deadline) = 0;
+
+  /// True when every rank can read every other rank's own memory single-copy
+  /// (process_vm_readv, probed at setup): the same answer on every rank.
+  virtual bool canReadPeers() const = 0;
+  /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
+  /// keeps that memory unchanged until a barrier that follows this call. Throws
+  /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is
+  /// failed afterwards (peers' barriers throw PeerLost).
+  virtual void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) = 0;
 };
 
 class Transport {

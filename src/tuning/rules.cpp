@@ -4,6 +4,7 @@
 
 #include "algo/algorithm.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 namespace braid::tuning {
@@ -137,13 +138,20 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
   if (in.deterministic && isReduction(in.coll))
     return in.sharedMemory && in.coll != Collective::ReduceScatterv ? "shm_direct" : "rank_ordered";
   if (in.sharedMemory) {
+    // Tiny messages: one cache line per rank (shm_ll); the rest through the staging areas.
+    constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
+    const auto ranks = static_cast<std::size_t>(std::max(1, in.worldSize));
     switch (in.coll) {
       case Collective::Allreduce:
-      case Collective::Allgather:
       case Collective::Broadcast:
+      case Collective::Reduce: return in.bytes <= kLine ? "shm_ll" : "shm_direct";
+      case Collective::Allgather: return in.bytes <= kLine * ranks ? "shm_ll" : "shm_direct";
+      case Collective::Barrier: return "shm_ll";
       case Collective::ReduceScatter:
-      case Collective::Reduce:
-      case Collective::Barrier: return "shm_direct";
+      case Collective::Alltoall:
+      case Collective::Alltoallv:
+      case Collective::Allgatherv:
+      case Collective::ReduceScatterv: return "shm_direct";
       default: break;
     }
   }

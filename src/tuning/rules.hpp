@@ -36,7 +36,8 @@ struct SelectionInputs {
   int worldSize;
   std::size_t smallMessageBytes;
   /// Every rank is on this host and the transport offers a SharedMemoryGroup: the default
-  /// policy then picks the "shm_direct" algorithms where one exists.
+  /// policy then picks "shm_ll" for messages that fit one cache line (48 bytes; per rank for
+  /// allgather; every barrier) and "shm_direct" otherwise, where the collective has them.
   bool sharedMemory = false;
   /// Deterministic mode (Options::deterministic): reductions (allreduce, reduce,
   /// reducescatter, reducescatterv) may run only algorithms registered as rankOrdered.

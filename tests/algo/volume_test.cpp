@@ -75,9 +75,9 @@ bool hierarchicalApplies(const Topology& t) {
 using Formula = std::optional<std::uint64_t>;
 
 std::string resolve(const AlgoInfo& a) {
-  // shm_direct needs a SharedMemoryGroup, which the inproc transport has not: it runs the
-  // default classic algorithm of its collective.
-  if (std::string(a.name) != "shm_direct") return a.name;
+  // shm_direct and shm_ll need a SharedMemoryGroup, which the inproc transport has not: they run
+  // the default classic algorithm of their collective.
+  if (std::string(a.name) != "shm_direct" && std::string(a.name) != "shm_ll") return a.name;
   return tuning::selectAlgorithm({}, {a.coll, std::size_t{1} << 40, 8, 64 * 1024, false});
 }
 

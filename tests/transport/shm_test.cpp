@@ -669,6 +669,28 @@ TEST(ShmGeometry, SizeFormula) {
   EXPECT_THROW(shm::planGeometry(2, 8, 3000, 1 << 30), Error);
 }
 
+// docs/env.md: total = align4K(64 + 64 L + 128 L^2) + L (L-1) S B + align4K(192 L) + L G.
+TEST(ShmGeometry, SizeFormulaWithGroupPart) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const std::size_t rings[] = {0, 0, 1 * kMiB, 0, 6 * kMiB, 0, 0, 0, 28 * kMiB};
+  const std::size_t control[] = {0, 0, 4096, 0, 4096, 0, 0, 0, 12288};
+  for (std::size_t l : {2, 4, 8}) {
+    const shm::Geometry g = shm::planGeometry(l, 8, 64 << 10, 256 * kMiB, 2 * kMiB);
+    EXPECT_EQ(g.stagingBytes, 2 * kMiB) << l;
+    EXPECT_EQ(g.groupOffset, control[l] + rings[l]) << l;
+    EXPECT_EQ(g.stagingOffset, g.groupOffset + 4096) << l;
+    EXPECT_EQ(g.totalBytes, control[l] + rings[l] + 4096 + l * 2 * kMiB) << l;
+  }
+  // 8 ranks under a 40 MiB bound: the rings fit, the staging halves to 1 MiB per rank.
+  const shm::Geometry bounded = shm::planGeometry(8, 8, 64 << 10, 40 * kMiB, 2 * kMiB);
+  EXPECT_EQ(bounded.slotBytes, std::size_t{64} << 10);
+  EXPECT_EQ(bounded.stagingBytes, kMiB);
+  EXPECT_LE(bounded.totalBytes, 40 * kMiB);
+  // The staging never drops below 16 KiB; an odd request is rounded up to 4 KiB.
+  EXPECT_EQ(shm::planGeometry(2, 8, 4096, 1, 1 << 20).stagingBytes, shm::kMinStagingBytes);
+  EXPECT_EQ(shm::planGeometry(2, 8, 4096, 256 * kMiB, 20000).stagingBytes, std::size_t{20480});
+}
+
 TEST(ShmTransport, PingPongLatencyThreads) {
   runRanks(
       2,

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <braid/braid.hpp>
-
 #include <cstdlib>
 
 #include "kernels/reduce.hpp"
@@ -15,12 +14,27 @@ class EnvTest : public ::testing::Test {
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
-    for (const char* v :
-         {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_STORE", "RANK",
-          "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-          "SLURM_LOCALID", "BRAID_CHUNK_SIZE", "BRAID_EXEC_TIMEOUT", "BRAID_DEBUG",
-          "BRAID_STORE_EXTERNAL", "BRAID_DETERMINISTIC"})
+    for (const char* v : {"BRAID_RANK",
+                          "BRAID_WORLD_SIZE",
+                          "BRAID_LOCAL_RANK",
+                          "BRAID_STORE",
+                          "RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK",
+                          "MASTER_ADDR",
+                          "MASTER_PORT",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_LOCALID",
+                          "BRAID_CHUNK_SIZE",
+                          "BRAID_EXEC_TIMEOUT",
+                          "BRAID_DEBUG",
+                          "BRAID_STORE_EXTERNAL",
+                          "BRAID_DETERMINISTIC",
+                          "BRAID_SHM_STAGING"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
@@ -138,6 +152,25 @@ TEST_F(EnvTest, KernelIsaIsParsedAndCheckedAgainstTheCpu) {
     else
       EXPECT_THROW(Options::fromEnv(), Error) << kernels::toString(isa);
   }
+}
+
+TEST_F(EnvTest, ShmStagingSize) {
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, std::size_t{2} << 20);
+  setenv("BRAID_SHM_STAGING", "256K", 1);
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, std::size_t{256} << 10);
+  setenv("BRAID_SHM_STAGING", "0", 1);
+  EXPECT_EQ(Options::fromEnv().shmStagingBytes, 0u);
+  setenv("BRAID_SHM_STAGING", "lots", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("BRAID_SHM_STAGING"), std::string::npos);
+  }
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || std::string(v.name) == "BRAID_SHM_STAGING";
+  EXPECT_TRUE(listed);
 }
 
 TEST_F(EnvTest, EveryVariableIsDocumented) {

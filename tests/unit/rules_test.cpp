@@ -1,15 +1,18 @@
 // The rule grammar shared by BRAID_ALGO, tuning files and tests.
+#include "tuning/rules.hpp"
+
 #include <gtest/gtest.h>
 
 #include <braid/error.hpp>
 
 #include "algo/algorithm.hpp"
-#include "tuning/rules.hpp"
 
 namespace braid::tuning {
 namespace {
 
-SelectionInputs in(Collective c, std::size_t bytes) { return {c, bytes, 4, 64 * 1024}; }
+SelectionInputs in(Collective c, std::size_t bytes) {
+  return {c, bytes, 4, 64 * 1024};
+}
 
 TEST(Rules, DefaultPolicyPicksLatencyAlgorithmForSmallAllreduce) {
   std::vector<Rule> none;
@@ -30,10 +33,33 @@ TEST(Rules, DefaultPolicyPicksLogStepAlgorithmsForSmallAllgatherAndReduceScatter
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Allgatherv, 8)), "ring");
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Alltoall, 8)), "pairwise");
   // One host with shared memory keeps the direct algorithms.
-  SelectionInputs shm{Collective::Allgather, 8, 4, 64 * 1024, true};
+  SelectionInputs shm{Collective::Allgather, 1024, 4, 64 * 1024, true};
   EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
   shm.coll = Collective::ReduceScatter;
   EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
+}
+
+// One host (a SharedMemoryGroup): shm_ll up to one 48-byte line (allgather: per rank; every
+// barrier), shm_direct above and for the collectives without a line algorithm; rules still win.
+TEST(Rules, DefaultPolicyOnOneHost) {
+  const std::vector<Rule> none;
+  auto host = [](Collective c, std::size_t bytes, int n = 4) {
+    return SelectionInputs{c, bytes, n, 64 * 1024, true};
+  };
+  for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
+    EXPECT_EQ(selectAlgorithm(none, host(c, 1)), "shm_ll");
+    EXPECT_EQ(selectAlgorithm(none, host(c, 48)), "shm_ll");
+    EXPECT_EQ(selectAlgorithm(none, host(c, 49)), "shm_direct");
+  }
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48)), "shm_ll");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48 + 1)), "shm_direct");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Barrier, 0)), "shm_ll");
+  for (Collective c : {Collective::ReduceScatter, Collective::ReduceScatterv, Collective::Alltoall,
+                       Collective::Alltoallv, Collective::Allgatherv})
+    EXPECT_EQ(selectAlgorithm(none, host(c, 8)), "shm_direct");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Gather, 8)), "linear");
+  EXPECT_EQ(selectAlgorithm(parseRules("allreduce:ring", "test"), host(Collective::Allreduce, 8)),
+            "ring");
 }
 
 TEST(Rules, BareNameForcesEveryCollectiveThatHasIt) {
@@ -104,8 +130,8 @@ TEST(Rules, DeterministicModePicksRankOrderedAlgorithms) {
 }
 
 TEST(Rules, DeterministicModeRefusesForcedNonRankOrderedAlgorithms) {
-  auto rules = parseRules("allreduce:0-1K:rank_ordered;allreduce:1K-2K:ring;allgather:ring",
-                          "BRAID_ALGO");
+  auto rules =
+      parseRules("allreduce:0-1K:rank_ordered;allreduce:1K-2K:ring;allgather:ring", "BRAID_ALGO");
   EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allreduce, 8, false)), "rank_ordered");
   EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allgather, 8, false)), "ring");
   EXPECT_EQ(selectAlgorithm(rules, detIn(Collective::Allreduce, 4096, true)), "shm_direct");

@@ -1,12 +1,18 @@
-// Direct shared-memory allgather (transport::SharedMemoryGroup; all ranks on one host, else the
-// ring algorithm runs instead).
+// Direct shared-memory allgather and allgatherv (transport::SharedMemoryGroup; all ranks on one
+// host, else the ring algorithms run instead).
 //
-// Each rank's block is cut into chunks of C = min(chunkBytes, staging half) bytes; per chunk:
+// Allgather. Each rank's block is cut into chunks of C = min(chunkBytes, staging half) bytes; per
+// chunk:
 //   1. copy the chunk of this rank's block into its staging half;
 //   2. barrier;
 //   3. copy every peer's staged chunk into its block of the output.
 // Steps alternate staging halves. 1 barrier per chunk; memory traffic per rank: 1 write of its
 // block into the segment, N-1 blocks read out of it.
+//
+// Allgatherv. The same rounds over blocks of different lengths (every rank knows all counts):
+// round k stages bytes [kC, (k+1)C) of this rank's block (C = min(chunkBytes, staging half)),
+// barrier, then copies that part of every peer's block into its place. ceil(largest block / C)
+// barriers (none when every block is empty); the same memory traffic as allgather.
 #include <algorithm>
 
 #include "algo/exchange.hpp"
@@ -14,6 +20,7 @@
 namespace braid::algo {
 
 void ringAllgather(Context&, const CollArgs&);
+void ringAllgatherv(Context&, const CollArgs&);
 
 void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
@@ -44,6 +51,37 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
         copyBytes(dst, in + off, c);
       else
         std::memcpy(dst, g->staging(q) + h, c);
+    }
+  }
+}
+
+void shmDirectAllgatherv(Context& ctx, const CollArgs& a) {
+  const std::size_t es = dataTypeSize(a.dtype);
+  const int me = ctx.rank;
+  const int n = ctx.size;
+  const auto ume = static_cast<std::size_t>(me);
+  transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
+  if (n > 1 && g == nullptr) {
+    ringAllgatherv(ctx, a);
+    return;
+  }
+  const std::uint8_t* in = bytesOf(a.send);
+  std::uint8_t* out = bytesOf(a.recv);
+  copyBytes(out + a.displs[ume] * es, in, a.counts[ume] * es);
+  if (n == 1) return;
+  const std::size_t largest = *std::max_element(a.counts.begin(), a.counts.end());
+  const std::size_t chunk =
+      std::max<std::size_t>(1, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es);
+  for (std::size_t from = 0; from < largest; from += chunk) {
+    const std::size_t h = g->beginStep();
+    if (a.counts[ume] > from)
+      std::memcpy(g->staging(me) + h, in + from * es, std::min(chunk, a.counts[ume] - from) * es);
+    g->barrier(ctx.tag, ctx.deadline);
+    for (int s = 1; s < n; ++s) {
+      const auto q = static_cast<std::size_t>((me + s) % n);
+      if (a.counts[q] <= from) continue;
+      std::memcpy(out + (a.displs[q] + from) * es, g->staging(static_cast<int>(q)) + h,
+                  std::min(chunk, a.counts[q] - from) * es);
     }
   }
 }

@@ -28,14 +28,19 @@ std::size_t controlBytes(std::size_t ranks) {
   return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) + ranks * ranks * sizeof(ChannelControl);
 }
 
-// Appends the group part (GroupLine[ranks], staging[ranks]) to a geometry whose rings end at
-// totalBytes.
+// The group part's control lines: GroupLine[ranks], LatencyLine[ranks][2], padded to a page.
+std::size_t groupLinesBytes(std::size_t ranks) {
+  return alignUp(ranks * (sizeof(GroupLine) + 2 * sizeof(LatencyLine)), kPage);
+}
+
+// Appends the group part (GroupLine[ranks], LatencyLine[ranks][2], staging[ranks]) to a geometry
+// whose rings end at totalBytes.
 void addGroup(Geometry& g, std::size_t stagingBytes, std::size_t maxSegmentBytes) {
   if (stagingBytes == 0 || g.ranks == 0) return;
   const std::size_t ringsEnd = g.totalBytes;
   g.stagingBytes = alignUp(std::max(stagingBytes, kMinStagingBytes), kPage);
   g.groupOffset = ringsEnd;
-  g.stagingOffset = g.groupOffset + alignUp(g.ranks * sizeof(GroupLine), kPage);
+  g.stagingOffset = g.groupOffset + groupLinesBytes(g.ranks);
   while (g.stagingBytes > kMinStagingBytes &&
          g.stagingOffset + g.ranks * g.stagingBytes > maxSegmentBytes)
     g.stagingBytes = alignUp(g.stagingBytes / 2, kPage);
@@ -134,7 +139,11 @@ void Segment::initialize(const Geometry& g) {
                                                         g.ranks * sizeof(RankSlot)) +
                       i);
   if (g.stagingBytes > 0)
-    for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&groupLine(r));
+    for (std::size_t r = 0; r < g.ranks; ++r) {
+      std::construct_at(&groupLine(r));
+      std::construct_at(&latencyLine(r, 0));
+      std::construct_at(&latencyLine(r, 1));
+    }
 }
 
 Geometry Segment::adopt(const std::string& what) {
@@ -149,7 +158,7 @@ Geometry Segment::adopt(const std::string& what) {
   g.totalBytes = g.ringsOffset + g.ranks * (g.ranks - 1) * g.ringBytes();
   if (h.stagingBytes > 0) {
     g.groupOffset = g.totalBytes;
-    g.stagingOffset = g.groupOffset + alignUp(g.ranks * sizeof(GroupLine), kPage);
+    g.stagingOffset = g.groupOffset + groupLinesBytes(g.ranks);
     g.stagingBytes = h.stagingBytes;
     g.totalBytes = g.stagingOffset + g.ranks * g.stagingBytes;
   }
@@ -178,6 +187,12 @@ std::uint8_t* Segment::ring(std::size_t from, std::size_t to) const {
 
 GroupLine& Segment::groupLine(std::size_t local) const {
   return reinterpret_cast<GroupLine*>(base_ + geometry_.groupOffset)[local];
+}
+
+LatencyLine& Segment::latencyLine(std::size_t local, std::size_t parity) const {
+  auto* lines = reinterpret_cast<LatencyLine*>(base_ + geometry_.groupOffset +
+                                               geometry_.ranks * sizeof(GroupLine));
+  return lines[2 * local + parity];
 }
 
 std::uint8_t* Segment::staging(std::size_t local) const {

@@ -9,10 +9,12 @@
 //   (padding to 4 KiB)
 //   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
 //                                             ordered pair of distinct local ranks
-//   GroupLine[L] (padded to 4 KiB)  L * 64 B  direct collectives: barrier counter, gone flag
+//   GroupLine[L]                 L * 64 B  direct collectives: barrier counter, gone flag
+//   LatencyLine[L][2]           L * 128 B  low-latency collectives: one line per rank and parity
+//   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
-//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(64 L) + L G when G > 0]
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(192 L) + L G when G > 0]
 //
 // The group part (GroupLine, staging) exists when G (ShmOptions::stagingBytes, default 2 MiB:
 // 2 x 1 MiB per rank) is not 0; G is halved (down to kMinStagingBytes) when the segment would
@@ -36,7 +38,7 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 2;
+inline constexpr std::uint32_t kSegmentVersion = 3;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -46,6 +48,15 @@ inline constexpr std::size_t kMaxSlots = 1024;
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+/// A pause in a polling loop.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t magic;
@@ -93,6 +104,15 @@ struct alignas(kCacheLine) GroupLine {
   std::atomic<std::uint64_t> tags[2];
 };
 
+/// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): payload, the
+/// operation's tag and the exchange's sequence number share one cache line, so a reader gets
+/// all three with one transfer. Written only by its rank; seq is stored last (release).
+struct alignas(kCacheLine) LatencyLine {
+  std::uint8_t payload[48];
+  std::atomic<std::uint64_t> tag;
+  std::atomic<std::uint64_t> seq;  // the exchange whose payload this is (0: none yet)
+};
+
 struct ChannelControl {
   ProducerLine producer;
   ConsumerLine consumer;
@@ -100,6 +120,7 @@ struct ChannelControl {
 
 static_assert(sizeof(RankSlot) == kCacheLine);
 static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
+static_assert(sizeof(LatencyLine) == kCacheLine);
 
 /// Sizes and offsets of a segment for `ranks` local ranks.
 struct Geometry {
@@ -176,6 +197,8 @@ class Segment {
   /// The group part (only when geometry().stagingBytes > 0).
   GroupLine& groupLine(std::size_t local) const;
   std::uint8_t* staging(std::size_t local) const;
+  /// Rank `local`'s low-latency line of parity `parity` (0 or 1; group part only).
+  LatencyLine& latencyLine(std::size_t local, std::size_t parity) const;
   const Geometry& geometry() const { return geometry_; }
 
  private:

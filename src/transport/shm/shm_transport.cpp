@@ -39,6 +39,7 @@
 
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
+#include "transport/shm/shm_group.hpp"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -62,13 +63,9 @@ std::size_t usableCpus() {
   return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
 }
 
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+using shm::cpuRelax;
+using shm::ShmGroup;
+
 // Request::aux once failed: where the error lives.
 constexpr std::size_t kAuxChannelError = 2;
 constexpr std::size_t kAuxTransportError = 4;
@@ -79,154 +76,6 @@ struct PeerProcess {
   pid_t pid = 0;
   shm::UniqueFd pidfd;  // empty: fall back to kill(pid, 0)
 };
-
-// The direct-collective group of a segment whose local ranks are the whole communicator. A
-// barrier publishes this rank's count in its GroupLine, rings the peers that sleep, then waits
-// for every peer's count: polling (busily while the host is not oversubscribed), yielding, then
-// sleeping on this rank's doorbell, rechecking peers' liveness every livenessInterval.
-class ShmGroup final : public SharedMemoryGroup {
- public:
-  ShmGroup(shm::Segment& segment, std::size_t local, std::size_t count,
-           std::vector<std::string> descriptions, const ShmOptions& options,
-           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText)
-      : seg_(segment),
-        local_(local),
-        count_(count),
-        descriptions_(std::move(descriptions)),
-        spin_(options.spin),
-        busyPoll_(busyPoll),
-        liveness_(options.livenessInterval),
-        tagText_(std::move(tagText)) {
-    for (std::size_t p = 0; p < count_; ++p)
-      pids_.push_back(static_cast<pid_t>(seg_.rank(p).pid.load(std::memory_order_relaxed)));
-  }
-  ~ShmGroup() override { markGone(); }
-  ShmGroup(const ShmGroup&) = delete;
-  ShmGroup& operator=(const ShmGroup&) = delete;
-
-  int rank() const override { return static_cast<int>(local_); }
-  int size() const override { return static_cast<int>(count_); }
-  std::size_t stagingBytes() const override { return seg_.geometry().stagingBytes; }
-  std::uint8_t* staging(int r) const override { return seg_.staging(static_cast<std::size_t>(r)); }
-  std::size_t beginStep() override {
-    step_ ^= 1;
-    return step_ == 0 ? 0 : stagingBytes() / 2;
-  }
-  void barrier(std::uint64_t tag, Deadline deadline) override;
-
-  /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
-  /// `why`: the transport's failure, repeated by this rank's later barriers.
-  void markGone(const std::string& why = "") {
-    if (!why.empty()) {
-      std::lock_guard<std::mutex> lk(abortMu_);
-      if (goneWhy_.empty()) goneWhy_ = why;
-    }
-    shm::GroupLine& mine = seg_.groupLine(local_);
-    if (mine.gone.exchange(1, std::memory_order_seq_cst) != 0) return;
-    for (std::size_t p = 0; p < count_; ++p)
-      if (p != local_) shm::ring(seg_.rank(p));
-  }
-  void abort(const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lk(abortMu_);
-      if (!abortWhy_.empty()) return;
-      abortWhy_ = why.empty() ? "aborted" : why;
-    }
-    aborted_.store(true, std::memory_order_release);
-    markGone();
-    shm::ring(seg_.rank(local_));
-  }
-
- private:
-  [[noreturn]] void fail(ErrorCode code, const std::string& what) {
-    const Error e(code, "rank " + std::to_string(local_) + ": shm group barrier #" +
-                            std::to_string(epoch_) + ": " + what);
-    markGone(e.what());
-    throw e;
-  }
-  void checkPeer(std::size_t p, bool probeProcess);
-
-  shm::Segment& seg_;
-  const std::size_t local_;
-  const std::size_t count_;
-  const std::vector<std::string> descriptions_;
-  const std::chrono::microseconds spin_;
-  const std::chrono::microseconds busyPoll_;
-  const std::chrono::milliseconds liveness_;
-  const std::function<std::string(std::uint64_t)> tagText_;
-  std::vector<pid_t> pids_;
-  std::uint64_t epoch_ = 0;
-  std::size_t step_ = 0;
-  std::atomic<bool> aborted_{false};
-  std::mutex abortMu_;
-  std::string abortWhy_;
-  std::string goneWhy_;  // the transport failure that made this rank leave (abortMu_)
-};
-
-void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
-  if (aborted_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lk(abortMu_);
-    throw Error(ErrorCode::Aborted, abortWhy_);
-  }
-  if (seg_.groupLine(local_).gone.load(std::memory_order_acquire) != 0) {
-    std::lock_guard<std::mutex> lk(abortMu_);
-    throw Error(ErrorCode::Aborted,
-                "rank " + std::to_string(local_) + ": the shm transport failed earlier" +
-                    (goneWhy_.empty() ? std::string() : " (" + goneWhy_ + ")") +
-                    "; the group is broken");
-  }
-  if (seg_.groupLine(p).gone.load(std::memory_order_acquire) != 0)
-    fail(ErrorCode::PeerLost,
-         descriptions_[p] + " left the group (its transport closed or failed)");
-  if (probeProcess && pids_[p] != ::getpid() && ::kill(pids_[p], 0) != 0 && errno == ESRCH)
-    fail(ErrorCode::PeerLost, descriptions_[p] + " exited");
-}
-
-void ShmGroup::barrier(std::uint64_t tag, Deadline deadline) {
-  const std::uint64_t target = ++epoch_;
-  checkPeer(local_, false);
-  seg_.groupLine(local_).tags[target % 2].store(tag, std::memory_order_relaxed);
-  seg_.groupLine(local_).arrived.store(target, std::memory_order_seq_cst);
-  for (std::size_t p = 0; p < count_; ++p)
-    if (p != local_) shm::notify(seg_.rank(p));
-  shm::RankSlot& self = seg_.rank(local_);
-  std::size_t next = 0;
-  auto arrived = [&](std::size_t p) {
-    if (p == local_) return true;
-    const shm::GroupLine& line = seg_.groupLine(p);
-    if (line.arrived.load(std::memory_order_seq_cst) < target) return false;
-    const std::uint64_t theirs = line.tags[target % 2].load(std::memory_order_relaxed);
-    if (theirs != tag)
-      fail(ErrorCode::Mismatch, "this rank runs " + tagText_(tag) + " but " + descriptions_[p] +
-                                    " runs " + tagText_(theirs));
-    return true;
-  };
-  const auto start = Clock::now();
-  auto lastLiveness = start;
-  for (;;) {
-    while (next < count_ && arrived(next)) ++next;
-    if (next == count_) return;
-    const auto now = Clock::now();
-    const bool probe = now - lastLiveness >= liveness_;
-    if (probe) lastLiveness = now;
-    checkPeer(next, probe);
-    if (now >= deadline) fail(ErrorCode::Timeout, "timed out waiting for " + descriptions_[next]);
-    if (now - start < busyPoll_) {
-      cpuRelax();
-      continue;
-    }
-    if (now - start < spin_) {
-      std::this_thread::yield();
-      continue;
-    }
-    self.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    const std::uint32_t bell = self.bell.load(std::memory_order_seq_cst);
-    if (!arrived(next) && seg_.groupLine(next).gone.load(std::memory_order_seq_cst) == 0 &&
-        !aborted_.load(std::memory_order_seq_cst))
-      shm::futexWait(self.bell, bell, std::min(deadline, lastLiveness + liveness_) - now);
-    self.sleepers.fetch_sub(1, std::memory_order_relaxed);
-  }
-}
 
 class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink {
  public:

@@ -1,0 +1,33 @@
+// Low-latency shared-memory allgather for tiny blocks (transport::SharedMemoryGroup line
+// exchange; all ranks on one host). Bigger blocks, or no shared group, run shm_direct.
+//
+// Steps (block bytes <= SharedMemoryGroup::kLineBytes, 48):
+//   1. every rank posts its block in its own 64-byte line (data, tag, exchange number);
+//   2. every rank polls each peer's line in turn and copies the block into its place.
+// Memory traffic per rank: one line written, N-1 lines read; no barrier, no staging.
+#include "algo/exchange.hpp"
+
+namespace braid::algo {
+
+void shmDirectAllgather(Context&, const CollArgs&);
+
+void shmLowLatencyAllgather(Context& ctx, const CollArgs& a) {
+  const std::size_t block = a.count * dataTypeSize(a.dtype);
+  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
+  if (ctx.size == 1 || g == nullptr || block == 0 ||
+      block > transport::SharedMemoryGroup::kLineBytes) {
+    shmDirectAllgather(ctx, a);
+    return;
+  }
+  const int me = ctx.rank;
+  const std::uint8_t* in = bytesOf(a.send);
+  std::uint8_t* out = bytesOf(a.recv);
+  g->linePost(ctx.tag, in, block, ctx.deadline);
+  for (int s = 1; s < ctx.size; ++s) {
+    const int q = (me + s) % ctx.size;
+    std::memcpy(out + static_cast<std::size_t>(q) * block, g->lineWait(q, ctx.deadline), block);
+  }
+  copyBytes(out + static_cast<std::size_t>(me) * block, in, block);
+}
+
+}  // namespace braid::algo

@@ -1,0 +1,236 @@
+#include "transport/shm/shm_group.hpp"
+
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <braid/error.hpp>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace braid::transport::shm {
+
+ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
+                   std::vector<std::string> descriptions, const ShmOptions& options,
+                   std::chrono::microseconds busyPoll,
+                   std::function<std::string(std::uint64_t)> tagText)
+    : seg_(segment),
+      local_(local),
+      count_(count),
+      descriptions_(std::move(descriptions)),
+      spin_(options.spin),
+      busyPoll_(busyPoll),
+      liveness_(options.livenessInterval),
+      tagText_(std::move(tagText)) {
+  for (std::size_t p = 0; p < count_; ++p)
+    pids_.push_back(static_cast<pid_t>(seg_.rank(p).pid.load(std::memory_order_relaxed)));
+  // Every rank probed every peer before any transport was built (shm_bootstrap.cpp), so every
+  // rank computes the same answer from the same flags.
+  canReadPeers_ = !options.cmaDisable;
+  for (std::size_t from = 0; from < count_; ++from)
+    for (std::size_t to = 0; to < count_; ++to)
+      if (from != to &&
+          seg_.control(from, to).consumer.canReadSender.load(std::memory_order_acquire) == 0)
+        canReadPeers_ = false;
+}
+
+void ShmGroup::readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) {
+  // process_vm_readv moves at most this much per call (the kernel caps one call near 2 GiB).
+  constexpr std::size_t kMaxPerCall = std::size_t{1} << 30;
+  const auto p = static_cast<std::size_t>(peer);
+  auto* out = static_cast<std::uint8_t*>(dst);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const std::size_t ask = std::min(bytes - done, kMaxPerCall);
+    iovec local{out + done, ask};
+    iovec from{reinterpret_cast<void*>(static_cast<std::uintptr_t>(remote + done)), ask};
+    const ssize_t n = ::process_vm_readv(pids_[p], &local, 1, &from, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EFAULT;
+      if (err == ESRCH) fail(ErrorCode::PeerLost, descriptions_[p] + " exited");
+      fail(ErrorCode::Internal, "process_vm_readv of " + std::to_string(bytes) + " bytes from " +
+                                    descriptions_[p] + ": " + errnoText(err));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void ShmGroup::markGone(const std::string& why) {
+  if (!why.empty()) {
+    std::lock_guard<std::mutex> lk(abortMu_);
+    if (goneWhy_.empty()) goneWhy_ = why;
+  }
+  GroupLine& mine = seg_.groupLine(local_);
+  if (mine.gone.exchange(1, std::memory_order_seq_cst) != 0) return;
+  for (std::size_t p = 0; p < count_; ++p)
+    if (p != local_) ring(seg_.rank(p));
+}
+
+void ShmGroup::abort(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lk(abortMu_);
+    if (!abortWhy_.empty()) return;
+    abortWhy_ = why.empty() ? "aborted" : why;
+  }
+  aborted_.store(true, std::memory_order_release);
+  markGone();
+  ring(seg_.rank(local_));
+}
+
+std::string ShmGroup::where() const {
+  return inLines_ ? "shm line exchange #" + std::to_string(lineSeq_)
+                  : "shm group barrier #" + std::to_string(epoch_);
+}
+
+void ShmGroup::fail(ErrorCode code, const std::string& what) {
+  const Error e(code, "rank " + std::to_string(local_) + ": " + where() + ": " + what);
+  markGone(e.what());
+  throw e;
+}
+
+void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
+  if (aborted_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lk(abortMu_);
+    throw Error(ErrorCode::Aborted, abortWhy_);
+  }
+  if (seg_.groupLine(local_).gone.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lk(abortMu_);
+    throw Error(ErrorCode::Aborted, "rank " + std::to_string(local_) +
+                                        ": the shm transport failed earlier" +
+                                        (goneWhy_.empty() ? std::string() : " (" + goneWhy_ + ")") +
+                                        "; the group is broken");
+  }
+  if (seg_.groupLine(p).gone.load(std::memory_order_acquire) != 0)
+    fail(ErrorCode::PeerLost,
+         descriptions_[p] + " left the group (its transport closed or failed)");
+  if (probeProcess && pids_[p] != ::getpid() && ::kill(pids_[p], 0) != 0 && errno == ESRCH)
+    fail(ErrorCode::PeerLost, descriptions_[p] + " exited");
+}
+
+std::uint64_t ShmGroup::lineSeqOf(std::size_t p) const {
+  return std::max(seg_.latencyLine(p, 0).seq.load(std::memory_order_seq_cst),
+                  seg_.latencyLine(p, 1).seq.load(std::memory_order_seq_cst));
+}
+
+std::string ShmGroup::otherSequence(std::size_t p, bool waitingInLines) const {
+  // Ranks run the same operations in the same order, so a peer this rank waits for cannot have
+  // entered more barriers (resp. line exchanges) than this rank while it has not reached the
+  // point this rank waits at: it runs another operation.
+  if (waitingInLines) {
+    const GroupLine& line = seg_.groupLine(p);
+    const std::uint64_t arrived = line.arrived.load(std::memory_order_seq_cst);
+    if (arrived <= epoch_) return {};
+    return tagText_(line.tags[arrived % 2].load(std::memory_order_relaxed));
+  }
+  const std::uint64_t seq = lineSeqOf(p);
+  if (seq <= lineSeq_) return {};
+  return tagText_(seg_.latencyLine(p, seq % 2).tag.load(std::memory_order_relaxed));
+}
+
+template <class Ready>
+void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadline deadline) {
+  std::size_t next = first;
+  auto advance = [&] {
+    while (next < last && (next == local_ || ready(next))) ++next;
+    return next == last;
+  };
+  if (advance()) return;
+  RankSlot& self = seg_.rank(local_);
+  const auto start = Clock::now();
+  auto lastLiveness = start;
+  for (;;) {
+    if (advance()) return;
+    const auto now = Clock::now();
+    const bool probe = now - lastLiveness >= liveness_;
+    if (probe) lastLiveness = now;
+    checkPeer(next, probe);
+    const std::string other = otherSequence(next, inLines_);
+    if (!other.empty()) {
+      // The peer may have finished the awaited step and moved on since ready() was asked.
+      if (ready(next)) continue;
+      fail(ErrorCode::Mismatch, "this rank runs " + tagText_(inLines_ ? lineTag_ : tag_) + " but " +
+                                    descriptions_[next] + " runs " + other);
+    }
+    if (now >= deadline) fail(ErrorCode::Timeout, "timed out waiting for " + descriptions_[next]);
+    if (now - start < busyPoll_) {
+      cpuRelax();
+      continue;
+    }
+    if (now - start < spin_) {
+      std::this_thread::yield();
+      continue;
+    }
+    self.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t bell = self.bell.load(std::memory_order_seq_cst);
+    if (!ready(next) && seg_.groupLine(next).gone.load(std::memory_order_seq_cst) == 0 &&
+        !aborted_.load(std::memory_order_seq_cst))
+      futexWait(self.bell, bell, std::min(deadline, lastLiveness + liveness_) - now);
+    self.sleepers.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void ShmGroup::barrier(std::uint64_t tag, Deadline deadline) {
+  const std::uint64_t target = ++epoch_;
+  inLines_ = false;
+  tag_ = tag;
+  checkPeer(local_, false);
+  seg_.groupLine(local_).tags[target % 2].store(tag, std::memory_order_relaxed);
+  seg_.groupLine(local_).arrived.store(target, std::memory_order_seq_cst);
+  for (std::size_t p = 0; p < count_; ++p)
+    if (p != local_) notify(seg_.rank(p));
+  auto arrived = [&](std::size_t p) {
+    const GroupLine& line = seg_.groupLine(p);
+    if (line.arrived.load(std::memory_order_seq_cst) < target) return false;
+    const std::uint64_t theirs = line.tags[target % 2].load(std::memory_order_relaxed);
+    if (theirs != tag)
+      fail(ErrorCode::Mismatch, "this rank runs " + tagText_(tag) + " but " + descriptions_[p] +
+                                    " runs " + tagText_(theirs));
+    return true;
+  };
+  await(0, count_, arrived, deadline);
+}
+
+void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, Deadline deadline) {
+  const std::uint64_t k = ++lineSeq_;
+  inLines_ = true;
+  lineTag_ = tag;
+  checkPeer(local_, false);
+  if (bytes > kLineBytes)
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(local_) + ": " + where() + ": " +
+                                         std::to_string(bytes) + " bytes do not fit a line");
+  // Every peer must have entered exchange k - 1 before this rank overwrites its line of k - 2.
+  if (k > 2) {
+    const std::size_t prev = (k - 1) % 2;
+    await(
+        0, count_,
+        [&](std::size_t p) {
+          return seg_.latencyLine(p, prev).seq.load(std::memory_order_acquire) >= k - 1;
+        },
+        deadline);
+  }
+  LatencyLine& line = seg_.latencyLine(local_, k % 2);
+  if (bytes > 0) std::memcpy(line.payload, data, bytes);
+  line.tag.store(tag, std::memory_order_relaxed);
+  line.seq.store(k, std::memory_order_release);
+  for (std::size_t p = 0; p < count_; ++p)
+    if (p != local_) notify(seg_.rank(p));
+}
+
+const std::uint8_t* ShmGroup::lineWait(int peer, Deadline deadline) {
+  const std::uint64_t k = lineSeq_;
+  const auto p = static_cast<std::size_t>(peer);
+  const LatencyLine& line = seg_.latencyLine(p, k % 2);
+  await(
+      p, p + 1, [&](std::size_t) { return line.seq.load(std::memory_order_acquire) >= k; },
+      deadline);
+  const std::uint64_t theirs = line.tag.load(std::memory_order_relaxed);
+  if (theirs != lineTag_)
+    fail(ErrorCode::Mismatch, "this rank runs " + tagText_(lineTag_) + " but " + descriptions_[p] +
+                                  " runs " + tagText_(theirs));
+  return line.payload;
+}
+
+}  // namespace braid::transport::shm

@@ -1,0 +1,94 @@
+// The direct-collective group of a segment whose local ranks are the whole communicator
+// (transport::SharedMemoryGroup over the segment's group part, see shm_segment.hpp).
+//
+// barrier() publishes this rank's count in its GroupLine, rings the peers that sleep, then waits
+// for every peer's count. linePost() writes this rank's LatencyLine of the exchange's parity
+// (payload, tag, then the sequence number with release), rings sleeping peers; lineWait() polls
+// one peer's line until it carries the sequence number. Every wait polls (busily while the host
+// is not oversubscribed), then yields, then sleeps on this rank's doorbell, rechecking peers'
+// liveness every livenessInterval.
+//
+// Why two line parities suffice: a rank writes its line of exchange k (parity k % 2) only after
+// every peer entered exchange k - 1, i.e. finished reading exchange k - 2 (payloads are read
+// only during their exchange). For allreduce-like exchanges that wait is free (each rank saw
+// every peer's k - 1 line); it only ever waits where a rank reads nothing (a broadcast root).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_segment.hpp"
+#include "transport/shm/shm_transport.hpp"
+
+namespace braid::transport::shm {
+
+class ShmGroup final : public SharedMemoryGroup {
+ public:
+  ShmGroup(Segment& segment, std::size_t local, std::size_t count,
+           std::vector<std::string> descriptions, const ShmOptions& options,
+           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText);
+  ~ShmGroup() override { markGone(); }
+  ShmGroup(const ShmGroup&) = delete;
+  ShmGroup& operator=(const ShmGroup&) = delete;
+
+  int rank() const override { return static_cast<int>(local_); }
+  int size() const override { return static_cast<int>(count_); }
+  std::size_t stagingBytes() const override { return seg_.geometry().stagingBytes; }
+  std::uint8_t* staging(int r) const override { return seg_.staging(static_cast<std::size_t>(r)); }
+  std::size_t beginStep() override {
+    step_ ^= 1;
+    return step_ == 0 ? 0 : stagingBytes() / 2;
+  }
+  void barrier(std::uint64_t tag, Deadline deadline) override;
+  void linePost(std::uint64_t tag, const void* data, std::size_t bytes, Deadline deadline) override;
+  const std::uint8_t* lineWait(int peer, Deadline deadline) override;
+  bool canReadPeers() const override { return canReadPeers_; }
+  void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
+
+  /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
+  /// `why`: the transport's failure, repeated by this rank's later barriers.
+  void markGone(const std::string& why = "");
+  void abort(const std::string& why);
+
+ private:
+  [[noreturn]] void fail(ErrorCode code, const std::string& what);
+  void checkPeer(std::size_t p, bool probeProcess);
+  // Waits until ready(p) for each p in [first, last) other than this rank, in order.
+  template <class Ready>
+  void await(std::size_t first, std::size_t last, Ready&& ready, Deadline deadline);
+  // The newest line exchange rank p entered.
+  std::uint64_t lineSeqOf(std::size_t p) const;
+  // The operation of peer p when p entered a barrier (waitingInLines) or a line exchange (not)
+  // that this rank, waiting for p in the other sequence, has not reached; else "".
+  std::string otherSequence(std::size_t p, bool waitingInLines) const;
+  std::string where() const;
+
+  Segment& seg_;
+  const std::size_t local_;
+  const std::size_t count_;
+  const std::vector<std::string> descriptions_;
+  const std::chrono::microseconds spin_;
+  const std::chrono::microseconds busyPoll_;
+  const std::chrono::milliseconds liveness_;
+  const std::function<std::string(std::uint64_t)> tagText_;
+  std::vector<pid_t> pids_;
+  bool canReadPeers_ = false;
+  std::uint64_t epoch_ = 0;    // barriers entered
+  std::uint64_t tag_ = 0;      // the tag of the current barrier
+  std::uint64_t lineSeq_ = 0;  // line exchanges entered
+  std::uint64_t lineTag_ = 0;  // the tag of the current line exchange
+  bool inLines_ = false;       // the last wait was a line exchange (for error messages)
+  std::size_t step_ = 0;
+  std::atomic<bool> aborted_{false};
+  std::mutex abortMu_;
+  std::string abortWhy_;
+  std::string goneWhy_;  // the transport failure that made this rank leave (abortMu_)
+};
+
+}  // namespace braid::transport::shm

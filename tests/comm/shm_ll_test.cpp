@@ -1,0 +1,222 @@
+// The low-latency shared-memory collectives ("shm_ll": data, tag and sequence number in one
+// cache line per rank): every dtype x op at every count that fits a line (and the next counts,
+// which fall back to shm_direct), every world size, ranks as threads and as processes; chosen by
+// default for tiny messages; 4 and 8 ranks as processes oversubscribed on 2 CPUs completing
+// thousands of operations (no timing threshold, only the harness deadline); operations that
+// disagree across ranks fail with Error(Mismatch) rather than a timeout.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "harness/checks.hpp"
+#include "harness/data.hpp"
+#include "harness/ranks.hpp"
+
+namespace braid::test {
+namespace {
+
+constexpr std::size_t kLine = 48;  // SharedMemoryGroup::kLineBytes
+constexpr Collective kLowLatency[] = {Collective::Allreduce, Collective::Broadcast,
+                                      Collective::Reduce, Collective::Barrier,
+                                      Collective::Allgather};
+
+// Counts around the line capacity of dtype t: 0, 1, 2, 3, a prime below, the largest that
+// fits, one more (falls back).
+std::vector<std::size_t> lineCounts(DataType t) {
+  const std::size_t fit = kLine / dataTypeSize(t);
+  std::vector<std::size_t> counts = {0, 1, 2, 3, 5, 7, 11, fit - 1, fit, fit + 1};
+  std::sort(counts.begin(), counts.end());
+  counts.erase(std::unique(counts.begin(), counts.end()), counts.end());
+  counts.erase(
+      std::remove_if(counts.begin(), counts.end(), [&](std::size_t c) { return c > fit + 1; }),
+      counts.end());
+  return counts;
+}
+
+void sweepLines(Comm& c) {
+  const int n = c.size();
+  for (DataType t : kAllDataTypes) {
+    for (std::size_t count : lineCounts(t)) {
+      for (ReduceOp op : kAllReduceOps) {
+        for (bool inPlace : {false, true}) checkAllreduce(c, t, op, count, inPlace);
+        checkReduce(c, t, op, count, static_cast<int>((count + 1) % n), false);
+        checkReduce(c, t, op, count, n - 1, true);
+      }
+      checkNonReducing(c, t, count);  // broadcast from every root, allgather (in place too)
+      c.barrier();
+    }
+  }
+}
+
+class ShmLowLatencyThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmLowLatencyThreads, ForcedSweep) {
+  runThreads(GetParam(), testOptions("shm_ll"), [](Comm& c) {
+    for (Collective k : kLowLatency) EXPECT_EQ(c.selectedAlgorithm(k, 8), "shm_ll");
+    sweepLines(c);
+  });
+}
+
+TEST_P(ShmLowLatencyThreads, ChosenByDefaultForTinyMessages) {
+  runThreads(GetParam(), testOptions(), [](Comm& c) {
+    const auto n = static_cast<std::size_t>(c.size());
+    if (n == 1) {
+      for (Collective k : kLowLatency) EXPECT_NE(c.selectedAlgorithm(k, 8), "shm_ll");
+      return;
+    }
+    for (Collective k : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
+      EXPECT_EQ(c.selectedAlgorithm(k, 1), "shm_ll");
+      EXPECT_EQ(c.selectedAlgorithm(k, kLine), "shm_ll");
+      EXPECT_EQ(c.selectedAlgorithm(k, kLine + 1), "shm_direct");
+    }
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, kLine * n), "shm_ll");
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, kLine * n + 1), "shm_direct");
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Barrier, 0), "shm_ll");
+    // Mixed sizes in one sequence: line exchanges and staged collectives interleave.
+    for (DataType t : {DataType::Float32, DataType::Int8, DataType::Float64}) {
+      const std::size_t fit = kLine / dataTypeSize(t);
+      for (std::size_t count : {std::size_t{1}, fit, fit + 1, std::size_t{1031}, fit}) {
+        checkAllreduce(c, t, ReduceOp::Sum, count, false);
+        checkNonReducing(c, t, count);
+        checkReduce(c, t, ReduceOp::Max, count, 0, false);
+        c.barrier();
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmLowLatencyThreads, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+class ShmLowLatencyProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmLowLatencyProcesses, ForcedSweep) {
+  runProcesses(
+      GetParam(), testOptions("shm_ll"),
+      [](Comm& c) {
+        if (c.selectedAlgorithm(Collective::Allreduce, 8) != "shm_ll")
+          throw Error(ErrorCode::Internal, "shm_ll not selected");
+        sweepLines(c);
+      },
+      std::chrono::seconds(600));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmLowLatencyProcesses, ::testing::Values(2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Restricts this process (and the ranks it forks) to its first two CPUs while alive.
+class TwoCpus {
+ public:
+  TwoCpus() {
+    CPU_ZERO(&saved_);
+    if (::sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    int taken = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && taken < 2; ++cpu)
+      if (CPU_ISSET(cpu, &saved_)) {
+        CPU_SET(cpu, &two);
+        ++taken;
+      }
+    restore_ = ::sched_setaffinity(0, sizeof two, &two) == 0;
+  }
+  ~TwoCpus() {
+    if (restore_) ::sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  TwoCpus(const TwoCpus&) = delete;
+  TwoCpus& operator=(const TwoCpus&) = delete;
+
+ private:
+  cpu_set_t saved_;
+  bool restore_ = false;
+};
+
+// 4 and 8 ranks as processes on 2 CPUs: waiters yield and then sleep on the futex, so the
+// ranks holding a CPU are never the ones spinning for a descheduled peer. Thousands of tiny
+// operations must complete within the harness deadline; the time is printed, not asserted.
+class ShmLowLatencyOversubscribed : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmLowLatencyOversubscribed, ProcessesOnTwoCpusMakeProgress) {
+  const int n = GetParam();
+  TwoCpus pin;
+  constexpr int kIterations = 2000;
+  const auto start = std::chrono::steady_clock::now();
+  runProcesses(
+      n, testOptions(),
+      [](Comm& c) {
+        const int n = c.size();
+        const int me = c.rank();
+        std::vector<double> v(4);
+        std::vector<std::int32_t> gathered(static_cast<std::size_t>(n) * 2);
+        for (int i = 0; i < kIterations; ++i) {
+          v.assign(4, static_cast<double>(me + i));
+          c.allreduce(v.data(), v.data(), v.size(), DataType::Float64, ReduceOp::Sum);
+          const double want = n * static_cast<double>(i) + n * (n - 1) / 2.0;
+          if (v[0] != want || v[3] != want)
+            throw Error(ErrorCode::Internal, "allreduce " + std::to_string(i) + ": got " +
+                                                 std::to_string(v[0]) + " want " +
+                                                 std::to_string(want));
+          const int root = i % n;
+          std::int64_t b = me == root ? i * 7 : -1;
+          c.broadcast(&b, 1, DataType::Int64, root);
+          if (b != i * 7) throw Error(ErrorCode::Internal, "broadcast " + std::to_string(i));
+          std::int32_t mine[2] = {me, i};
+          c.allgather(mine, gathered.data(), 2, DataType::Int32);
+          for (int r = 0; r < n; ++r)
+            if (gathered[2 * r] != r || gathered[2 * r + 1] != i)
+              throw Error(ErrorCode::Internal, "allgather " + std::to_string(i));
+          float x = 1.0F;
+          float sum = 0;
+          c.reduce(&x, &sum, 1, DataType::Float32, ReduceOp::Sum, root);
+          if (me == root && sum != static_cast<float>(n))
+            throw Error(ErrorCode::Internal, "reduce " + std::to_string(i));
+          c.barrier();
+        }
+      },
+      std::chrono::seconds(900));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf(
+      "oversubscribed on 2 CPUs: %d processes, %d x (allreduce, broadcast, allgather, "
+      "reduce, barrier): %.3f s\n",
+      n, kIterations, s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmLowLatencyOversubscribed, ::testing::Values(4, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Ranks that disagree fail with Error(Mismatch) naming both operations, whether both sides are
+// in line exchanges, or one is in a line exchange and the other in a staged collective.
+TEST(ShmLowLatency, DisagreeingRanksGetMismatch) {
+  enum class Case { TwoLineCollectives, LineAgainstStaged };
+  for (Case which : {Case::TwoLineCollectives, Case::LineAgainstStaged}) {
+    std::atomic<int> mismatches{0};
+    std::atomic<int> timeouts{0};
+    Options o = testOptions();
+    o.execTimeout = std::chrono::milliseconds(60000);
+    runThreads(3, o, [&](Comm& c) {
+      std::vector<float> v(300, 1.0F);
+      try {
+        if (c.rank() != 1) {
+          c.allreduce(v.data(), v.data(), 2, DataType::Float32, ReduceOp::Sum);
+        } else if (which == Case::TwoLineCollectives) {
+          c.broadcast(v.data(), 2, DataType::Float32, 0);
+        } else {
+          c.allreduce(v.data(), v.data(), 300, DataType::Float32, ReduceOp::Sum);
+        }
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::Mismatch) ++mismatches;
+        if (e.code() == ErrorCode::Timeout) ++timeouts;
+      }
+    });
+    EXPECT_GE(mismatches.load(), 1) << "case " << static_cast<int>(which);
+    EXPECT_EQ(timeouts.load(), 0) << "case " << static_cast<int>(which);
+  }
+}
+
+}  // namespace
+}  // namespace braid::test
