@@ -64,6 +64,11 @@ struct Options {
   bool shmCmaDisable = false;
   /// Authentication and peer address filtering (BRAID_AUTH_KEY, BRAID_WHITELIST).
   SecurityOptions security;
+  /// Training layer (include/braid/fusion.hpp): a fusion buffer sends its queued tensors once
+  /// this many bytes are queued (BRAID_FUSION_THRESHOLD), or once the oldest has waited the
+  /// cycle time (BRAID_CYCLE_TIME, milliseconds, fractions allowed).
+  std::size_t fusionThresholdBytes = std::size_t{64} << 20;
+  std::chrono::microseconds cycleTime{1000};
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

@@ -42,6 +42,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
     {"BRAID_WHITELIST", "",
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
+    {"BRAID_FUSION_THRESHOLD", "64M", "fusion buffer: send queued tensors once this many bytes"},
+    {"BRAID_CYCLE_TIME", "1", "ms (fractions allowed): fusion buffer sends what waited this long"},
 };
 
 const char* get(const char* name) {
@@ -70,6 +72,18 @@ long long intVar(const char* name, long long def) {
   auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), out);
   if (ec != std::errc() || p != sv.data() + sv.size()) throw badValue(name, v, "an integer");
   return out;
+}
+
+/// Milliseconds as a decimal number ("1", "0.5", "2.5"), returned in microseconds.
+std::chrono::microseconds millisecondsVar(const char* name, std::chrono::microseconds def) {
+  const char* v = get(name);
+  if (v == nullptr) return def;
+  double ms = 0;
+  std::string_view sv(v);
+  auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), ms);
+  if (ec != std::errc() || p != sv.data() + sv.size() || !(ms >= 0) || ms > 3.6e6)
+    throw badValue(name, v, "a number of milliseconds between 0 and 3600000");
+  return std::chrono::microseconds(static_cast<long long>(ms * 1000.0 + 0.5));
 }
 
 bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
@@ -127,6 +141,8 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_WHITELIST"))
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
+  o.fusionThresholdBytes = sizeVar("BRAID_FUSION_THRESHOLD", o.fusionThresholdBytes);
+  o.cycleTime = millisecondsVar("BRAID_CYCLE_TIME", o.cycleTime);
   return o;
 }
 

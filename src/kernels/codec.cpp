@@ -1,0 +1,101 @@
+#include "kernels/codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace braid::kernels {
+
+void quantizeInt8(const float* x, std::size_t n, std::size_t block, float* scales,
+                  std::int8_t* q) noexcept {
+  for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const std::size_t len = std::min(block, n - b0);
+    float m = 0.0f;
+    for (std::size_t i = 0; i < len; ++i) m = std::max(m, std::fabs(x[b0 + i]));
+    if (m == 0.0f) {
+      scales[bi] = 0.0f;
+      std::fill(q + b0, q + b0 + len, std::int8_t{0});
+      continue;
+    }
+    scales[bi] = m / 127.0f;
+    const float inv = 127.0f / m;
+    for (std::size_t i = 0; i < len; ++i) {
+      const float v = std::nearbyint(x[b0 + i] * inv);
+      q[b0 + i] = static_cast<std::int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+}
+
+void dequantizeInt8(const float* scales, const std::int8_t* q, std::size_t n, std::size_t block,
+                    float* out, bool accumulate) noexcept {
+  for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const std::size_t len = std::min(block, n - b0);
+    const float s = scales[bi];
+    if (accumulate) {
+      for (std::size_t i = 0; i < len; ++i) out[b0 + i] += static_cast<float>(q[b0 + i]) * s;
+    } else {
+      for (std::size_t i = 0; i < len; ++i) out[b0 + i] = static_cast<float>(q[b0 + i]) * s;
+    }
+  }
+}
+
+void encodeSign(const float* x, std::size_t n, std::size_t block, float* scales,
+                std::uint8_t* bits) noexcept {
+  std::fill(bits, bits + (n + 7) / 8, std::uint8_t{0});
+  for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const std::size_t len = std::min(block, n - b0);
+    double l1 = 0;
+    for (std::size_t i = 0; i < len; ++i) l1 += std::fabs(x[b0 + i]);
+    scales[bi] = static_cast<float>(l1 / static_cast<double>(len));
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (x[i] >= 0.0f) bits[i / 8] |= static_cast<std::uint8_t>(1u << (i % 8));
+}
+
+void decodeSign(const float* scales, const std::uint8_t* bits, std::size_t n, std::size_t block,
+                float* out, bool accumulate) noexcept {
+  for (std::size_t b0 = 0, bi = 0; b0 < n; b0 += block, ++bi) {
+    const std::size_t len = std::min(block, n - b0);
+    const float s = scales[bi];
+    for (std::size_t i = b0; i < b0 + len; ++i) {
+      const float v = ((bits[i / 8] >> (i % 8)) & 1u) != 0 ? s : -s;
+      out[i] = accumulate ? out[i] + v : v;
+    }
+  }
+}
+
+void selectTopK(const float* x, std::size_t n, std::size_t k, std::uint32_t* idx,
+                std::vector<std::uint32_t>& scratch) {
+  k = std::min(k, n);
+  if (k == 0) return;
+  scratch.resize(n);
+  std::iota(scratch.begin(), scratch.end(), std::uint32_t{0});
+  auto larger = [x](std::uint32_t a, std::uint32_t b) {
+    const float fa = std::fabs(x[a]);
+    const float fb = std::fabs(x[b]);
+    return fa > fb || (fa == fb && a < b);
+  };
+  if (k < n) std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), larger);
+  std::copy(scratch.begin(), scratch.begin() + k, idx);
+  std::sort(idx, idx + k);
+}
+
+void sampleIndices(std::uint64_t seed, std::uint64_t step, std::size_t n, std::size_t k,
+                   std::uint32_t* idx, std::vector<std::uint8_t>& taken) {
+  k = std::min(k, n);
+  if (k == 0) return;
+  taken.assign(n, 0);
+  SplitMix64 rng(seed + step * 0x9E3779B97F4A7C15ull);
+  for (std::size_t j = n - k; j < n; ++j) {
+    const std::size_t t = static_cast<std::size_t>(rng.next() % (j + 1));
+    if (taken[t] != 0)
+      taken[j] = 1;
+    else
+      taken[t] = 1;
+  }
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (taken[i] != 0) idx[out++] = static_cast<std::uint32_t>(i);
+}
+
+}  // namespace braid::kernels
