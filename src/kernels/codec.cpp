@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 namespace braid::kernels {
@@ -93,19 +94,26 @@ void decodeSign(const float* scales, const std::uint8_t* bits, std::size_t n, st
 }
 
 void selectTopK(const float* x, std::size_t n, std::size_t k, std::uint32_t* idx,
-                std::vector<std::uint32_t>& scratch) {
+                std::vector<float>& scratch) {
   k = std::min(k, n);
   if (k == 0) return;
+  // The k-th largest magnitude t (nth_element over a copy of |x|, no indirection), then one pass
+  // in index order: every |x| > t, and as many |x| == t as still fit (ties: lower index first).
   scratch.resize(n);
-  std::iota(scratch.begin(), scratch.end(), std::uint32_t{0});
-  auto larger = [x](std::uint32_t a, std::uint32_t b) {
-    const float fa = std::fabs(x[a]);
-    const float fb = std::fabs(x[b]);
-    return fa > fb || (fa == fb && a < b);
-  };
-  if (k < n) std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), larger);
-  std::copy(scratch.begin(), scratch.begin() + k, idx);
-  std::sort(idx, idx + k);
+  for (std::size_t i = 0; i < n; ++i) scratch[i] = std::fabs(x[i]);
+  std::nth_element(scratch.begin(), scratch.begin() + (k - 1), scratch.end(), std::greater<>());
+  const float t = scratch[k - 1];
+  std::size_t above = 0;
+  for (std::size_t i = 0; i < n; ++i) above += std::fabs(x[i]) > t ? 1 : 0;
+  std::size_t ties = k - above;
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < n && out < k; ++i) {
+    const float a = std::fabs(x[i]);
+    if (a > t || (a == t && ties > 0)) {
+      if (a == t) --ties;
+      idx[out++] = static_cast<std::uint32_t>(i);
+    }
+  }
 }
 
 void sampleIndices(std::uint64_t seed, std::uint64_t step, std::size_t n, std::size_t k,

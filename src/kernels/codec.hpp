@@ -31,9 +31,9 @@ void decodeSign(const float* scales, const std::uint8_t* bits, std::size_t n, st
                 float* out, bool accumulate) noexcept;
 
 /// The k indices of the largest |x| (ties: the lower index wins), ascending, into idx[0..k).
-/// `scratch` is resized to n.
+/// x must be finite. `scratch` is resized to n.
 void selectTopK(const float* x, std::size_t n, std::size_t k, std::uint32_t* idx,
-                std::vector<std::uint32_t>& scratch);
+                std::vector<float>& scratch);
 
 /// splitmix64 (Steele, Lea, Flood 2014): the generator every rank and the Python hooks share.
 class SplitMix64 {

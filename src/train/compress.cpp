@@ -215,7 +215,8 @@ class TopKCompressor final : public CompressorBase {
   }
 
  private:
-  std::vector<std::uint32_t> packet_, all_, scratch_;
+  std::vector<std::uint32_t> packet_, all_;
+  std::vector<float> scratch_;
 };
 
 class RandKCompressor final : public CompressorBase {
