@@ -14,7 +14,7 @@ WORKER = Path(__file__).resolve().parent / "workers" / "training_worker.py"
 
 
 def test_hooks_converge_on_two_ranks():
-    result = launch(2, WORKER, timeout=280)
+    result = launch(2, WORKER, timeout=480)
     assert result.ok, result.report()
     print(result.outputs[0])
 
