@@ -87,6 +87,11 @@ struct Options {
   /// Rank 0 of every communicator not created by split/subgroup writes the topology to this
   /// file as JSON (BRAID_TOPO_DUMP).
   std::string topoDump;
+  /// Training layer (include/braid/fusion.hpp): a fusion buffer sends its queued tensors once
+  /// this many bytes are queued (BRAID_FUSION_THRESHOLD), or once the oldest has waited the
+  /// cycle time (BRAID_CYCLE_TIME, milliseconds, fractions allowed).
+  std::size_t fusionThresholdBytes = std::size_t{64} << 20;
+  std::chrono::microseconds cycleTime{1000};
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

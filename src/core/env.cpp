@@ -50,6 +50,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2, avx512, avx512bf16"},
     {"BRAID_TOPO_FILE", "", "FILE: a (fabricated) topology JSON used instead of the gathered one"},
     {"BRAID_TOPO_DUMP", "", "FILE: rank 0 writes the communicator's topology there as JSON"},
+    {"BRAID_FUSION_THRESHOLD", "64M", "fusion buffer: send queued tensors once this many bytes"},
+    {"BRAID_CYCLE_TIME", "1", "ms (fractions allowed): fusion buffer sends what waited this long"},
 };
 
 const char* get(const char* name) {
@@ -78,6 +80,18 @@ long long intVar(const char* name, long long def) {
   auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), out);
   if (ec != std::errc() || p != sv.data() + sv.size()) throw badValue(name, v, "an integer");
   return out;
+}
+
+/// Milliseconds as a decimal number ("1", "0.5", "2.5"), returned in microseconds.
+std::chrono::microseconds millisecondsVar(const char* name, std::chrono::microseconds def) {
+  const char* v = get(name);
+  if (v == nullptr) return def;
+  double ms = 0;
+  std::string_view sv(v);
+  auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), ms);
+  if (ec != std::errc() || p != sv.data() + sv.size() || !(ms >= 0) || ms > 3.6e6)
+    throw badValue(name, v, "a number of milliseconds between 0 and 3600000");
+  return std::chrono::microseconds(static_cast<long long>(ms * 1000.0 + 0.5));
 }
 
 bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
@@ -154,6 +168,8 @@ Options Options::fromEnv() {
   }
   if (const char* v = get("BRAID_TOPO_FILE")) o.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;
+  o.fusionThresholdBytes = sizeVar("BRAID_FUSION_THRESHOLD", o.fusionThresholdBytes);
+  o.cycleTime = millisecondsVar("BRAID_CYCLE_TIME", o.cycleTime);
   return o;
 }
 

@@ -33,6 +33,12 @@ options:
   --algo RULES              force algorithms: sets Options::algo (BRAID_ALGO's syntax)
   --json FILE               also write one JSON object per line per result ('-': stdout)
   --reps K                  repetitions per size (default 7); the median is reported
+  --compress METHOD         allreduce through a compressor (docs/training.md): int8,
+                            topk:RATIO, randk:RATIO or sign (fp32, sum or avg). Adds the
+                            columns wire (bytes each rank sends, averaged over ranks), dense
+                            (the same for a plain fp32 allreduce) and relerr (|out - exact| /
+                            |exact| in the 2-norm, one shot without error feedback, on random
+                            data); time includes copying the input into the working buffer
   -h, --help                show this help
 
 time(us): each rank times N back-to-back blocking operations and takes the per-op mean; the max
@@ -170,6 +176,13 @@ PerfArgs parsePerfArgs(int argc, char** argv) {
       args.jsonPath = *v11;
     } else if (auto v12 = value("", "--reps")) {
       args.reps = parseInt("--reps", *v12, 1, 1 << 20);
+    } else if (auto v13 = value("", "--compress")) {
+      args.compress = train::CompressionSpec::parse(*v13);
+      if (!args.compress)
+        throw UsageError(
+            "--compress: expected int8, topk:RATIO, randk:RATIO or sign (RATIO in "
+            "(0, 1]), got '" +
+            *v13 + "'");
     } else if (arg.size() > 1 && arg[0] == '-') {
       throw UsageError("unknown option '" + arg + "'");
     } else {
@@ -179,6 +192,17 @@ PerfArgs parsePerfArgs(int argc, char** argv) {
   args.dtypes = parseDtypes(dtypes);
   args.redops = parseRedops(redops);
   if (args.ops.empty()) throw UsageError("no collective given");
+  if (args.compress) {
+    for (const BenchOpInfo* op : args.ops)
+      if (op->op != BenchOp::Allreduce)
+        throw UsageError(std::string("--compress applies to allreduce only, not ") + op->name);
+    for (DataType t : args.dtypes)
+      if (t != DataType::Float32)
+        throw UsageError(std::string("--compress needs -d fp32, not ") + toString(t));
+    for (ReduceOp o : args.redops)
+      if (o != ReduceOp::Sum && o != ReduceOp::Avg)
+        throw UsageError(std::string("--compress needs -o sum or avg, not ") + toString(o));
+  }
   if (args.minBytes > args.maxBytes)
     throw UsageError("-b " + std::to_string(args.minBytes) + " is larger than -e " +
                      std::to_string(args.maxBytes));

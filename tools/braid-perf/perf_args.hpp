@@ -1,6 +1,7 @@
 // braid-perf's command line: the nccl-tests flags plus --algo, --json and --reps.
 #pragma once
 
+#include <braid/compress.hpp>
 #include <braid/types.hpp>
 #include <cstddef>
 #include <optional>
@@ -37,6 +38,8 @@ struct PerfArgs {
   std::string algo;  // sets Options::algo when not empty
   std::optional<std::string> jsonPath;
   int reps = 7;
+  /// --compress: allreduce runs through this compressor (fp32, sum or avg).
+  std::optional<train::CompressionSpec> compress;
   bool help = false;
 };
 

@@ -1,0 +1,260 @@
+// Training-layer benchmarks, run under a launcher (docs/training.md):
+//
+//   braid-run -n 4 build/bin/train_bench fusion  [--tensors 1000] [--bytes 4096] [--reps 7]
+//   braid-run -n 4 build/bin/train_bench overlap [--bytes 16M] [--chunks 16] [--reps 7]
+//   ... [--json FILE]   one JSON object per result line as well
+//
+// fusion: T tensors of B bytes (fp32, sum) all-reduced one by one with blocking allreduce,
+//   one by one with allreduceAsync (all posted, then all waited), and through a FusionBuffer
+//   (queued, then synchronize()); the ratio one-by-one / fused is reported.
+// overlap: a buffer produced chunk by chunk by a compute kernel (a dependent chain of FMAs per
+//   element, calibrated on rank 0 so that computing the buffer takes about as long as
+//   all-reducing it) measured four ways: compute only, allreduce only (the same chunks, async,
+//   nothing to compute), compute then allreduce (serial), and OverlappedAllreduce (chunk i on the
+//   wire while chunk i+1 is computed). Perfect overlap is max(compute, comm), none is the sum.
+// Every time: per-rank wall time of one round, max over ranks, median over reps.
+#include <algorithm>
+#include <braid/braid.hpp>
+#include <braid/fusion.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using braid::Comm;
+using braid::DataType;
+using braid::ReduceOp;
+
+struct Args {
+  std::string mode;
+  int tensors = 1000;
+  std::size_t bytes = 0;  // 0: the mode's default
+  std::size_t chunks = 16;
+  int reps = 7;
+  std::string json;
+};
+
+std::size_t parseSize(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suffix(end);
+  if (suffix == "K" || suffix == "k") v *= 1024;
+  if (suffix == "M" || suffix == "m") v *= 1024 * 1024;
+  if (suffix == "G" || suffix == "g") v *= 1024.0 * 1024 * 1024;
+  return static_cast<std::size_t>(v);
+}
+
+double maxOverRanks(Comm& c, double v) {
+  double out = 0;
+  c.allreduce(&v, &out, 1, DataType::Float64, ReduceOp::Max);
+  return out;
+}
+
+/// Median over reps of the max over ranks of one round of fn (after one untimed round).
+double timeRounds(Comm& c, int reps, const std::function<void()>& fn) {
+  fn();
+  std::vector<double> t;
+  for (int k = 0; k < reps; ++k) {
+    c.barrier();
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(maxOverRanks(c, std::chrono::duration<double>(Clock::now() - t0).count()));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+class JsonOut {
+ public:
+  JsonOut(Comm& c, const std::string& path) {
+    if (c.rank() == 0 && !path.empty()) file_.open(path, std::ios::trunc);
+  }
+  void row(const std::string& body) {
+    if (file_) file_ << "{" << body << "}\n";
+  }
+
+ private:
+  std::ofstream file_;
+};
+
+int runFusion(Comm& c, const Args& a) {
+  const std::size_t bytes = a.bytes ? a.bytes : 4096;
+  const std::size_t count = bytes / 4;
+  std::vector<std::vector<float>> bufs(a.tensors, std::vector<float>(count, 1.0f));
+  const double blocking = timeRounds(c, a.reps, [&] {
+    for (auto& b : bufs) c.allreduce(b.data(), b.data(), count, DataType::Float32, ReduceOp::Avg);
+  });
+  const double async = timeRounds(c, a.reps, [&] {
+    std::vector<braid::Work> w;
+    w.reserve(bufs.size());
+    for (auto& b : bufs)
+      w.push_back(c.allreduceAsync(b.data(), b.data(), count, DataType::Float32, ReduceOp::Avg));
+    for (auto& x : w) x.wait();
+  });
+  braid::train::FusionBuffer fb(c);
+  const double fused = timeRounds(c, a.reps, [&] {
+    for (auto& b : bufs) fb.allreduce(b.data(), count, DataType::Float32, ReduceOp::Avg);
+    fb.synchronize();
+  });
+  const auto st = fb.stats();
+  const double perRoundAllreduces =
+      static_cast<double>(st.allreduces) / static_cast<double>(a.reps + 1);
+  if (c.rank() == 0) {
+    std::printf(
+        "# fusion: %d tensors x %zu B fp32 avg, nranks %d, threshold %zu B, cycle %lld us\n",
+        a.tensors, bytes, c.size(), fb.options().thresholdBytes,
+        static_cast<long long>(fb.options().cycleTime.count()));
+    std::printf("# %-28s %12s %12s\n", "method", "time(ms)", "vs fused");
+    std::printf("  %-28s %12.3f %12.2f\n", "one by one (blocking)", blocking * 1e3,
+                blocking / fused);
+    std::printf("  %-28s %12.3f %12.2f\n", "one by one (async, then wait)", async * 1e3,
+                async / fused);
+    std::printf("  %-28s %12.3f %12.2f\n", "fusion buffer", fused * 1e3, 1.0);
+    std::printf("# fused allreduces per round: %.1f (of %d tensors)\n", perRoundAllreduces,
+                a.tensors);
+  }
+  JsonOut j(c, a.json);
+  char row[512];
+  std::snprintf(row, sizeof row,
+                "\"bench\":\"fusion\",\"nranks\":%d,\"tensors\":%d,\"bytes\":%zu,"
+                "\"blocking_ms\":%.4f,\"async_ms\":%.4f,\"fused_ms\":%.4f,\"ratio_blocking\":%.3f,"
+                "\"ratio_async\":%.3f,\"fused_allreduces_per_round\":%.2f",
+                c.size(), a.tensors, bytes, blocking * 1e3, async * 1e3, fused * 1e3,
+                blocking / fused, async / fused, perRoundAllreduces);
+  j.row(row);
+  return 0;
+}
+
+/// The stand-in for a backward pass: a dependent FMA chain of `work` steps per element.
+void computeChunk(float* p, std::size_t begin, std::size_t end, int work, int rank) {
+  for (std::size_t i = begin; i < end; ++i) {
+    float x = static_cast<float>((i + rank) % 97) * 0.01f;
+    for (int k = 0; k < work; ++k) x = x * 0.999f + 0.001f;
+    p[i] = x;
+  }
+}
+
+int runOverlap(Comm& c, const Args& a) {
+  const std::size_t bytes = a.bytes ? a.bytes : (std::size_t{16} << 20);
+  const std::size_t count = bytes / 4;
+  std::vector<float> buf(count);
+  auto commOnly = [&] {
+    braid::train::OverlappedAllreduce ar(c, buf.data(), count, DataType::Float32, ReduceOp::Avg,
+                                         a.chunks);
+    for (std::size_t k = 0; k < ar.chunks(); ++k) ar.ready(k);
+    ar.wait();
+  };
+  const double comm = timeRounds(c, a.reps, commOnly);
+  // Calibrate: work steps per element so that computing the buffer takes about `comm`.
+  int work = 1;
+  if (c.rank() == 0) {
+    for (;;) {
+      const auto t0 = Clock::now();
+      computeChunk(buf.data(), 0, count, work, 0);
+      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (t >= comm || work > (1 << 20)) {
+        work = std::max(1, static_cast<int>(work * comm / std::max(t, 1e-9)));
+        break;
+      }
+      work *= 2;
+    }
+  }
+  c.broadcast(&work, 1, DataType::Int32, 0);
+  const double compute =
+      timeRounds(c, a.reps, [&] { computeChunk(buf.data(), 0, count, work, c.rank()); });
+  const double serial = timeRounds(c, a.reps, [&] {
+    computeChunk(buf.data(), 0, count, work, c.rank());
+    c.allreduce(buf.data(), buf.data(), count, DataType::Float32, ReduceOp::Avg);
+  });
+  const double overlapped = timeRounds(c, a.reps, [&] {
+    braid::train::OverlappedAllreduce ar(c, buf.data(), count, DataType::Float32, ReduceOp::Avg,
+                                         a.chunks);
+    for (std::size_t k = 0; k < ar.chunks(); ++k) {
+      computeChunk(buf.data(), ar.chunkBegin(k), ar.chunkEnd(k), work, c.rank());
+      ar.ready(k);
+    }
+    ar.wait();
+  });
+  const double best = std::max(compute, comm);
+  const double sum = compute + comm;
+  if (c.rank() == 0) {
+    std::printf("# overlap: %zu B fp32 avg in %zu chunks, nranks %d, compute %d FMA/element\n",
+                bytes, a.chunks, c.size(), work);
+    std::printf("# %-32s %12s\n", "method", "time(ms)");
+    std::printf("  %-32s %12.3f\n", "compute only", compute * 1e3);
+    std::printf("  %-32s %12.3f\n", "allreduce only (chunked)", comm * 1e3);
+    std::printf("  %-32s %12.3f\n", "max(compute, comm)", best * 1e3);
+    std::printf("  %-32s %12.3f\n", "compute + comm", sum * 1e3);
+    std::printf("  %-32s %12.3f\n", "serial: compute, then allreduce", serial * 1e3);
+    std::printf("  %-32s %12.3f\n", "overlapped (chunked async)", overlapped * 1e3);
+    std::printf("# hidden: %.0f%% of the shorter phase ((sum - overlapped) / min)\n",
+                100.0 * (sum - overlapped) / std::max(1e-12, std::min(compute, comm)));
+  }
+  JsonOut j(c, a.json);
+  char row[512];
+  std::snprintf(row, sizeof row,
+                "\"bench\":\"overlap\",\"nranks\":%d,\"bytes\":%zu,\"chunks\":%zu,\"work\":%d,"
+                "\"compute_ms\":%.4f,\"comm_ms\":%.4f,\"serial_ms\":%.4f,\"overlapped_ms\":%.4f,"
+                "\"max_ms\":%.4f,\"sum_ms\":%.4f",
+                c.size(), bytes, a.chunks, work, compute * 1e3, comm * 1e3, serial * 1e3,
+                overlapped * 1e3, best * 1e3, sum * 1e3);
+  j.row(row);
+  return 0;
+}
+
+const char* kUsage =
+    "usage: train_bench fusion|overlap [--tensors N] [--bytes SIZE] [--chunks N] [--reps K] "
+    "[--json FILE]\n(run under braid-run; docs/training.md)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "train_bench: %s needs a value\n%s", s.c_str(), kUsage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (s == "-h" || s == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (s == "--tensors") {
+      a.tensors = std::atoi(next().c_str());
+    } else if (s == "--bytes") {
+      a.bytes = parseSize(next());
+    } else if (s == "--chunks") {
+      a.chunks = static_cast<std::size_t>(std::atoi(next().c_str()));
+    } else if (s == "--reps") {
+      a.reps = std::atoi(next().c_str());
+    } else if (s == "--json") {
+      a.json = next();
+    } else if (a.mode.empty() && s[0] != '-') {
+      a.mode = s;
+    } else {
+      std::fprintf(stderr, "train_bench: unknown argument '%s'\n%s", s.c_str(), kUsage);
+      return 2;
+    }
+  }
+  if ((a.mode != "fusion" && a.mode != "overlap") || a.tensors < 1 || a.reps < 1 || a.chunks < 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  try {
+    auto comm = Comm::fromEnv();
+    return a.mode == "fusion" ? runFusion(*comm, a) : runOverlap(*comm, a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_bench: %s\n", e.what());
+    return 1;
+  }
+}
