@@ -3,6 +3,7 @@
 #include <braid/error.hpp>
 #include <vector>
 
+#include "store/all_gather.hpp"
 #include "topology/json.hpp"
 #include "topology/topology_json.hpp"
 
@@ -10,34 +11,17 @@ namespace braid::core {
 
 namespace {
 
-std::string topoKey(int rank) {
-  return "topo/" + std::to_string(rank);
-}
-
 topology::Topology gather(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
-  store.setString(topoKey(rank),
-                  topology::json::write(topology::peerToJson(topology::localPeerInfo())));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(topoKey(r));
-  try {
-    store.wait(keys, timeout);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Timeout) throw;
-    std::string missing;
-    for (int r = 0; r < size; ++r)
-      if (!store.check({keys[static_cast<std::size_t>(r)]}))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + " timed out after " +
-                                        std::to_string(timeout.count()) + " ms waiting for ranks " +
-                                        missing + " to publish their topology information");
-  }
+  const std::vector<std::string> texts =
+      allGatherStrings(store, "topo", rank, size,
+                       topology::json::write(topology::peerToJson(topology::localPeerInfo())),
+                       timeout, "their topology information");
   std::vector<topology::PeerInfo> peers;
   peers.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
-    const std::string& key = keys[static_cast<std::size_t>(r)];
-    const std::string text = store.getString(key, timeout);
-    peers.push_back(topology::peerFromJson(topology::json::parse(text, "store key " + key),
-                                           "store key " + key));
+    const std::string where = "store key topo/" + std::to_string(r);
+    peers.push_back(topology::peerFromJson(
+        topology::json::parse(texts[static_cast<std::size_t>(r)], where), where));
   }
   return topology::buildTopology(std::move(peers));
 }

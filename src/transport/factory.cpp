@@ -3,41 +3,12 @@
 #include <braid/error.hpp>
 #include <vector>
 
+#include "store/all_gather.hpp"
 #include "transport/host_identity.hpp"
 
 namespace braid::transport {
 
-namespace {
-
-std::string hostKey(int rank) {
-  return "host/" + std::to_string(rank);
-}
-
-// Every rank's host identity, in rank order.
-std::vector<std::string> gatherHosts(Store& store, int rank, int size, const std::string& mine,
-                                     std::chrono::milliseconds timeout) {
-  store.setString(hostKey(rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(hostKey(r));
-  try {
-    store.wait(keys, timeout);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Timeout) throw;
-    std::string missing;
-    for (int r = 0; r < size; ++r)
-      if (!store.check({keys[static_cast<std::size_t>(r)]}))
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + " timed out after " +
-                                        std::to_string(timeout.count()) + " ms waiting for ranks " +
-                                        missing + " to publish their host");
-  }
-  std::vector<std::string> hosts;
-  for (int r = 0; r < size; ++r)
-    hosts.push_back(store.getString(keys[static_cast<std::size_t>(r)], timeout));
-  return hosts;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options) {
@@ -49,7 +20,7 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   std::string mine = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
   if (options.shmDisable) mine = "shm-disabled/rank-" + std::to_string(rank) + "/" + mine;
   const std::vector<std::string> hosts =
-      gatherHosts(store, rank, size, mine, options.tcp.connectTimeout);
+      allGatherStrings(store, "host", rank, size, mine, options.tcp.connectTimeout, "their host");
   std::vector<int> local;
   for (int r = 0; r < size; ++r)
     if (hosts[static_cast<std::size_t>(r)] == mine) local.push_back(r);
