@@ -42,6 +42,13 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
     {"BRAID_WHITELIST", "",
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
+    {"BRAID_FLIGHT_RECORDER", "128", "operations each communicator keeps for dumps (0: none)"},
+    {"BRAID_FLIGHT_DIR", "", "DIR: flight recorder dumps go to files there instead of stderr"},
+    {"BRAID_FLIGHT_SIGNAL", "1", "0: do not install the SIGUSR1 handler that dumps the recorder"},
+    {"BRAID_TIMELINE", "", "FILE: Chrome-trace JSON of every operation, per rank (%r -> rank)"},
+    {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
+    {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
+    {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
 };
 
 const char* get(const char* name) {
@@ -127,6 +134,19 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_WHITELIST"))
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
+  const long long flight =
+      intVar("BRAID_FLIGHT_RECORDER", static_cast<long long>(o.flightRecorderOps));
+  if (flight < 0 || flight > (1 << 20))
+    throw badValue("BRAID_FLIGHT_RECORDER", get("BRAID_FLIGHT_RECORDER"), "between 0 and 1048576");
+  o.flightRecorderOps = static_cast<std::size_t>(flight);
+  if (const char* v = get("BRAID_FLIGHT_DIR")) o.flightDir = v;
+  o.flightSignal = intVar("BRAID_FLIGHT_SIGNAL", 1) != 0;
+  if (const char* v = get("BRAID_TIMELINE")) o.timeline = v;
+  o.diagStall = std::chrono::milliseconds(intVar("BRAID_DIAG_STALL", o.diagStall.count()));
+  o.diagGrace = std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count()));
+  if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
+  if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
+  o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
   return o;
 }
 

@@ -88,7 +88,8 @@ class ShmGroup final : public SharedMemoryGroup {
  public:
   ShmGroup(shm::Segment& segment, std::size_t local, std::size_t count,
            std::vector<std::string> descriptions, const ShmOptions& options,
-           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText)
+           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText,
+           std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen)
       : seg_(segment),
         local_(local),
         count_(count),
@@ -96,7 +97,8 @@ class ShmGroup final : public SharedMemoryGroup {
         spin_(options.spin),
         busyPoll_(busyPoll),
         liveness_(options.livenessInterval),
-        tagText_(std::move(tagText)) {
+        tagText_(std::move(tagText)),
+        mismatchSeen_(std::move(mismatchSeen)) {
     for (std::size_t p = 0; p < count_; ++p)
       pids_.push_back(static_cast<pid_t>(seg_.rank(p).pid.load(std::memory_order_relaxed)));
   }
@@ -148,6 +150,7 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::chrono::microseconds busyPoll_;
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
+  const std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen_;
   std::vector<pid_t> pids_;
   std::uint64_t epoch_ = 0;
   std::size_t step_ = 0;
@@ -185,9 +188,11 @@ void ShmGroup::barrier(std::uint64_t tag, Deadline deadline) {
     const shm::GroupLine& line = seg_.groupLine(p);
     if (line.arrived.load(std::memory_order_seq_cst) < target) return false;
     const std::uint64_t theirs = line.tags[target % 2].load(std::memory_order_relaxed);
-    if (theirs != tag)
+    if (theirs != tag) {
+      mismatchSeen_(p, tag, theirs);
       fail(ErrorCode::Mismatch, "this rank runs " + tagText_(tag) + " but " + descriptions_[p] +
                                     " runs " + tagText_(theirs));
+    }
     return true;
   };
   const auto start = Clock::now();
@@ -240,6 +245,9 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool channelError) override;
   std::string tagText(std::uint64_t tag) const override;
+  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
+    noteMismatch(peer, expected, received);
+  }
 
   Channel& channel(int peer) { return channels_[static_cast<std::size_t>(localOf_[peer])]; }
   const Channel& channel(int peer) const {
@@ -331,9 +339,12 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   if (att_.geometry.stagingBytes > 0 && count == static_cast<std::size_t>(size)) {
     std::vector<std::string> descriptions;
     for (const Channel& c : channels_) descriptions.push_back(c.description());
-    group_ = std::make_unique<ShmGroup>(att_.segment, att_.local, count, std::move(descriptions),
-                                        options_, busyPoll_,
-                                        [this](std::uint64_t t) { return tagText(t); });
+    group_ = std::make_unique<ShmGroup>(
+        att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_,
+        [this](std::uint64_t t) { return tagText(t); },
+        [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
+          mismatchSeen(att_.localRanks[local], mine, theirs);
+        });
   }
 }
 
