@@ -256,12 +256,23 @@ void DiagMonitor::compareStalled() {
   if (mismatchFound_ || !progressPublished_) return;
   const FlightRecorder::Position pos = position_();
   const auto now = std::chrono::steady_clock::now();
-  if (!pos.any || pos.state != OpState::Running || now - pos.started < stall_ ||
-      now - lastCompare_ < 500ms)
-    return;
+  if (!pos.any || pos.state != OpState::Running || now - pos.started < stall_) return;
+  if (pos.desc.seq != compareSeq_ || !compareStarted_) {
+    compareStarted_ = true;
+    compareSeq_ = pos.desc.seq;
+    compareInterval_ = 500ms;
+    nextPeer_ = rank_ + 1;
+    lastCompare_ = {};
+  }
+  if (now - lastCompare_ < compareInterval_) return;
+  // Bounded store load in a large hung job: at most kComparePeers records per round, rounds
+  // further and further apart while the same operation stays stalled.
   lastCompare_ = now;
-  for (int r = 0; r < size_ && !mismatchFound_; ++r) {
-    if (r == rank_) continue;
+  compareInterval_ = std::min<std::chrono::milliseconds>(compareInterval_ * 2, 8000ms);
+  constexpr int kComparePeers = 32;
+  for (int i = 0; i < std::min(size_ - 1, kComparePeers) && !mismatchFound_; ++i) {
+    int r = nextPeer_++ % size_;
+    if (r == rank_) r = nextPeer_++ % size_;
     const std::string key = "diag/" + std::to_string(r);
     bool present = false;
     std::string text;
@@ -297,6 +308,7 @@ void DiagMonitor::loop() {
       continue;
     }
     if (request_ == Request::Collect) {
+      auto poll = std::chrono::milliseconds(25);
       for (;;) {
         Reports current = collected_;
         lk.unlock();
@@ -317,7 +329,8 @@ void DiagMonitor::loop() {
         if (stopping_ || storeBroken_ || enough_(collected_) ||
             std::chrono::steady_clock::now() >= collectUntil_)
           break;
-        cv_.wait_for(lk, 50ms, [&] { return stopping_; });
+        cv_.wait_for(lk, poll, [&] { return stopping_; });
+        poll = std::min<std::chrono::milliseconds>(poll * 2, 400ms);
       }
       request_ = Request::None;
       requestDone_ = true;

@@ -101,6 +101,10 @@ class DiagMonitor {
   const PositionFn position_;
   const MismatchFn mismatch_;
   std::chrono::steady_clock::time_point lastCompare_{};
+  std::chrono::milliseconds compareInterval_{500};
+  std::uint64_t compareSeq_ = 0;
+  bool compareStarted_ = false;
+  int nextPeer_ = 0;
   bool mismatchFound_ = false;
 
   std::mutex mu_;

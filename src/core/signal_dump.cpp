@@ -1,12 +1,15 @@
 #include "core/signal_dump.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,7 +40,7 @@ struct Registry {
   std::mutex entriesMu;  // entries; held while dumping
   std::vector<std::pair<void*, DumpFn>> entries;
   int readFd = -1;
-  std::thread thread;
+  std::unique_ptr<std::thread> thread;
   bool installed = false;
   struct sigaction previous {};
 
@@ -53,11 +56,34 @@ struct Registry {
   }
 };
 
+void afterForkInChild();
+
 Registry& registry() {
   // The signal's process-wide state (see the header). Never destroyed: a communicator leaked
   // past exit() must not find its registry gone, nor a joinable thread terminate the process.
-  static Registry& r = *new Registry();
+  static Registry& r = []() -> Registry& {
+    auto* fresh = new Registry();
+    ::pthread_atfork(nullptr, nullptr, afterForkInChild);
+    return *fresh;
+  }();
   return r;
+}
+
+// A forked child has none of the parent's threads and must not share its pipe (its handler
+// would wake the parent's dump thread, its last unregistration would stop it). Communicators are
+// not inherited: the child starts with an empty registry and a pipe of its own on first use.
+// Only async-signal-safe calls here; the locks are re-created, as another thread may have held
+// them at the fork.
+void afterForkInChild() {
+  Registry& r = registry();
+  new (&r.lifecycle) std::mutex();
+  new (&r.entriesMu) std::mutex();
+  r.entries.clear();
+  static_cast<void>(r.thread.release());  // the parent's thread: nothing to join here
+  const int w = gWriteFd.exchange(-1);
+  if (w >= 0) ::close(w);
+  if (r.readFd >= 0) ::close(r.readFd);
+  r.readFd = -1;
 }
 
 bool ensurePipe(Registry& r) {
@@ -102,9 +128,9 @@ bool registerSignalDump(void* self, DumpFn dump) {
     std::lock_guard<std::mutex> lk(r.entriesMu);
     r.entries.emplace_back(self, dump);
   }
-  if (!r.thread.joinable()) {
+  if (r.thread == nullptr) {
     drain(r);
-    r.thread = std::thread([&r] { r.loop(); });
+    r.thread = std::make_unique<std::thread>([&r] { r.loop(); });
   }
   return true;
 }
@@ -118,7 +144,7 @@ void unregisterSignalDump(void* self) {
     std::erase_if(r.entries, [&](const auto& e) { return e.first == self; });
     empty = r.entries.empty();
   }
-  if (!empty || !r.thread.joinable()) return;
+  if (!empty || r.thread == nullptr) return;
   if (r.installed) {
     struct sigaction current {};
     ::sigaction(SIGUSR1, nullptr, &current);
@@ -130,7 +156,8 @@ void unregisterSignalDump(void* self) {
   // possible without racing the thread, so retry briefly until the write succeeds.
   const char b = kQuitByte;
   while (::write(gWriteFd.load(std::memory_order_relaxed), &b, 1) != 1) std::this_thread::yield();
-  r.thread.join();
+  r.thread->join();
+  r.thread.reset();
 }
 
 }  // namespace braid::core

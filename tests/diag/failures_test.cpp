@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -245,7 +246,7 @@ void notReachedScenario(Comm& c, std::string& rank0Message, std::optional<ErrorC
   std::vector<float> buf(4, 1.0f), all(16);
   c.allreduce(buf.data(), buf.data(), 4, DataType::Float32, ReduceOp::Sum);  // op #0
   if (c.rank() == 3) {
-    std::this_thread::sleep_for(7s);
+    std::this_thread::sleep_for(9s);
     return;
   }
   if (c.rank() == 2) {
@@ -269,17 +270,25 @@ constexpr const char* kNotReached =
     "allreduce #2 timed out after 2500 ms on rank 0: ranks 2, 3 have not reached it (rank 2 is "
     "at op #1 gather; rank 3 did not report)";
 
+// Rank 3 never reports, so rank 0 always waits the whole grace period: a long one costs little
+// and gives the other ranks' monitors time to publish even on a loaded machine.
+Options notReachedOptions() {
+  Options o = diagOptions();
+  o.diagGrace = 4000ms;
+  return o;
+}
+
 TEST(TimeoutDiagnosis, NamesTheRanksThatHaveNotReachedTheOpThreads) {
   std::string message;
   std::optional<ErrorCode> code;
-  runThreads(4, diagOptions(), [&](Comm& c) { notReachedScenario(c, message, code); });
+  runThreads(4, notReachedOptions(), [&](Comm& c) { notReachedScenario(c, message, code); });
   EXPECT_EQ(code, ErrorCode::Timeout) << message;
   EXPECT_EQ(message.rfind(kNotReached, 0), 0u) << message;
 }
 
 TEST(TimeoutDiagnosis, NamesTheRanksThatHaveNotReachedTheOpProcesses) {
   // Each rank is a process: rank 0 checks its own message (a failed EXPECT fails its exit code).
-  runProcesses(4, diagOptions(), [&](Comm& c) {
+  runProcesses(4, notReachedOptions(), [&](Comm& c) {
     std::string message;
     std::optional<ErrorCode> code;
     notReachedScenario(c, message, code);
@@ -288,6 +297,36 @@ TEST(TimeoutDiagnosis, NamesTheRanksThatHaveNotReachedTheOpProcesses) {
       EXPECT_EQ(message.rfind(kNotReached, 0), 0u) << message;
     }
   });
+}
+
+TEST(DiagnosisEnv, VariablesParseAndBadValuesAreNamed) {
+  const char* names[] = {"BRAID_DIAG_STALL", "BRAID_DIAG_GRACE", "BRAID_TIMELINE",
+                         "BRAID_FINGERPRINT", "BRAID_FLIGHT_DIR"};
+  ::setenv("BRAID_DIAG_STALL", "250", 1);
+  ::setenv("BRAID_DIAG_GRACE", "0", 1);
+  ::setenv("BRAID_TIMELINE", "/tmp/t-%r.json", 1);
+  ::setenv("BRAID_FINGERPRINT", "0", 1);
+  ::setenv("BRAID_FLIGHT_DIR", "/tmp/flight", 1);
+  Options o = Options::fromEnv();
+  EXPECT_EQ(o.diagStall, 250ms);
+  EXPECT_EQ(o.diagGrace, 0ms);
+  EXPECT_EQ(o.timeline, "/tmp/t-%r.json");
+  EXPECT_FALSE(o.opFingerprint);
+  EXPECT_EQ(o.flightDir, "/tmp/flight");
+  ::setenv("BRAID_DIAG_STALL", "-1", 1);
+  Caught g = capture([] { Options::fromEnv(); });
+  EXPECT_EQ(g.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(g.message.find("BRAID_DIAG_STALL"), std::string::npos) << g.message;
+  ::setenv("BRAID_DIAG_STALL", "soon", 1);
+  g = capture([] { Options::fromEnv(); });
+  EXPECT_NE(g.message.find("BRAID_DIAG_STALL"), std::string::npos) << g.message;
+  for (const char* n : names) ::unsetenv(n);
+  const Options d = Options::fromEnv();
+  EXPECT_EQ(d.diagStall, 1000ms);
+  EXPECT_EQ(d.diagGrace, 2000ms);
+  EXPECT_TRUE(d.opFingerprint);
+  EXPECT_EQ(d.flightRecorderOps, 128u);
+  EXPECT_TRUE(d.flightSignal);
 }
 
 }  // namespace

@@ -250,6 +250,55 @@ TEST(FlightRecorderSignal, ApplicationHandlerIsKept) {
   removeDir(dir);
 }
 
+// Waits until `path` holds a complete SIGUSR1 dump.
+bool waitForSignalDump(const std::string& path) {
+  const auto end = Clock::now() + 20s;
+  while (Clock::now() < end) {
+    const std::string text = readFile(path);
+    if (text.find("reason: SIGUSR1") != std::string::npos &&
+        text.find("=== end of flight recorder") != std::string::npos)
+      return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(FlightRecorderSignal, ForkedChildDumpsItsOwnAndLeavesTheParentsAlone) {
+  const std::string dir = makeTempDir();
+  auto fileOf = [&](pid_t pid) {
+    return dir + "/braid-flight.comm0.rank0.pid" + std::to_string(pid) + ".txt";
+  };
+  EXPECT_EQ(inChild([&] {
+              Options o = testOptions();
+              o.flightDir = dir;
+              o.logLevel = 0;
+              auto parent = Comm::create(std::make_shared<MemoryStore>(), 0, 1, o);
+              parent->barrier();
+              // The child inherits the handler and the registry, but not the dump thread.
+              const int child = inChild([&] {
+                auto c = Comm::create(std::make_shared<MemoryStore>(), 0, 1, o);
+                float x = 1.0f;
+                c->allreduce(&x, &x, 1, DataType::Float32, ReduceOp::Sum);
+                ::raise(SIGUSR1);
+                const bool ok = waitForSignalDump(fileOf(::getpid()));
+                c.reset();
+                return ok ? 0 : 1;
+              });
+              if (child != 0) return 10 + child;
+              if (!filesIn(dir).empty() && filesIn(dir).size() != 1) return 3;
+              ::raise(SIGUSR1);  // the parent's own dump thread still runs
+              if (!waitForSignalDump(fileOf(::getpid()))) return 2;
+              const std::string text = readFile(fileOf(::getpid()));
+              return text.find("barrier()") != std::string::npos &&
+                             text.find("allreduce") == std::string::npos
+                         ? 0
+                         : 4;
+            }),
+            0);
+  EXPECT_EQ(filesIn(dir).size(), 2u);
+  removeDir(dir);
+}
+
 TEST(FlightRecorderSignal, FlightSignalOffInstallsNothing) {
   EXPECT_EQ(inChild([] {
               Options o = testOptions();
