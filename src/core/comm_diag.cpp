@@ -65,7 +65,9 @@ void Comm::Impl::opIssued(Op& op) {
 }
 
 void Comm::Impl::opStarted(Op& op, const char* algorithm) {
-  op.startedAt = core::Clock::now();
+  // A blocking operation running inline starts right after it was issued: reuse that clock read
+  // (about 40 ns on a VM) instead of taking another one.
+  op.startedAt = op.work == nullptr ? op.issuedAt : core::Clock::now();
   op.algorithm = algorithm;
   recorder->started(op.serial, op.desc, algorithm, op.startedAt);
 }
