@@ -95,8 +95,11 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
+    // The monitor found a peer stalled at this operation in another call and aborted the
+    // transport: whatever the operation then failed with (Aborted, or PeerLost when the peer
+    // did the same first) is that mismatch.
     std::optional<core::RankReport> stalledPeer;
-    if (e.code() == ErrorCode::Aborted) {
+    if (e.code() != ErrorCode::InvalidArgument) {
       std::lock_guard<std::mutex> lk(stallMismatch.mu);
       if (stallMismatch.seen && stallMismatch.mine.seq == op.desc.seq &&
           !core::isPointToPoint(op.desc.coll))
