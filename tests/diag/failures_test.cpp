@@ -46,50 +46,57 @@ Caught capture(F&& f) {
 }
 
 TEST(MismatchDiagnosis, BothRanksNameBothCallsExactly) {
-  for (const char* algo : {"", "ring", "recursive_doubling"}) {
-    SCOPED_TRACE(std::string("BRAID_ALGO=") + algo);
+  for (bool tcp : {false, true})
+    for (const char* algo : {"", "ring", "recursive_doubling"}) {
+      SCOPED_TRACE(std::string(tcp ? "tcp" : "shm") + " BRAID_ALGO=" + algo);
+      Options o = diagOptions();
+      o.shmDisable = tcp;
+      o.algo = std::string(algo).empty() ? "" : std::string("allreduce:") + algo;
+      std::vector<Caught> got(2);
+      runThreads(2, o, [&](Comm& c) {
+        std::vector<float> buf(1024, 1.0f), out(2048);
+        for (int i = 0; i < 3; ++i)
+          c.allreduce(buf.data(), buf.data(), 8, DataType::Float32, ReduceOp::Sum);
+        got[static_cast<std::size_t>(c.rank())] = capture([&] {
+          if (c.rank() == 0)
+            c.allreduce(buf.data(), buf.data(), 1024, DataType::Float32, ReduceOp::Sum);
+          else
+            c.allgather(buf.data(), out.data(), 1024, DataType::Float32);
+        });
+      });
+      EXPECT_EQ(got[0].code, ErrorCode::Mismatch) << got[0].message;
+      EXPECT_EQ(got[1].code, ErrorCode::Mismatch) << got[1].message;
+      EXPECT_EQ(got[0].message,
+                "rank 1 called allgather(fp32, count=1024) where rank 0 called allreduce(fp32, "
+                "count=1024) at op #3 of communicator 0");
+      EXPECT_EQ(got[1].message,
+                "rank 0 called allreduce(fp32, count=1024) where rank 1 called allgather(fp32, "
+                "count=1024) at op #3 of communicator 0");
+    }
+}
+
+TEST(MismatchDiagnosis, CountsMustAgree) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "shm");
     Options o = diagOptions();
-    o.algo = std::string(algo).empty() ? "" : std::string("allreduce:") + algo;
+    o.shmDisable = tcp;
     std::vector<Caught> got(2);
     runThreads(2, o, [&](Comm& c) {
-      std::vector<float> buf(1024, 1.0f), out(2048);
-      for (int i = 0; i < 3; ++i)
-        c.allreduce(buf.data(), buf.data(), 8, DataType::Float32, ReduceOp::Sum);
+      std::vector<float> buf(1024, 1.0f);
       got[static_cast<std::size_t>(c.rank())] = capture([&] {
-        if (c.rank() == 0)
-          c.allreduce(buf.data(), buf.data(), 1024, DataType::Float32, ReduceOp::Sum);
-        else
-          c.allgather(buf.data(), out.data(), 1024, DataType::Float32);
+        c.allreduce(buf.data(), buf.data(), c.rank() == 0 ? 1024 : 1000, DataType::Float32,
+                    ReduceOp::Sum);
       });
     });
     EXPECT_EQ(got[0].code, ErrorCode::Mismatch) << got[0].message;
     EXPECT_EQ(got[1].code, ErrorCode::Mismatch) << got[1].message;
     EXPECT_EQ(got[0].message,
-              "rank 1 called allgather(fp32, count=1024) where rank 0 called allreduce(fp32, "
-              "count=1024) at op #3 of communicator 0");
+              "rank 1 called allreduce(fp32, count=1000) where rank 0 called allreduce(fp32, "
+              "count=1024) at op #0 of communicator 0");
     EXPECT_EQ(got[1].message,
-              "rank 0 called allreduce(fp32, count=1024) where rank 1 called allgather(fp32, "
-              "count=1024) at op #3 of communicator 0");
+              "rank 0 called allreduce(fp32, count=1024) where rank 1 called allreduce(fp32, "
+              "count=1000) at op #0 of communicator 0");
   }
-}
-
-TEST(MismatchDiagnosis, CountsMustAgree) {
-  std::vector<Caught> got(2);
-  runThreads(2, diagOptions(), [&](Comm& c) {
-    std::vector<float> buf(1024, 1.0f);
-    got[static_cast<std::size_t>(c.rank())] = capture([&] {
-      c.allreduce(buf.data(), buf.data(), c.rank() == 0 ? 1024 : 1000, DataType::Float32,
-                  ReduceOp::Sum);
-    });
-  });
-  EXPECT_EQ(got[0].code, ErrorCode::Mismatch) << got[0].message;
-  EXPECT_EQ(got[1].code, ErrorCode::Mismatch) << got[1].message;
-  EXPECT_EQ(got[0].message,
-            "rank 1 called allreduce(fp32, count=1000) where rank 0 called allreduce(fp32, "
-            "count=1024) at op #0 of communicator 0");
-  EXPECT_EQ(got[1].message,
-            "rank 0 called allreduce(fp32, count=1024) where rank 1 called allreduce(fp32, "
-            "count=1000) at op #0 of communicator 0");
 }
 
 TEST(MismatchDiagnosis, EveryRankFailsAndTheInvolvedOnesNameTheOddRank) {
@@ -282,6 +289,16 @@ TEST(TimeoutDiagnosis, NamesTheRanksThatHaveNotReachedTheOpThreads) {
   std::string message;
   std::optional<ErrorCode> code;
   runThreads(4, notReachedOptions(), [&](Comm& c) { notReachedScenario(c, message, code); });
+  EXPECT_EQ(code, ErrorCode::Timeout) << message;
+  EXPECT_EQ(message.rfind(kNotReached, 0), 0u) << message;
+}
+
+TEST(TimeoutDiagnosis, NamesTheRanksThatHaveNotReachedTheOpOverTcp) {
+  std::string message;
+  std::optional<ErrorCode> code;
+  Options o = notReachedOptions();
+  o.shmDisable = true;
+  runThreads(4, o, [&](Comm& c) { notReachedScenario(c, message, code); });
   EXPECT_EQ(code, ErrorCode::Timeout) << message;
   EXPECT_EQ(message.rfind(kNotReached, 0), 0u) << message;
 }
