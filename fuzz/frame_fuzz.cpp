@@ -33,6 +33,7 @@ class Sink final : public tcp::CompletionSink {
     req.state.store(state);
   }
   std::string tagText(std::uint64_t tag) const override { return "tag " + std::to_string(tag); }
+  void mismatchSeen(int, std::uint64_t, std::uint64_t) const override {}
 };
 
 struct Posted {

@@ -166,6 +166,16 @@ class Comm {
   /// Fails every pending and later operation with Error(Aborted). Callable from any thread.
   void abort();
 
+  /// Bound on each operation issued from now on (by any thread), replacing Options::execTimeout
+  /// (BRAID_EXEC_TIMEOUT) until changed again; std::nullopt restores that default. Returns the
+  /// previous override (nullopt: there was none). An operation keeps the bound that was current
+  /// when it was issued and counts it from when it starts running; at the bound it fails with
+  /// Error(Timeout) naming the operation and the ranks that have not reached it, and the
+  /// communicator is failed like after any timeout. Only this rank's bound changes: ranks may
+  /// differ. Throws Error(InvalidArgument) for a bound <= 0. See also ScopedOpTimeout.
+  std::optional<std::chrono::milliseconds> setOpTimeout(
+      std::optional<std::chrono::milliseconds> timeout);
+
   /// How this rank reaches `peer`: "shm+cma" (shared memory, single copy for large messages),
   /// "shm", "tcp", or "self".
   std::string pathTo(int peer) const;
@@ -185,6 +195,21 @@ class Comm {
  private:
   explicit Comm(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
+};
+
+/// Sets a communicator's operation timeout for a scope and restores the previous one when the
+/// scope ends (Comm::setOpTimeout):
+///   { braid::ScopedOpTimeout bound(*comm, std::chrono::seconds(5)); comm->allreduce(...); }
+class ScopedOpTimeout {
+ public:
+  ScopedOpTimeout(Comm& comm, std::chrono::milliseconds timeout);
+  ~ScopedOpTimeout();
+  ScopedOpTimeout(const ScopedOpTimeout&) = delete;
+  ScopedOpTimeout& operator=(const ScopedOpTimeout&) = delete;
+
+ private:
+  Comm& comm_;
+  std::optional<std::chrono::milliseconds> previous_;
 };
 
 /// Library version, "MAJOR.MINOR.PATCH".

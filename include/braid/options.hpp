@@ -93,6 +93,27 @@ struct Options {
   std::size_t fusionThresholdBytes = std::size_t{64} << 20;
   std::chrono::microseconds cycleTime{1000};
 
+  // ---- diagnosis (docs/troubleshooting.md) ----
+  /// Operations each communicator keeps in its flight recorder (BRAID_FLIGHT_RECORDER); 0 keeps
+  /// none. Dumped when an operation fails the communicator and on SIGUSR1.
+  std::size_t flightRecorderOps = 128;
+  /// Directory for flight recorder dumps (BRAID_FLIGHT_DIR); empty: dumps go to stderr.
+  std::string flightDir;
+  /// Install the SIGUSR1 handler that dumps every communicator's flight recorder, unless the
+  /// application has its own (BRAID_FLIGHT_SIGNAL=0: never).
+  bool flightSignal = true;
+  /// Chrome-trace timeline of every operation (BRAID_TIMELINE=FILE, per rank; "%r" -> rank).
+  std::string timeline;
+  /// An operation running this long gets its rank's position published to the store, so that
+  /// other ranks' timeout errors can say where it is (BRAID_DIAG_STALL, ms; 0: never).
+  std::chrono::milliseconds diagStall{1000};
+  /// How long a rank whose operation failed the communicator waits for the other ranks' reports
+  /// before composing its error (BRAID_DIAG_GRACE, ms; 0: no exchange).
+  std::chrono::milliseconds diagGrace{2000};
+  /// Measurement switch only (BRAID_FINGERPRINT=0): collective tags carry no fingerprint of
+  /// count and communicator, so such mismatches go undetected. Keep it on.
+  bool opFingerprint = true;
+
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.
   static Options fromEnv();

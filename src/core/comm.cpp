@@ -22,13 +22,16 @@ const char* version() noexcept {
 // ---------------------------------------------------------------- execution
 
 Comm::Impl::~Impl() {
+  stopDiagnosis();
   {
     std::lock_guard<std::mutex> lk(queueMu);
     stopping = true;
   }
   queueCv.notify_all();
   if (worker.joinable()) worker.join();
+  monitor.reset();    // no operation can fail any more
   transport.reset();  // before `inflight`, whose requests it may still reference
+  timeline.reset();   // closes the JSON after the last operation finished
 }
 
 std::string Comm::Impl::where(Collective c) const {
@@ -44,6 +47,15 @@ void Comm::Impl::log(int level, const std::string& msg) const {
 }
 
 void Comm::Impl::execute(Op& op) {
+  try {
+    run(op);
+  } catch (...) {
+    std::rethrow_exception(opFailed(op, std::current_exception()));
+  }
+  opDone(op);
+}
+
+void Comm::Impl::run(Op& op) {
   if (aborted.load(std::memory_order_acquire))
     throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
   // Spans point into the op's own vectors (the op may have moved through the queue).
@@ -51,11 +63,12 @@ void Comm::Impl::execute(Op& op) {
   op.args.displs = op.displs;
   op.args.recvCounts = op.recvCounts;
   op.args.recvDispls = op.recvDispls;
-  const auto deadline = transport::Clock::now() + opts.execTimeout;
   const Collective c = op.args.coll;
   const std::size_t esz = dataTypeSize(op.args.dtype);
 
   if (c == Collective::Send || c == Collective::Recv) {
+    opStarted(op, nullptr);
+    const auto deadline = op.startedAt + op.timeout;
     transport::Request req;
     const std::size_t bytes = op.args.count * esz;
     if (c == Collective::Send)
@@ -77,6 +90,8 @@ void Comm::Impl::execute(Op& op) {
   const algo::AlgoInfo* algorithm = algo::findAlgorithm(c, name);
   if (algorithm == nullptr)
     throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
+  opStarted(op, algorithm->name);
+  const auto deadline = op.startedAt + op.timeout;
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
   const bool avg = op.args.op == ReduceOp::Avg;
@@ -120,10 +135,12 @@ Work Comm::Impl::runAsync(Op op) {
   auto state = std::make_shared<detail::WorkState>();
   op.work = state;
   {
-    std::lock_guard<std::mutex> lk(queueMu);
+    std::unique_lock<std::mutex> lk(queueMu);
     if (aborted.load(std::memory_order_acquire)) {
-      state->finish(std::make_exception_ptr(
-          Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted")));
+      lk.unlock();
+      state->finish(opFailed(
+          op, std::make_exception_ptr(Error(
+                  ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted"))));
       return Work(state);
     }
     queue.push_back(std::move(op));
@@ -146,7 +163,7 @@ void Comm::Impl::workerLoop() {
       std::exception_ptr error;
       try {
         if (p2p) {
-          postInflight(std::move(op));
+          postInflight(op);
         } else {
           progressInflight(true);
           execute(op);
@@ -163,10 +180,11 @@ void Comm::Impl::workerLoop() {
     }
     if (stopping && queue.empty()) {
       for (auto& f : inflight)
-        f.op.work->finish(std::make_exception_ptr(
-            Error(ErrorCode::Aborted, where(f.op.args.coll) +
-                                          ": the communicator was destroyed before the operation "
-                                          "completed")));
+        f.op.work->finish(opFailed(
+            f.op, std::make_exception_ptr(
+                      Error(ErrorCode::Aborted, where(f.op.args.coll) +
+                                                    ": the communicator was destroyed before the "
+                                                    "operation completed"))));
       return;  // ~Impl destroys the transport before the requests
     }
     if (!inflight.empty()) {
@@ -194,17 +212,22 @@ void Comm::Impl::workerLoop() {
   }
 }
 
-void Comm::Impl::postInflight(Op op) {
-  if (aborted.load(std::memory_order_acquire))
-    throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
-  auto req = std::make_unique<transport::Request>();
-  const std::size_t bytes = op.args.count * dataTypeSize(op.args.dtype);
-  if (op.args.coll == Collective::Send)
-    transport->postSend(op.peer, op.args.send, bytes, op.tag, *req);
-  else
-    transport->postRecv(op.peer, op.args.recv, bytes, op.tag, *req);
-  const auto deadline = transport::Clock::now() + opts.execTimeout;
-  inflight.push_back({std::move(req), std::move(op), deadline});
+void Comm::Impl::postInflight(Op& op) {
+  try {
+    if (aborted.load(std::memory_order_acquire))
+      throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
+    opStarted(op, nullptr);
+    auto req = std::make_unique<transport::Request>();
+    const std::size_t bytes = op.args.count * dataTypeSize(op.args.dtype);
+    if (op.args.coll == Collective::Send)
+      transport->postSend(op.peer, op.args.send, bytes, op.tag, *req);
+    else
+      transport->postRecv(op.peer, op.args.recv, bytes, op.tag, *req);
+    const auto deadline = op.startedAt + op.timeout;
+    inflight.push_back({std::move(req), std::move(op), deadline});
+  } catch (...) {
+    std::rethrow_exception(opFailed(op, std::current_exception()));
+  }
 }
 
 void Comm::Impl::progressInflight(bool all) {
@@ -225,6 +248,10 @@ void Comm::Impl::progressInflight(bool all) {
       done = true;
     }
     if (done) {
+      if (error)
+        error = opFailed(it->op, error);
+      else
+        opDone(it->op);
       it->op.work->finish(error);
       it = inflight.erase(it);
     } else {
@@ -247,6 +274,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->size = size;
   impl->id = std::move(id);
   impl->opts = opts;
+  impl->commHash = core::commIdHash(impl->id);
+  impl->origin = core::Clock::now();
   impl->rules = tuning::parseRules(opts.algo, "BRAID_ALGO");
   if (opts.deterministic) tuning::checkDeterministicRules(impl->rules, "BRAID_ALGO");
   if (opts.chunkBytes == 0)
@@ -285,6 +314,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
+  impl->startDiagnosis();
   impl->scratch.resize(opts.bufferBytes);
   impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
   if (opts.logLevel >= 2) {
@@ -363,7 +393,27 @@ void Comm::abort() {
     std::lock_guard<std::mutex> lk(impl_->queueMu);
     dropped.swap(impl_->queue);
   }
-  for (auto& op : dropped) op.work->finish(std::make_exception_ptr(Error(ErrorCode::Aborted, why)));
+  for (auto& op : dropped)
+    op.work->finish(impl_->opFailed(op, std::make_exception_ptr(Error(ErrorCode::Aborted, why))));
+}
+
+std::optional<std::chrono::milliseconds> Comm::setOpTimeout(
+    std::optional<std::chrono::milliseconds> timeout) {
+  if (timeout && timeout->count() <= 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "setOpTimeout on rank " + std::to_string(impl_->rank) + " of communicator " +
+                    impl_->id + ": argument 'timeout' = " + std::to_string(timeout->count()) +
+                    " ms must be positive");
+  const std::int64_t previous = impl_->opTimeoutMs.exchange(timeout ? timeout->count() : -1);
+  if (previous < 0) return std::nullopt;
+  return std::chrono::milliseconds(previous);
+}
+
+ScopedOpTimeout::ScopedOpTimeout(Comm& comm, std::chrono::milliseconds timeout)
+    : comm_(comm), previous_(comm.setOpTimeout(timeout)) {}
+
+ScopedOpTimeout::~ScopedOpTimeout() {
+  comm_.setOpTimeout(previous_);
 }
 
 std::string Comm::pathTo(int peer) const {

@@ -5,6 +5,9 @@
 #include <braid/comm.hpp>
 
 #include "algo/algorithm.hpp"
+#include "core/diagnosis.hpp"
+#include "core/flight_recorder.hpp"
+#include "core/timeline.hpp"
 #include "core/work.hpp"
 #include "topology/topology.hpp"
 #include "transport/transport.hpp"
@@ -30,6 +33,12 @@ struct Op {
   std::uint64_t tag = 0;
   std::size_t bytes = 0;  // nccl-tests size, for selection and logs
   std::shared_ptr<detail::WorkState> work;  // null when run inline
+  // Diagnosis: what the flight recorder, the timeline and error messages say about the op.
+  std::chrono::milliseconds timeout{0};  // bound from its start (Comm::setOpTimeout or default)
+  core::OpDesc desc;
+  std::uint64_t serial = 0;  // flight recorder
+  core::Clock::time_point issuedAt{}, startedAt{};
+  const char* algorithm = nullptr;
 };
 
 struct Comm::Impl {
@@ -69,19 +78,57 @@ struct Comm::Impl {
   int splitSeq = 0;
   std::atomic<bool> aborted{false};
 
+  // Diagnosis (docs/troubleshooting.md).
+  std::uint64_t commHash = 0;                 // core::commIdHash(id), for tags
+  std::atomic<std::int64_t> opTimeoutMs{-1};  // Comm::setOpTimeout; -1: opts.execTimeout
+  core::Clock::time_point origin;             // creation: flight recorder and timeline times
+  std::unique_ptr<core::FlightRecorder> recorder;
+  std::unique_ptr<core::Timeline> timeline;    // BRAID_TIMELINE
+  std::unique_ptr<core::DiagMonitor> monitor;  // size > 1 only
+  bool signalRegistered = false;
+  std::atomic<bool> failedOnce{false};  // the first communicator-failing error was diagnosed
+  struct MismatchSeen {
+    std::mutex mu;
+    bool seen = false;
+    int peer = -1;
+    std::uint64_t expected = 0, received = 0;
+  } mismatchSeen;  // first tag mismatch the transport reported
+  struct StallMismatch {
+    std::mutex mu;
+    bool seen = false;
+    core::RankReport peer;  // stalled at our sequence number in another call
+    core::OpDesc mine;
+  } stallMismatch;  // found by the monitor through the store
+
   ~Impl();
   /// Runs op now on the caller's thread if nothing is queued or running, else queues it and
   /// waits. Throws the op's error.
   void runBlocking(Op op);
   /// Queues op for the worker.
   Work runAsync(Op op);
+  /// Runs op (records it; a failure goes through opFailed).
   void execute(Op& op);
+  void run(Op& op);
   void workerLoop();
-  void postInflight(Op op);
+  void postInflight(Op& op);
   /// Completes inflight requests that are done; with `all`, waits for every one.
   void progressInflight(bool all);
   std::string where(Collective c) const;
   void log(int level, const std::string& msg) const;
+
+  // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.
+  void opIssued(Op& op);
+  void opStarted(Op& op, const char* algorithm);
+  void opDone(Op& op);
+  /// Records the failure; an error that fails the communicator (Timeout, PeerLost, Mismatch) is
+  /// diagnosed the first time (store exchange, richer message) and dumps the flight recorder.
+  /// Returns the error to report.
+  std::exception_ptr opFailed(Op& op, std::exception_ptr error);
+  Error diagnose(const Op& op, const Error& error);
+  Error diagnoseStalledMismatch(const Op& op, const core::RankReport& peer);
+  void dumpFlightRecorder(const std::string& reason);
+  void startDiagnosis();  // after the transport exists
+  void stopDiagnosis();   // first thing in ~Impl: no signal dump may start after it
 };
 
 }  // namespace braid

@@ -31,9 +31,24 @@ struct OpBuilder {
   }
 
   void tagCollective(Op& o) {
-    std::lock_guard<std::mutex> lk(impl.queueMu);
-    o.tag = core::collectiveTag(o.args.coll, o.args.dtype, o.args.op, o.args.root,
-                                impl.collectiveSeq++);
+    const Collective c = o.args.coll;
+    o.desc.coll = c;
+    o.desc.dtype = o.args.dtype;
+    o.desc.op = o.args.op;
+    o.desc.root = o.args.root;
+    o.desc.countKey = core::countKey(c, o.args.count, o.counts);
+    if (c == Collective::Allgatherv || c == Collective::ReduceScatterv ||
+        c == Collective::Alltoallv)
+      o.desc.count = std::accumulate(o.counts.begin(), o.counts.end(), std::uint64_t{0});
+    else
+      o.desc.count = o.args.count;
+    {
+      std::lock_guard<std::mutex> lk(impl.queueMu);
+      o.desc.seq = impl.collectiveSeq++;
+    }
+    o.tag = core::collectiveTag(c, o.args.dtype, o.args.op, o.args.root, o.desc.seq,
+                                o.desc.countKey, impl.commHash, impl.opts.opFingerprint);
+    impl.opIssued(o);
   }
 };
 
@@ -344,6 +359,12 @@ static Op makeP2P(Comm::Impl& impl, Collective c, const void* buf, std::size_t c
   o.peer = peer;
   o.tag = core::p2pTag(t, tag);
   o.bytes = bytes;
+  o.desc.coll = c;
+  o.desc.dtype = t;
+  o.desc.peer = peer;
+  o.desc.userTag = tag;
+  o.desc.count = count;
+  impl.opIssued(o);
   return o;
 }
 

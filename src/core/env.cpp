@@ -52,6 +52,13 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_TOPO_DUMP", "", "FILE: rank 0 writes the communicator's topology there as JSON"},
     {"BRAID_FUSION_THRESHOLD", "64M", "fusion buffer: send queued tensors once this many bytes"},
     {"BRAID_CYCLE_TIME", "1", "ms (fractions allowed): fusion buffer sends what waited this long"},
+    {"BRAID_FLIGHT_RECORDER", "128", "operations each communicator keeps for dumps (0: none)"},
+    {"BRAID_FLIGHT_DIR", "", "DIR: flight recorder dumps go to files there instead of stderr"},
+    {"BRAID_FLIGHT_SIGNAL", "1", "0: do not install the SIGUSR1 handler that dumps the recorder"},
+    {"BRAID_TIMELINE", "", "FILE: Chrome-trace JSON of every operation, per rank (%r -> rank)"},
+    {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
+    {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
+    {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
 };
 
 const char* get(const char* name) {
@@ -170,6 +177,19 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;
   o.fusionThresholdBytes = sizeVar("BRAID_FUSION_THRESHOLD", o.fusionThresholdBytes);
   o.cycleTime = millisecondsVar("BRAID_CYCLE_TIME", o.cycleTime);
+  const long long flight =
+      intVar("BRAID_FLIGHT_RECORDER", static_cast<long long>(o.flightRecorderOps));
+  if (flight < 0 || flight > (1 << 20))
+    throw badValue("BRAID_FLIGHT_RECORDER", get("BRAID_FLIGHT_RECORDER"), "between 0 and 1048576");
+  o.flightRecorderOps = static_cast<std::size_t>(flight);
+  if (const char* v = get("BRAID_FLIGHT_DIR")) o.flightDir = v;
+  o.flightSignal = intVar("BRAID_FLIGHT_SIGNAL", 1) != 0;
+  if (const char* v = get("BRAID_TIMELINE")) o.timeline = v;
+  o.diagStall = std::chrono::milliseconds(intVar("BRAID_DIAG_STALL", o.diagStall.count()));
+  o.diagGrace = std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count()));
+  if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
+  if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
+  o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
   return o;
 }
 

@@ -17,6 +17,10 @@ RoutedTransport::RoutedTransport(int rank, int size, std::vector<Leg> legs)
                       "per peer");
     // Mismatch errors of a leg name operations the way this transport was told to.
     leg.transport->setTagDescriber([this](std::uint64_t tag) { return describeTag(tag); });
+    leg.transport->setMismatchObserver(
+        [this](int peer, std::uint64_t expected, std::uint64_t received) {
+          noteMismatch(peer, expected, received);
+        });
     for (int p = 0; p < size; ++p) {
       const std::size_t i = static_cast<std::size_t>(p);
       if (p == rank || route_[i] != nullptr || leg.paths[i].empty()) continue;

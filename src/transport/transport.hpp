@@ -131,14 +131,25 @@ class Transport {
   virtual SharedMemoryGroup* sharedGroup() { return nullptr; }
   /// Optional: turns a tag into words for Mismatch errors ("allreduce #57 (fp32, 1024)").
   void setTagDescriber(std::function<std::string(std::uint64_t)> f) { describeTag_ = std::move(f); }
+  /// Optional: told when a receive from `peer` meets a message whose tag differs from the posted
+  /// one (expected: this rank's tag, received: the peer's), just before the request fails with
+  /// Error(Mismatch). Called on any thread, possibly with the transport's locks held: it must
+  /// only record. The communicator uses it to say what the peer called (core/diagnosis.hpp).
+  using MismatchObserver =
+      std::function<void(int peer, std::uint64_t expected, std::uint64_t received)>;
+  void setMismatchObserver(MismatchObserver f) { mismatchObserver_ = std::move(f); }
 
  protected:
   std::string describeTag(std::uint64_t tag) const {
     return describeTag_ ? describeTag_(tag) : "tag " + std::to_string(tag);
   }
+  void noteMismatch(int peer, std::uint64_t expected, std::uint64_t received) const {
+    if (mismatchObserver_ && expected != received) mismatchObserver_(peer, expected, received);
+  }
 
  private:
   std::function<std::string(std::uint64_t)> describeTag_;
+  MismatchObserver mismatchObserver_;
 };
 
 /// Waits for every request in order (each with the same deadline).

@@ -71,6 +71,7 @@ Error Channel::lost(const char* during, std::size_t bytes) const {
 }
 
 Error Channel::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
+  sink_->mismatchSeen(cfg_.peerRank, expected.tag, tag);
   return Error(ErrorCode::Mismatch, "rank " + std::to_string(cfg_.selfRank) + " expected " +
                                         sink_->tagText(expected.tag) + " (" +
                                         std::to_string(expected.bytes) + " bytes) from " +

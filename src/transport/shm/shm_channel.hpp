@@ -33,6 +33,8 @@ class CompletionSink {
   virtual void finish(Request& req, Request::State state, bool channelError) = 0;
   /// The tag in words, for Mismatch errors.
   virtual std::string tagText(std::uint64_t tag) const = 0;
+  /// A receive from `peer` expected tag `expected` but the peer sent `received`.
+  virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
 
  protected:
   ~CompletionSink() = default;
@@ -62,6 +64,7 @@ class Channel {
   Channel(ChannelConfig config, CompletionSink& sink);
 
   const std::string& description() const { return cfg_.description; }
+  int peerRank() const { return cfg_.peerRank; }
   /// Set once the pair broke; every request on it failed with this error.
   const std::optional<Error>& error() const { return error_; }
   bool singleCopy() const { return cfg_.singleCopyBytes != SIZE_MAX; }

@@ -15,7 +15,8 @@ namespace braid::transport::shm {
 ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
                    std::vector<std::string> descriptions, const ShmOptions& options,
                    std::chrono::microseconds busyPoll,
-                   std::function<std::string(std::uint64_t)> tagText)
+                   std::function<std::string(std::uint64_t)> tagText,
+                   std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen)
     : seg_(segment),
       local_(local),
       count_(count),
@@ -23,7 +24,8 @@ ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
       spin_(options.spin),
       busyPoll_(busyPoll),
       liveness_(options.livenessInterval),
-      tagText_(std::move(tagText)) {
+      tagText_(std::move(tagText)),
+      mismatchSeen_(std::move(mismatchSeen)) {
   for (std::size_t p = 0; p < count_; ++p)
     pids_.push_back(static_cast<pid_t>(seg_.rank(p).pid.load(std::memory_order_relaxed)));
   // Every rank probed every peer before any transport was built (shm_bootstrap.cpp), so every
@@ -185,9 +187,11 @@ void ShmGroup::barrier(std::uint64_t tag, Deadline deadline) {
     const GroupLine& line = seg_.groupLine(p);
     if (line.arrived.load(std::memory_order_seq_cst) < target) return false;
     const std::uint64_t theirs = line.tags[target % 2].load(std::memory_order_relaxed);
-    if (theirs != tag)
+    if (theirs != tag) {
+      if (mismatchSeen_) mismatchSeen_(p, tag, theirs);
       fail(ErrorCode::Mismatch, "this rank runs " + tagText_(tag) + " but " + descriptions_[p] +
                                     " runs " + tagText_(theirs));
+    }
     return true;
   };
   await(0, count_, arrived, deadline);
@@ -227,9 +231,11 @@ const std::uint8_t* ShmGroup::lineWait(int peer, Deadline deadline) {
       p, p + 1, [&](std::size_t) { return line.seq.load(std::memory_order_acquire) >= k; },
       deadline);
   const std::uint64_t theirs = line.tag.load(std::memory_order_relaxed);
-  if (theirs != lineTag_)
+  if (theirs != lineTag_) {
+    if (mismatchSeen_) mismatchSeen_(p, lineTag_, theirs);
     fail(ErrorCode::Mismatch, "this rank runs " + tagText_(lineTag_) + " but " + descriptions_[p] +
                                   " runs " + tagText_(theirs));
+  }
   return line.payload;
 }
 

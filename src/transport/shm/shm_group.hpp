@@ -32,7 +32,8 @@ class ShmGroup final : public SharedMemoryGroup {
  public:
   ShmGroup(Segment& segment, std::size_t local, std::size_t count,
            std::vector<std::string> descriptions, const ShmOptions& options,
-           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText);
+           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText,
+           std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen);
   ~ShmGroup() override { markGone(); }
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
@@ -77,6 +78,8 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::chrono::microseconds busyPoll_;
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
+  // Told (local peer, this rank's tag, the peer's tag) before a tag Mismatch fails the group.
+  const std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen_;
   std::vector<pid_t> pids_;
   bool canReadPeers_ = false;
   std::uint64_t epoch_ = 0;    // barriers entered

@@ -100,6 +100,9 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool channelError) override;
   std::string tagText(std::uint64_t tag) const override;
+  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
+    noteMismatch(peer, expected, received);
+  }
 
   Channel& channel(int peer) { return channels_[static_cast<std::size_t>(localOf_[peer])]; }
   const Channel& channel(int peer) const {
@@ -191,9 +194,12 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   if (att_.geometry.stagingBytes > 0 && count == static_cast<std::size_t>(size)) {
     std::vector<std::string> descriptions;
     for (const Channel& c : channels_) descriptions.push_back(c.description());
-    group_ = std::make_unique<ShmGroup>(att_.segment, att_.local, count, std::move(descriptions),
-                                        options_, busyPoll_,
-                                        [this](std::uint64_t t) { return tagText(t); });
+    group_ = std::make_unique<ShmGroup>(
+        att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_,
+        [this](std::uint64_t t) { return tagText(t); },
+        [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
+          mismatchSeen(att_.localRanks[local], mine, theirs);
+        });
   }
 }
 

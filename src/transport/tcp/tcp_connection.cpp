@@ -116,6 +116,7 @@ Error Connection::lost(int err, const char* during, std::size_t bytes) const {
 }
 
 Error Connection::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
+  sink_->mismatchSeen(peer_, expected.tag, tag);
   return Error(ErrorCode::Mismatch, "rank " + std::to_string(selfRank_) + " expected " +
                                         sink_->tagText(expected.tag) + " (" +
                                         std::to_string(expected.bytes) + " bytes) from " +

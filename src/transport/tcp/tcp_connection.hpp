@@ -49,6 +49,8 @@ class CompletionSink {
   virtual void finish(Request& req, Request::State state, bool connectionError) = 0;
   /// The tag in words, for Mismatch errors.
   virtual std::string tagText(std::uint64_t tag) const = 0;
+  /// A receive from `peer` expected tag `expected` but the peer sent `received`.
+  virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
 
  protected:
   ~CompletionSink() = default;

@@ -93,6 +93,9 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool connectionError) override;
   std::string tagText(std::uint64_t tag) const override;
+  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
+    noteMismatch(peer, expected, received);
+  }
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req);

@@ -1,0 +1,92 @@
+// The flight recorder: each communicator keeps its last K operations (BRAID_FLIGHT_RECORDER=K)
+// in a ring allocated once, so that a failed or hung job can say what every rank was doing.
+// Recording an operation costs three clock reads and three short critical sections; nothing is
+// allocated per operation. The ring is dumped as text (dump()) when an operation fails the
+// communicator and on SIGUSR1 (core/signal_dump.hpp). docs/troubleshooting.md reads a dump.
+#pragma once
+
+#include <array>
+#include <braid/types.hpp>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace braid::core {
+
+using Clock = std::chrono::steady_clock;
+
+enum class OpState : std::uint8_t { Queued, Running, Done, Failed };
+const char* toString(OpState s) noexcept;
+
+/// What one rank called: enough to write "allgather(fp32, count=1024)".
+struct OpDesc {
+  Collective coll = Collective::Barrier;
+  DataType dtype = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;                // reduce, broadcast, gather, scatter
+  int peer = -1;               // send, recv
+  std::uint32_t userTag = 0;   // send, recv
+  std::uint64_t count = 0;     // elements; allgatherv/reduce_scatterv: the total; alltoallv: sent
+  std::uint64_t countKey = 0;  // what the tag's fingerprint hashed (core/tag.hpp countKey)
+  std::uint64_t seq = 0;       // collectives: sequence number on the communicator ("op #57")
+};
+
+bool isPointToPoint(Collective c) noexcept;
+bool hasRoot(Collective c) noexcept;
+bool isReduction(Collective c) noexcept;
+/// "allgather(fp32, count=1024)", "broadcast(fp32, count=8, root=3)", "send(fp32, count=4,
+/// to rank 2, tag 0)". withOp adds ", op=max" to reductions.
+std::string callText(const OpDesc& d, bool withOp = false);
+
+/// One recorded operation.
+struct FlightEntry {
+  std::uint64_t serial = 0;  // 1 for the communicator's first operation (any kind); 0 = empty
+  OpDesc desc;
+  std::uint64_t bytes = 0;
+  const char* algorithm = nullptr;  // static storage (the registry's names)
+  OpState state = OpState::Queued;
+  Clock::time_point issued{}, started{}, finished{};
+  std::array<char, 240> error{};  // first bytes of the error of a failed operation
+};
+
+class FlightRecorder {
+ public:
+  /// capacity 0 keeps no ring (dump() says so) but still tracks the position.
+  FlightRecorder(std::size_t capacity, Clock::time_point origin);
+
+  /// Records an operation as queued; returns its serial.
+  std::uint64_t issued(const OpDesc& d, std::uint64_t bytes, Clock::time_point at);
+  void started(std::uint64_t serial, const OpDesc& d, const char* algorithm, Clock::time_point at);
+  /// error == nullptr: done.
+  void finished(std::uint64_t serial, const OpDesc& d, const char* error, Clock::time_point at);
+
+  /// Where this rank is: its latest started collective.
+  struct Position {
+    bool any = false;
+    OpDesc desc;
+    OpState state = OpState::Queued;
+    Clock::time_point started{}, finished{};
+  };
+  Position position() const;
+  /// The most recent collectives in the ring (newest last), at most n.
+  std::vector<OpDesc> recentCollectives(std::size_t n) const;
+
+  /// The readable dump: a header line, one line per operation (oldest first), an end line.
+  std::string dump(const std::string& title) const;
+  std::size_t capacity() const { return ring_.size(); }
+
+ private:
+  FlightEntry* slot(std::uint64_t serial);
+
+  mutable std::mutex mu_;
+  std::vector<FlightEntry> ring_;
+  std::uint64_t next_ = 1;
+  Clock::time_point origin_;
+  Position position_;
+  std::uint64_t positionSerial_ = 0;
+};
+
+}  // namespace braid::core
