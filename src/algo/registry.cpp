@@ -147,7 +147,8 @@ constexpr std::array kAlgorithms{
              "1 barrier per chunk of the largest block"},
     AlgoInfo{"shm_direct", Collective::ReduceScatterv, shmDirectReduceScatterv,
              "one host: each rank stages its input, reduces its block of every peer's staging; "
-             "1 barrier per chunk of the largest block"},
+             "1 barrier per chunk of the largest block",
+             true},
     // Low-latency shared-memory collectives: data, tag and sequence number in one 64-byte line
     // per rank, at most 48 bytes; larger messages (or no shared group) run shm_direct.
     AlgoInfo{"shm_ll", Collective::Allreduce, shmLowLatencyAllreduce,

@@ -61,8 +61,15 @@ class SubgroupTransport final : public transport::Transport {
 /// and tag, the sub-group's rank and size, and `topo` (the sub-group's topology, or nullptr).
 inline Context subgroupContext(const Context& parent, SubgroupTransport& view,
                                const topology::Topology* topo) {
-  return Context{view,           view.rank(),     view.size(), parent.chunkBytes,
-                 parent.scratch, parent.deadline, parent.tag,  topo};
+  return Context{view,
+                 view.rank(),
+                 view.size(),
+                 parent.chunkBytes,
+                 parent.scratch,
+                 parent.deadline,
+                 parent.tag,
+                 parent.deterministic,
+                 topo};
 }
 
 }  // namespace braid::algo

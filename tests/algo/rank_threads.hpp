@@ -69,6 +69,7 @@ inline std::vector<std::exception_ptr> runRanks(const RankSetup& setup, const Ra
                           scratch,
                           deadline,
                           setup.tags.empty() ? setup.tag : setup.tags[ur],
+                          /*deterministic=*/false,
                           setup.topo};
         body(ctx);
         if (counting) (*setup.traffic)[ur] = counting->traffic();

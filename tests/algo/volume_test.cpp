@@ -218,7 +218,13 @@ Traffic runCounted(const AlgoInfo& a, const Topology& topo, int root, std::vecto
     args.op = ReduceOp::Sum;
     args.root = root;
     std::vector<float> in, res;
-    std::vector<std::size_t> counts, recvCounts;
+    std::vector<std::size_t> counts, recvCounts, displs, recvDispls;
+    // Packed displacements, as the communicator passes them (algorithms may rely on them).
+    auto packed = [](const std::vector<std::size_t>& c) {
+      std::vector<std::size_t> d(c.size(), 0);
+      for (std::size_t i = 1; i < c.size(); ++i) d[i] = d[i - 1] + c[i - 1];
+      return d;
+    };
     switch (a.coll) {
       case Collective::Allreduce:
       case Collective::Reduce:
@@ -253,6 +259,8 @@ Traffic runCounted(const AlgoInfo& a, const Topology& topo, int root, std::vecto
         in.assign(gather ? mine : total, 1.0f);
         res.assign(gather ? total : mine, 0.0f);
         args.counts = counts;
+        displs = packed(counts);
+        args.displs = displs;
         break;
       }
       case Collective::Alltoallv: {
@@ -264,6 +272,10 @@ Traffic runCounted(const AlgoInfo& a, const Topology& topo, int root, std::vecto
         res.assign(std::accumulate(recvCounts.begin(), recvCounts.end(), std::size_t{0}), 0.0f);
         args.counts = counts;
         args.recvCounts = recvCounts;
+        displs = packed(counts);
+        recvDispls = packed(recvCounts);
+        args.displs = displs;
+        args.recvDispls = recvDispls;
         break;
       }
       default:

@@ -26,6 +26,7 @@ namespace braid::algo {
 void ringReduceScatter(Context&, const CollArgs&);
 void rankOrderedReduceScatter(Context&, const CollArgs&);
 void ringReduceScatterv(Context&, const CollArgs&);
+void rankOrderedReduceScatterv(Context&, const CollArgs&);
 
 void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
@@ -71,7 +72,10 @@ void shmDirectReduceScatterv(Context& ctx, const CollArgs& a) {
   const auto ume = static_cast<std::size_t>(me);
   transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
   if (n > 1 && g == nullptr) {
-    ringReduceScatterv(ctx, a);
+    if (ctx.deterministic)
+      rankOrderedReduceScatterv(ctx, a);
+    else
+      ringReduceScatterv(ctx, a);
     return;
   }
   const std::uint8_t* in = bytesOf(a.send);
