@@ -22,6 +22,20 @@ F floatMax(F a, F b) {
   return a < b ? b : a;
 }
 
+// Loads and stores through memcpy: user buffers may be misaligned for their dtype (the
+// communicator passes them as they come), and a plain dereference would be undefined
+// behaviour there (UBSan reports it). Compilers turn these into single moves.
+template <class T>
+T loadAny(const T* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+void storeAny(T* p, T v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
 struct ScalarLane {
   static constexpr std::size_t kLanes = 1;
   static constexpr bool kCanStream = false;
@@ -33,9 +47,9 @@ template <class TT, class U>
 struct IntLane : ScalarLane {
   using T = TT;
   using V = TT;
-  static V load(const T* p) { return *p; }
-  static void store(T* p, V v) { *p = v; }
-  static void stream(T* p, V v) { *p = v; }
+  static V load(const T* p) { return loadAny(p); }
+  static void store(T* p, V v) { storeAny(p, v); }
+  static void stream(T* p, V v) { storeAny(p, v); }
   static V add(V a, V b) {
     return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
   }
@@ -60,20 +74,20 @@ struct FloatOps : ScalarLane {
 
 template <class F>
 struct PlainFloatLane : FloatOps<F, F> {
-  static F load(const F* p) { return *p; }
-  static void store(F* p, F v) { *p = v; }
-  static void stream(F* p, F v) { *p = v; }
+  static F load(const F* p) { return loadAny(p); }
+  static void store(F* p, F v) { storeAny(p, v); }
+  static void stream(F* p, F v) { storeAny(p, v); }
 };
 
 struct HalfLane : FloatOps<std::uint16_t, float> {
-  static float load(const std::uint16_t* p) { return detail::halfWiden(*p); }
-  static void store(std::uint16_t* p, float v) { *p = detail::halfNarrow(v); }
+  static float load(const std::uint16_t* p) { return detail::halfWiden(loadAny(p)); }
+  static void store(std::uint16_t* p, float v) { storeAny(p, detail::halfNarrow(v)); }
   static void stream(std::uint16_t* p, float v) { store(p, v); }
 };
 
 struct Bf16Lane : FloatOps<std::uint16_t, float> {
-  static float load(const std::uint16_t* p) { return detail::bf16Widen(*p); }
-  static void store(std::uint16_t* p, float v) { *p = detail::bf16Narrow(v); }
+  static float load(const std::uint16_t* p) { return detail::bf16Widen(loadAny(p)); }
+  static void store(std::uint16_t* p, float v) { storeAny(p, detail::bf16Narrow(v)); }
   static void stream(std::uint16_t* p, float v) { store(p, v); }
 };
 
