@@ -9,4 +9,4 @@ for coll in allreduce allgather reducescatter broadcast reduce alltoall gather s
   echo "== $coll ($RANKS ranks) =="
   "$BIN/braid-run" -n "$RANKS" --timeout 300 -- "$BIN/braid-perf" "$coll" -b 8 -e 16M -f 8 -c 1 -n 5 -w 2 --reps 3
 done
-"$BIN/braid-info" | head -n 5
+"$BIN/braid-info" | sed -n 1,5p  # sed reads everything: no SIGPIPE under pipefail
