@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/patterns/segments.hpp"
 #include "algo/rank_order.hpp"
 #include "kernels/reduce.hpp"
 
@@ -33,18 +34,6 @@ void rankOrderedAllreduce(Context&, const CollArgs&);
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
-
-// Slice r of n over `count` elements: the first count % n slices get one element more.
-struct Slice {
-  std::size_t offset;
-  std::size_t count;
-};
-Slice sliceOf(std::size_t count, int n, int r) {
-  const std::size_t base = count / static_cast<std::size_t>(n);
-  const std::size_t rem = count % static_cast<std::size_t>(n);
-  const std::size_t ur = static_cast<std::size_t>(r);
-  return {ur * base + std::min(ur, rem), base + (ur < rem ? 1 : 0)};
-}
 
 }  // namespace
 
@@ -85,7 +74,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     const std::size_t h = g->beginStep();
     std::memcpy(g->staging(me) + h, in + off * es, c * es);
     g->barrier(ctx.tag, ctx.deadline);
-    const Slice mine = sliceOf(c, n, me);
+    const patterns::Range mine = patterns::evenSplit(c, n, me);
     if (mine.count > 0 && ctx.deterministic) {
       reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
     } else if (mine.count > 0) {
@@ -98,7 +87,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     g->barrier(ctx.tag, ctx.deadline);
     for (int s = 0; s < n; ++s) {
       const int q = (me + s) % n;
-      const Slice sl = sliceOf(c, n, q);
+      const patterns::Range sl = patterns::evenSplit(c, n, q);
       std::memcpy(out + (off + sl.offset) * es, g->staging(q) + h + sl.offset * es, sl.count * es);
     }
   }
