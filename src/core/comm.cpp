@@ -35,8 +35,7 @@ Comm::Impl::~Impl() {
 }
 
 std::string Comm::Impl::where(Collective c) const {
-  return std::string(toString(c)) + " on rank " + std::to_string(rank) + " of communicator " + id +
-         " (size " + std::to_string(size) + ")";
+  return core::whereText(c, rank, id, size);
 }
 
 void Comm::Impl::log(int level, const std::string& msg) const {
@@ -79,17 +78,25 @@ void Comm::Impl::run(Op& op) {
     return;
   }
 
-  std::string name;
-  try {
-    name =
-        tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
-                                        transport->sharedGroup() != nullptr, opts.deterministic});
-  } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent yet
-    throw Error(e.code(), where(c) + ": " + e.detail());
+  // Selection is a pure function of (collective, bytes) for this communicator: the last
+  // choice per collective is reused when the size repeats (a training loop's common case),
+  // which keeps the rule scan and the name lookup off the small-message path.
+  SelectionMemo& memo = selectionMemo[static_cast<std::size_t>(c)];
+  const algo::AlgoInfo* algorithm = memo.algorithm;
+  if (algorithm == nullptr || memo.bytes != op.bytes) {
+    std::string name;
+    try {
+      name =
+          tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
+                                          transport->sharedGroup() != nullptr, opts.deterministic});
+    } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent
+      throw Error(e.code(), where(c) + ": " + e.detail());
+    }
+    algorithm = algo::findAlgorithm(c, name);
+    if (algorithm == nullptr)
+      throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
+    memo = {op.bytes, algorithm};
   }
-  const algo::AlgoInfo* algorithm = algo::findAlgorithm(c, name);
-  if (algorithm == nullptr)
-    throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
   opStarted(op, algorithm->name);
   const auto deadline = op.startedAt + op.timeout;
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,

@@ -2,7 +2,17 @@
 // ordered queue that runs operations inline (blocking, nothing queued) or on the worker.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <braid/comm.hpp>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "algo/algorithm.hpp"
 #include "core/diagnosis.hpp"
@@ -13,16 +23,6 @@
 #include "transport/transport.hpp"
 #include "tuning/rules.hpp"
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
-
 namespace braid {
 
 /// One operation as issued: arguments, owned copies of per-rank arrays, and its tag.
@@ -31,7 +31,7 @@ struct Op {
   std::vector<std::size_t> counts, displs, recvCounts, recvDispls;
   int peer = -1;  // send/recv
   std::uint64_t tag = 0;
-  std::size_t bytes = 0;  // nccl-tests size, for selection and logs
+  std::size_t bytes = 0;                    // nccl-tests size, for selection and logs
   std::shared_ptr<detail::WorkState> work;  // null when run inline
   // Diagnosis: what the flight recorder, the timeline and error messages say about the op.
   std::chrono::milliseconds timeout{0};  // bound from its start (Comm::setOpTimeout or default)
@@ -74,7 +74,14 @@ struct Comm::Impl {
   };
   std::deque<InflightP2P> inflight;
   std::size_t inflightCount = 0;  // guarded by queueMu
-  std::uint64_t collectiveSeq = 0;
+  std::atomic<std::uint64_t> collectiveSeq{0};
+  // The algorithm chosen last per collective and the size it was chosen for (run() only, which
+  // executes one operation at a time).
+  struct SelectionMemo {
+    std::size_t bytes = 0;
+    const algo::AlgoInfo* algorithm = nullptr;
+  };
+  std::array<SelectionMemo, static_cast<std::size_t>(Collective::Recv) + 1> selectionMemo{};
   int splitSeq = 0;
   std::atomic<bool> aborted{false};
 

@@ -42,10 +42,7 @@ struct OpBuilder {
       o.desc.count = std::accumulate(o.counts.begin(), o.counts.end(), std::uint64_t{0});
     else
       o.desc.count = o.args.count;
-    {
-      std::lock_guard<std::mutex> lk(impl.queueMu);
-      o.desc.seq = impl.collectiveSeq++;
-    }
+    o.desc.seq = impl.collectiveSeq.fetch_add(1, std::memory_order_relaxed);
     o.tag = core::collectiveTag(c, o.args.dtype, o.args.op, o.args.root, o.desc.seq,
                                 o.desc.countKey, impl.commHash, impl.opts.opFingerprint);
     impl.opIssued(o);
@@ -76,7 +73,7 @@ Op finish(Comm::Impl& impl, Op o) {
 
 static Op makeAllreduce(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
                         DataType t, ReduceOp op) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Allreduce));
+  core::Validator v(impl.rank, impl.size, Collective::Allreduce, impl.id);
   v.dtype(t).op(op);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("send", send, bytes).buffer("recv", recv, bytes).noPartialOverlap(send, recv, bytes);
@@ -95,7 +92,7 @@ Work Comm::allreduceAsync(const void* send, void* recv, std::size_t count, DataT
 
 static Op makeReduce(Comm::Impl& impl, const void* send, void* recv, std::size_t count, DataType t,
                      ReduceOp op, int root) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Reduce));
+  core::Validator v(impl.rank, impl.size, Collective::Reduce, impl.id);
   v.dtype(t).op(op).root(root);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("send", send, bytes);
@@ -115,7 +112,7 @@ Work Comm::reduceAsync(const void* send, void* recv, std::size_t count, DataType
 }
 
 static Op makeBroadcast(Comm::Impl& impl, void* buf, std::size_t count, DataType t, int root) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Broadcast));
+  core::Validator v(impl.rank, impl.size, Collective::Broadcast, impl.id);
   v.dtype(t).root(root);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("buf", buf, bytes);
@@ -133,7 +130,7 @@ Work Comm::broadcastAsync(void* buf, std::size_t count, DataType t, int root) {
 
 static Op makeAllgather(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
                         DataType t) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Allgather));
+  core::Validator v(impl.rank, impl.size, Collective::Allgather, impl.id);
   v.dtype(t);
   std::size_t bytes = v.bytes("count", count, t, 1);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
@@ -153,7 +150,7 @@ Work Comm::allgatherAsync(const void* send, void* recv, std::size_t count, DataT
 static Op makeAllgatherv(Comm::Impl& impl, const void* send, void* recv,
                          std::span<const std::size_t> counts, std::span<const std::size_t> displs,
                          DataType t) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Allgatherv));
+  core::Validator v(impl.rank, impl.size, Collective::Allgatherv, impl.id);
   v.dtype(t).perRank("counts", counts.size(), false).perRank("displs", displs.size(), true);
   std::vector<std::size_t> d = displs.empty()
                                    ? packedDispls(counts)
@@ -181,7 +178,7 @@ Work Comm::allgathervAsync(const void* send, void* recv, std::span<const std::si
 
 static Op makeReduceScatter(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
                             DataType t, ReduceOp op) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::ReduceScatter));
+  core::Validator v(impl.rank, impl.size, Collective::ReduceScatter, impl.id);
   v.dtype(t).op(op);
   std::size_t bytes = v.bytes("count", count, t, 1);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
@@ -201,7 +198,7 @@ Work Comm::reduceScatterAsync(const void* send, void* recv, std::size_t count, D
 
 static Op makeReduceScatterv(Comm::Impl& impl, const void* send, void* recv,
                              std::span<const std::size_t> counts, DataType t, ReduceOp op) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::ReduceScatterv));
+  core::Validator v(impl.rank, impl.size, Collective::ReduceScatterv, impl.id);
   v.dtype(t).op(op).perRank("counts", counts.size(), false);
   std::vector<std::size_t> d = packedDispls(counts);
   std::size_t extent = v.extent("counts", counts, d, t);
@@ -225,7 +222,7 @@ Work Comm::reduceScattervAsync(const void* send, void* recv, std::span<const std
 
 static Op makeGather(Comm::Impl& impl, const void* send, void* recv, std::size_t count, DataType t,
                      int root) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Gather));
+  core::Validator v(impl.rank, impl.size, Collective::Gather, impl.id);
   v.dtype(t).root(root);
   std::size_t bytes = v.bytes("count", count, t, 1);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
@@ -245,7 +242,7 @@ Work Comm::gatherAsync(const void* send, void* recv, std::size_t count, DataType
 
 static Op makeScatter(Comm::Impl& impl, const void* send, void* recv, std::size_t count, DataType t,
                       int root) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Scatter));
+  core::Validator v(impl.rank, impl.size, Collective::Scatter, impl.id);
   v.dtype(t).root(root);
   std::size_t bytes = v.bytes("count", count, t, 1);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
@@ -265,7 +262,7 @@ Work Comm::scatterAsync(const void* send, void* recv, std::size_t count, DataTyp
 
 static Op makeAlltoall(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
                        DataType t) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Alltoall));
+  core::Validator v(impl.rank, impl.size, Collective::Alltoall, impl.id);
   v.dtype(t);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
   v.buffer("send", send, total).buffer("recv", recv, total).noPartialOverlap(send, recv, total);
@@ -289,7 +286,7 @@ static Op makeAlltoallv(Comm::Impl& impl, const void* send, std::span<const std:
                         std::span<const std::size_t> sendDispls, void* recv,
                         std::span<const std::size_t> recvCounts,
                         std::span<const std::size_t> recvDispls, DataType t) {
-  core::Validator v(impl.rank, impl.size, impl.where(Collective::Alltoallv));
+  core::Validator v(impl.rank, impl.size, Collective::Alltoallv, impl.id);
   v.dtype(t)
       .perRank("sendCounts", sendCounts.size(), false)
       .perRank("sendDispls", sendDispls.size(), true)
@@ -346,7 +343,7 @@ Work Comm::barrierAsync() {
 
 static Op makeP2P(Comm::Impl& impl, Collective c, const void* buf, std::size_t count, DataType t,
                   int peer, std::uint32_t tag) {
-  core::Validator v(impl.rank, impl.size, impl.where(c));
+  core::Validator v(impl.rank, impl.size, c, impl.id);
   v.dtype(t).peer(peer);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("buf", buf, bytes);

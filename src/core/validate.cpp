@@ -10,8 +10,16 @@ namespace {
 constexpr std::size_t kMaxBytes = std::size_t{1} << 56;
 }  // namespace
 
+std::string whereText(Collective c, int rank, std::string_view commId, int size) {
+  std::string s(toString(c));
+  s += " on rank " + std::to_string(rank) + " of communicator ";
+  s += commId;
+  s += " (size " + std::to_string(size) + ")";
+  return s;
+}
+
 void Validator::fail(const std::string& what) const {
-  throw Error(ErrorCode::InvalidArgument, where_ + ": " + what);
+  throw Error(ErrorCode::InvalidArgument, whereText(coll_, rank_, commId_, size_) + ": " + what);
 }
 
 Validator& Validator::dtype(DataType t) {
@@ -27,15 +35,15 @@ Validator& Validator::op(ReduceOp op) {
 
 Validator& Validator::root(int root) {
   if (root < 0 || root >= size_)
-    fail("argument 'root' = " + std::to_string(root) + " is outside [0, " +
-         std::to_string(size_) + ")");
+    fail("argument 'root' = " + std::to_string(root) + " is outside [0, " + std::to_string(size_) +
+         ")");
   return *this;
 }
 
 Validator& Validator::peer(int peer) {
   if (peer < 0 || peer >= size_)
-    fail("argument 'peer' = " + std::to_string(peer) + " is outside [0, " +
-         std::to_string(size_) + ")");
+    fail("argument 'peer' = " + std::to_string(peer) + " is outside [0, " + std::to_string(size_) +
+         ")");
   if (peer == rank_) fail("argument 'peer' = " + std::to_string(peer) + " is this rank");
   return *this;
 }

@@ -4,18 +4,23 @@
 
 #include <braid/error.hpp>
 #include <braid/types.hpp>
-
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace braid::core {
 
+/// "allreduce on rank 1 of communicator 0 (size 4)": how every error names an operation.
+std::string whereText(Collective c, int rank, std::string_view commId, int size);
+
 class Validator {
  public:
-  Validator(int rank, int size, std::string where)
-      : rank_(rank), size_(size), where_(std::move(where)) {}
+  /// The operation's name is built only when a check fails: validation is on every call's
+  /// path, and building the string costs more than the checks (docs/benchmarks.md).
+  Validator(int rank, int size, Collective c, std::string_view commId)
+      : rank_(rank), size_(size), coll_(c), commId_(commId) {}
   Validator& dtype(DataType t);
   Validator& op(ReduceOp op);
   Validator& root(int root);
@@ -36,7 +41,8 @@ class Validator {
   [[noreturn]] void fail(const std::string& what) const;
   int rank_;
   int size_;
-  std::string where_;
+  Collective coll_;
+  std::string_view commId_;
 };
 
 }  // namespace braid::core
