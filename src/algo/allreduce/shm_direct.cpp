@@ -6,19 +6,23 @@
 //   barrier, then reduces all N staged inputs in rank order into its output (every rank computes
 //   the same sum in the same order). 1 barrier; bytes copied per rank: 1 in, N-1 read.
 // Large: the buffer is cut into chunks of C = min(chunkBytes, staging half) bytes; per chunk:
-//   1. copy the chunk into this rank's staging half;
+//   1. copy the peers' slices of the chunk (all but slice `rank`, 1/N each) into this rank's
+//      staging half;
 //   2. barrier;
-//   3. reduce slice `rank` (1/N of the chunk) of every peer's staged chunk into this rank's own
-//      staged slice, in place (only its owner touches a slice);
+//   3. reduce slice `rank`: the own input plus every peer's staged slice `rank`, into the
+//      output, then copy the result into the own staged slice (only its owner touches it);
 //   4. barrier;
-//   5. copy every rank's reduced slice into the output.
+//   5. copy every peer's reduced slice into the output.
 //   Steps alternate staging halves, so step 1 of chunk k+1 overlaps no reader of chunk k.
-//   2 barriers per chunk; memory traffic per rank: 1 write + (N-1)/N reads + 1/N write of the
-//   chunk in the segment, then 1 read of the chunk out of it. Each slice is reduced once, so
-//   every rank ends with bitwise the same result.
+//   2 barriers per chunk; memory traffic per rank, in units of the chunk: staged (N-1)/N
+//   written, (N-1)/N read from peers and 1/N from the input in step 3, 1/N written twice, and
+//   (N-1)/N read from peers in step 5: about 2 read + 2 written at N = 2 (the own slice never
+//   goes through the segment before it is reduced). Each slice is reduced once, so every rank
+//   ends with bitwise the same result.
 // Deterministic mode (Context::deterministic): step 3 reduces the slice in rank order instead
-//   (algo/rank_order.hpp: the own slice is saved in scratch first, 1/N of a chunk copied once
-//   more), and without a shared group the rank_ordered algorithm replaces the ring.
+//   (algo/rank_order.hpp: the whole chunk is staged in step 1, the own slice saved in scratch
+//   first, 1/N of a chunk copied once more), and without a shared group the rank_ordered algorithm
+//   replaces the ring.
 #include <algorithm>
 
 #include "algo/exchange.hpp"
@@ -72,23 +76,36 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();
-    std::memcpy(g->staging(me) + h, in + off * es, c * es);
-    g->barrier(ctx.tag, ctx.deadline);
     const patterns::Range mine = patterns::evenSplit(c, n, me);
-    if (mine.count > 0 && ctx.deterministic) {
-      reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
-    } else if (mine.count > 0) {
-      std::uint8_t* dst = g->staging(me) + h + mine.offset * es;
-      for (int s = 1; s < n; ++s) {
-        const int p = (me + s) % n;
-        kernels::reduceInto(a.dtype, a.op, dst, g->staging(p) + h + mine.offset * es, mine.count);
-      }
+    std::uint8_t* staged = g->staging(me) + h;
+    const std::uint8_t* chunkIn = in + off * es;
+    std::uint8_t* chunkOut = out + off * es;
+    if (ctx.deterministic) {
+      std::memcpy(staged, chunkIn, c * es);
+    } else {
+      // Only the peers' slices are staged: this rank reduces its own slice straight from its
+      // input.
+      std::memcpy(staged, chunkIn, mine.offset * es);
+      const std::size_t tail = mine.offset + mine.count;
+      std::memcpy(staged + tail * es, chunkIn + tail * es, (c - tail) * es);
     }
     g->barrier(ctx.tag, ctx.deadline);
-    for (int s = 0; s < n; ++s) {
+    if (mine.count > 0 && ctx.deterministic) {
+      reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
+      std::memcpy(chunkOut + mine.offset * es, staged + mine.offset * es, mine.count * es);
+    } else if (mine.count > 0) {
+      // out = in + every peer's staged slice, then published in the own staged slice.
+      std::uint8_t* dst = chunkOut + mine.offset * es;
+      auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
+      kernels::reduce3(a.dtype, a.op, dst, chunkIn + mine.offset * es, peerSlice(1), mine.count);
+      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
+      std::memcpy(staged + mine.offset * es, dst, mine.count * es);
+    }
+    g->barrier(ctx.tag, ctx.deadline);
+    for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const patterns::Range sl = patterns::evenSplit(c, n, q);
-      std::memcpy(out + (off + sl.offset) * es, g->staging(q) + h + sl.offset * es, sl.count * es);
+      std::memcpy(chunkOut + sl.offset * es, g->staging(q) + h + sl.offset * es, sl.count * es);
     }
   }
 }
