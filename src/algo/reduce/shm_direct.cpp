@@ -4,14 +4,15 @@
 // Small (bytes <= kSmallBytes): every rank copies its input into its staging half, barrier,
 //   the root reduces all N in rank order into its output. 1 barrier.
 // Large: chunks of C = min(chunkBytes, staging half) bytes; per chunk:
-//   1. copy the chunk into this rank's staging half;
+//   1. copy the peers' slices of the chunk (all but slice `rank`) into this rank's staging half;
 //   2. barrier;
-//   3. reduce slice `rank` (1/N of the chunk) of every peer's staged chunk into this rank's own
-//      staged slice, in place;
+//   3. reduce slice `rank`: the own input plus every peer's staged slice `rank`, into the own
+//      staged slice (the root: into its output);
 //   4. barrier;
-//   5. the root copies every reduced slice into its output.
-// Steps alternate staging halves. 2 barriers per chunk; memory traffic per rank: 1 write and
-// (N-1)/N reads of the chunk; the root also reads the whole result once.
+//   5. the root copies every peer's reduced slice into its output.
+// Steps alternate staging halves. 2 barriers per chunk; memory traffic per rank: (N-1)/N
+// written and (N-1)/N read of the chunk, 1/N read from the input and written; the root also
+// reads the peers' (N-1)/N of the result once. Deterministic mode stages the whole chunk.
 // Deterministic mode (Context::deterministic): step 3 reduces in rank order
 // (algo/rank_order.hpp), and without a shared group the rank_ordered reduce replaces the tree.
 #include <algorithm>
@@ -69,21 +70,33 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();
-    std::memcpy(g->staging(me) + h, in + off * es, c * es);
-    g->barrier(ctx.tag, ctx.deadline);
     const patterns::Range mine = patterns::evenSplit(c, n, me);
+    std::uint8_t* staged = g->staging(me) + h;
+    const std::uint8_t* chunkIn = in + off * es;
+    if (ctx.deterministic) {
+      std::memcpy(staged, chunkIn, c * es);
+    } else {
+      // Only the peers' slices are staged: the own slice is reduced straight from the input.
+      std::memcpy(staged, chunkIn, mine.offset * es);
+      const std::size_t tail = mine.offset + mine.count;
+      std::memcpy(staged + tail * es, chunkIn + tail * es, (c - tail) * es);
+    }
+    g->barrier(ctx.tag, ctx.deadline);
     if (mine.count > 0 && ctx.deterministic) {
       reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
+      if (isRoot)
+        std::memcpy(out + (off + mine.offset) * es, staged + mine.offset * es, mine.count * es);
     } else if (mine.count > 0) {
-      std::uint8_t* dst = g->staging(me) + h + mine.offset * es;
-      for (int s = 1; s < n; ++s) {
-        const int p = (me + s) % n;
-        kernels::reduceInto(a.dtype, a.op, dst, g->staging(p) + h + mine.offset * es, mine.count);
-      }
+      // The root reduces its slice into its output, every other rank into its staged slice.
+      std::uint8_t* dst = isRoot ? out + (off + mine.offset) * es : staged + mine.offset * es;
+      auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
+      kernels::reduce3(a.dtype, a.op, dst, chunkIn + mine.offset * es, peerSlice(1), mine.count);
+      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
     }
     g->barrier(ctx.tag, ctx.deadline);
     if (!isRoot) continue;
-    for (int q = 0; q < n; ++q) {
+    for (int s = 1; s < n; ++s) {
+      const int q = (me + s) % n;
       const patterns::Range sl = patterns::evenSplit(c, n, q);
       std::memcpy(out + (off + sl.offset) * es, g->staging(q) + h + sl.offset * es, sl.count * es);
     }
