@@ -9,9 +9,11 @@
 #           the listener address chosen by interface name
 #   fail    one rank exits 3 while the others would sleep: the script exits 3, stops the others
 #           and leaves no namespace, link or process behind
+#   signal  SIGTERM to the script while its hosts run: exit 143, nothing left behind
+#   skip    run as an unprivileged user: exit 77 with the reason, nothing created
 # usage: netns_test.sh CASE BUILD_DIR
 set -uo pipefail
-case_name=${1:?case: 2x2, 3x1 or fail}
+case_name=${1:?case: 2x2, 3x1, fail, signal or skip}
 build=${2:?build directory}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 emu="$here/../../scripts/emucluster.sh"
@@ -116,8 +118,39 @@ case "$case_name" in
     [ "$rc" = 3 ] || fail "emucluster exited $rc, expected the failed rank's 3"
     grep -q "rank 2 fails" "$log" || fail "the failing rank's output was not collected"
     check_teardown
-    if pgrep -f "$marker" >/dev/null; then fail "processes left: $(pgrep -af "$marker")"; fi
+    if pgrep -f "^$marker" >/dev/null; then fail "processes left: $(pgrep -af "^$marker")"; fi
     echo "failure ok: exit 3, nothing left"
+    ;;
+  signal)
+    # SIGTERM to the script while its hosts run: exit 143, every process stopped, nothing left.
+    marker="sleep 598.$$"
+    "$emu" --bin "$bin" --hosts 2 --ranks 1 -- sh -c "exec $marker" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do
+      [ "$(pgrep -fc "^$marker")" = 2 ] && break
+      sleep 0.1
+    done
+    [ "$(pgrep -fc "^$marker")" = 2 ] || { kill -TERM "$pid"; wait "$pid"; cat "$log"; fail "hosts did not start"; }
+    grep -q "emucluster: SKIP" "$log" && { cat "$log"; exit 77; }
+    kill -TERM "$pid"
+    wait "$pid"
+    rc=$?
+    cat "$log"
+    [ "$rc" = 143 ] || fail "emucluster exited $rc after SIGTERM, expected 143"
+    check_teardown
+    if pgrep -f "^$marker" >/dev/null; then fail "processes left: $(pgrep -af "^$marker")"; fi
+    echo "signal ok: exit 143, nothing left"
+    ;;
+  skip)
+    # Without root the script skips (77) and says why, creating nothing.
+    command -v setpriv >/dev/null || { echo "no setpriv: cannot drop root"; exit 77; }
+    [ "$(id -u)" = 0 ] || { echo "not root: nothing to drop"; exit 77; }
+    setpriv --reuid 65534 --regid 65534 --clear-groups "$emu" --bin "$bin" -- true >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    [ "$rc" = 77 ] || fail "non-root run exited $rc, expected 77"
+    grep -q "SKIP: needs root" "$log" || fail "no reason printed"
+    echo "skip ok"
     ;;
   *) fail "unknown case" ;;
 esac

@@ -179,7 +179,9 @@ class NetworkEnvTest : public ::testing::Test {
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
-    for (const char* v : {"BRAID_SOCKET_IFNAME", "BRAID_SOCKET_FAMILY", "BRAID_PORT_RANGE"})
+    for (const char* v :
+         {"BRAID_SOCKET_IFNAME", "BRAID_SOCKET_FAMILY", "BRAID_PORT_RANGE", "BRAID_STORE",
+          "BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
       unsetenv(v);
   }
   static std::string errorOf() {
@@ -236,6 +238,18 @@ TEST_F(NetworkEnvTest, PortRange) {
     setenv("BRAID_PORT_RANGE", bad, 1);
     EXPECT_NE(errorOf().find("BRAID_PORT_RANGE"), std::string::npos) << bad;
   }
+}
+
+TEST_F(NetworkEnvTest, Ipv6StoreAddress) {
+  setenv("BRAID_STORE", "[::1]:29500", 1);
+  LaunchInfo li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.storeHost, "::1");
+  EXPECT_EQ(li.storePort, 29500);
+  setenv("BRAID_STORE", "[fd00::2]:1", 1);
+  li = LaunchInfo::fromEnv();
+  EXPECT_EQ(li.storeHost, "fd00::2");
+  EXPECT_EQ(li.storePort, 1);
+  unsetenv("BRAID_STORE");
 }
 
 }  // namespace
