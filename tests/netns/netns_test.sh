@@ -2,7 +2,7 @@
 # ctest label "netns": braid on an emulated cluster (scripts/emucluster.sh). Skipped (77) where
 # network namespaces cannot be created (not root, no iproute2). Cases:
 #   2x2     2 hosts x 2 ranks, 1 Gbit/s links: every collective with data checking (braid-perf
-#           all, tiny chunks); shared memory inside a host and TCP across (braid-info --paths);
+#           all, tiny chunks; braid-check --quick); shared memory inside a host and TCP across (braid-info --paths);
 #           each rank's data listener on its host's veth address, chosen as the address that
 #           reaches the store (BRAID_DEBUG=INFO)
 #   3x1     3 hosts x 1 rank, BRAID_SOCKET_IFNAME=emu0: the same collectives; TCP everywhere;
@@ -88,10 +88,11 @@ perf=("$bin/braid-perf" all -b 8 -e 100K -f 7 -n 2 -w 1 --reps 1 -d all -o all)
 paths=("$bin/braid-info" --paths)
 common=(--timeout 240 --env BRAID_CHUNK_SIZE=1K --env BRAID_SMALL_MSG_SIZE=4K)
 
-# cluster HOSTS RANKS EXTRA...: both jobs on HOSTS x RANKS, then the checks.
+# cluster HOSTS RANKS REASON EXTRA...: the jobs on HOSTS x RANKS (emucluster options EXTRA), each
+# with its checks; REASON: why every rank's listener must have picked its host's address.
 cluster() {
-  local hosts=$1 ranks=$2
-  shift 2
+  local hosts=$1 ranks=$2 reason=$3
+  shift 3
   emu --hosts "$hosts" --ranks "$ranks" "$@" "${common[@]}" -- "${perf[@]}"
   [ "$rc" = 0 ] || fail "braid-perf on the cluster exited $rc"
   grep -q "wrong elements: 0 (OK)" "$log" || fail "braid-perf did not report 0 wrong elements"
@@ -99,17 +100,21 @@ cluster() {
   emu --hosts "$hosts" --ranks "$ranks" "$@" --env BRAID_DEBUG=INFO -- "${paths[@]}"
   [ "$rc" = 0 ] || fail "braid-info --paths on the cluster exited $rc"
   check_paths "$hosts" "$ranks"
+  check_listen "$hosts" "$ranks" "$reason"
+  check_teardown
+  # braid-check: pairs both ways and the variable-count collectives, checked.
+  emu --hosts "$hosts" --ranks "$ranks" "$@" -- "$bin/braid-check" --quick
+  [ "$rc" = 0 ] || fail "braid-check on the cluster exited $rc"
+  grep -q "summary: PASS" "$log" || fail "braid-check did not pass"
   check_teardown
 }
 
 case "$case_name" in
   2x2)
-    cluster 2 2 --rate 1gbit
-    check_listen 2 2 "the address that reaches the store"
+    cluster 2 2 "the address that reaches the store" --rate 1gbit
     ;;
   3x1)
-    cluster 3 1 --ifname emu0
-    check_listen 3 1 "interface emu0 matches BRAID_SOCKET_IFNAME=emu0"
+    cluster 3 1 "interface emu0 matches BRAID_SOCKET_IFNAME=emu0" --ifname emu0
     ;;
   fail)
     marker="sleep 599.$$"  # a command line no other process has
