@@ -32,8 +32,9 @@ options:
   --quiet           do not print the hosts' output
   -h, --help        this help
 
-COMMAND runs with EMU_HOST=k and EMU_HOSTS=H besides braid-run's variables; every host gets the
-same BRAID_AUTH_KEY (the caller's, or a fresh one). Output: each host's lines prefixed "[hK] ".
+COMMAND runs with the caller's environment plus EMU_HOST=k, EMU_HOSTS=H and braid-run's
+variables; every host gets the same BRAID_AUTH_KEY (the caller's, or a fresh one). Output: each
+host's lines prefixed "[hK] ".
 Exit status: that of the first host to fail (in time), else 0; 77 when the cluster cannot be
 built here; 1 when teardown left something behind.
 EOF
