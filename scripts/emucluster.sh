@@ -35,6 +35,8 @@ options:
 COMMAND runs with the caller's environment plus EMU_HOST=k, EMU_HOSTS=H and braid-run's
 variables; every host gets the same BRAID_AUTH_KEY (the caller's, or a fresh one). Output: each
 host's lines prefixed "[hK] ".
+Namespaces left by a run killed with SIGKILL (bclPID_* whose PID no longer runs) are removed
+at the next start.
 Exit status: that of the first host to fail (in time), else 0; 77 when the cluster cannot be
 built here; 1 when teardown left something behind.
 EOF
@@ -166,6 +168,17 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "emucluster: $tag: $hosts hosts x $ranks ranks${rate:+, rate $rate}${delay:+, delay $delay}" >&2
+
+# A run killed by SIGKILL cannot clean up: remove the namespaces of runs whose script is gone.
+for ns in $(ip netns list 2>/dev/null | sed -n 's/^\(bcl[0-9][0-9]*_[a-z0-9]*\)\( .*\)\{0,1\}$/\1/p'); do
+  owner=${ns%%_*}
+  owner=${owner#bcl}
+  [ "$owner" = "$$" ] && continue
+  kill -0 "$owner" 2>/dev/null && continue
+  pids=$(ip netns pids "$ns" 2>/dev/null)
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  ip netns del "$ns" 2>/dev/null && echo "emucluster: removed $ns, left by a run that was killed" >&2
+done
 
 # The bridge namespace first; its creation doubles as the capability probe.
 if ! err=$(ip netns add "$bridge_ns" 2>&1); then
