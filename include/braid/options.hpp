@@ -114,6 +114,18 @@ struct Options {
   /// count and communicator, so such mismatches go undetected. Keep it on.
   bool opFingerprint = true;
 
+  // ---- network interfaces (docs/env.md) ----
+  /// Interfaces the TCP data listener may use, NCCL_SOCKET_IFNAME's syntax: comma list of name
+  /// prefixes, '^' excludes, '=' exact names (BRAID_SOCKET_IFNAME). Empty: the address that
+  /// reaches the store. BRAID_LISTEN_ADDR (listenAddress) takes precedence.
+  std::string socketIfname;
+  /// Address family of the data listener: 0 any, 4 IPv4, 6 IPv6 (BRAID_SOCKET_FAMILY).
+  int socketFamily = 0;
+  /// Data listeners bind a port in [portRangeLow, portRangeHigh]; 0: an ephemeral port
+  /// (BRAID_PORT_RANGE=LO-HI).
+  std::uint16_t portRangeLow = 0;
+  std::uint16_t portRangeHigh = 0;
+
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.
   static Options fromEnv();

@@ -12,6 +12,7 @@
 #include "kernels/reduce.hpp"
 #include "store/memory_store.hpp"
 #include "transport/factory.hpp"
+#include "transport/tcp/interfaces.hpp"
 
 namespace braid {
 
@@ -302,10 +303,25 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->store = std::move(store);
   impl->commStore = std::make_shared<PrefixStore>(impl->store, "braid/" + impl->id + "/");
   transport::TcpOptions tcp;
-  tcp.listenAddress = opts.listenAddress;
-  if (tcp.listenAddress.empty()) {
-    if (auto* ts = dynamic_cast<TcpStore*>(impl->store.get()))
-      tcp.listenAddress = ts->localAddress();
+  {
+    // BRAID_LISTEN_ADDR, else BRAID_SOCKET_IFNAME, else the address reaching the store
+    // (restricted to BRAID_SOCKET_FAMILY); see transport/tcp/interfaces.hpp.
+    std::string storeLocal;
+    if (auto* ts = dynamic_cast<TcpStore*>(impl->store.get())) storeLocal = ts->localAddress();
+    const transport::tcp::ListenChoice choice = transport::tcp::chooseListenAddress(
+        {opts.listenAddress, opts.socketIfname, opts.socketFamily},
+        opts.socketIfname.empty() && opts.socketFamily == 0
+            ? std::vector<transport::tcp::InterfaceAddress>{}
+            : transport::tcp::localInterfaceAddresses(),
+        storeLocal, rank);
+    tcp.listenAddress = choice.address;
+    tcp.portLow = opts.portRangeLow;
+    tcp.portHigh = opts.portRangeHigh;
+    impl->log(2, "rank " + std::to_string(rank) + ": tcp data listener address " + choice.address +
+                     " (" + choice.reason + ")" +
+                     (opts.portRangeLow != 0 ? ", ports " + std::to_string(opts.portRangeLow) +
+                                                   "-" + std::to_string(opts.portRangeHigh)
+                                             : std::string()));
   }
   tcp.connectTimeout = opts.connectTimeout;
   tcp.spin = opts.spin;

@@ -2,6 +2,7 @@
 // `braid-info --env`, documented in docs/env.md).
 #include <braid/error.hpp>
 #include <braid/options.hpp>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -59,6 +60,10 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
     {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
     {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
+    {"BRAID_SOCKET_IFNAME", "",
+     "interfaces for the TCP data listener: name prefixes, '^' excludes, '=' exact (NCCL's)"},
+    {"BRAID_SOCKET_FAMILY", "", "AF_INET or AF_INET6 (4, 6, ipv4, ipv6): data listener family"},
+    {"BRAID_PORT_RANGE", "", "LO-HI: TCP data listeners bind a port in this range"},
 };
 
 const char* get(const char* name) {
@@ -190,6 +195,32 @@ Options Options::fromEnv() {
   if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
   if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
   o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
+  if (const char* v = get("BRAID_SOCKET_IFNAME")) o.socketIfname = v;
+  if (const char* v = get("BRAID_SOCKET_FAMILY")) {
+    std::string s(v);
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (s == "af_inet" || s == "4" || s == "ipv4" || s == "inet")
+      o.socketFamily = 4;
+    else if (s == "af_inet6" || s == "6" || s == "ipv6" || s == "inet6")
+      o.socketFamily = 6;
+    else
+      throw badValue("BRAID_SOCKET_FAMILY", v, "one of AF_INET, AF_INET6, 4, 6, ipv4, ipv6");
+  }
+  if (const char* v = get("BRAID_PORT_RANGE")) {
+    std::string_view sv(v);
+    const auto dash = sv.find('-');
+    unsigned lo = 0, hi = 0;
+    bool ok = dash != std::string_view::npos;
+    if (ok) {
+      auto [p1, e1] = std::from_chars(sv.data(), sv.data() + dash, lo);
+      auto [p2, e2] = std::from_chars(sv.data() + dash + 1, sv.data() + sv.size(), hi);
+      ok = e1 == std::errc() && p1 == sv.data() + dash && e2 == std::errc() &&
+           p2 == sv.data() + sv.size() && lo >= 1 && lo <= hi && hi <= 65535;
+    }
+    if (!ok) throw badValue("BRAID_PORT_RANGE", v, "LO-HI with 1 <= LO <= HI <= 65535");
+    o.portRangeLow = static_cast<std::uint16_t>(lo);
+    o.portRangeHigh = static_cast<std::uint16_t>(hi);
+  }
   return o;
 }
 

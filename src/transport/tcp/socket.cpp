@@ -98,23 +98,61 @@ void setNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port) {
+Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port,
+            std::uint16_t portLow, std::uint16_t portHigh) {
   std::string error;
   AddrInfoPtr ai = resolve(host, 0, error);
   if (!ai) throw Error(ErrorCode::InvalidArgument, "tcp listen address: " + error);
-  Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) throwSystem("tcp listen on " + host + ": socket", errno);
-  setBuffers(fd.get(), bufferBytes);
-  if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0)
-    throwSystem("tcp listen on " + host + ": bind", errno);
-  if (::listen(fd.get(), SOMAXCONN) != 0) throwSystem("tcp listen on " + host + ": listen", errno);
-  sockaddr_storage local{};
-  socklen_t len = sizeof local;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0)
-    throwSystem("tcp listen on " + host + ": getsockname", errno);
-  port = local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port)
-                                     : ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-  return fd;
+  const bool ranged = portLow != 0;
+  const unsigned first = ranged ? portLow : 0;
+  const unsigned last = ranged ? portHigh : 0;
+  int lastBindError = 0;
+  for (unsigned candidate = first; candidate <= last; ++candidate) {
+    Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    if (!fd) throwSystem("tcp listen on " + host + ": socket", errno);
+    setBuffers(fd.get(), bufferBytes);
+    sockaddr_storage want{};
+    std::memcpy(&want, ai->ai_addr, ai->ai_addrlen);
+    if (ranged) {
+      // A fixed port may still have connections of an earlier job in TIME_WAIT.
+      const int one = 1;
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (want.ss_family == AF_INET6)
+        reinterpret_cast<sockaddr_in6*>(&want)->sin6_port =
+            htons(static_cast<std::uint16_t>(candidate));
+      else
+        reinterpret_cast<sockaddr_in*>(&want)->sin_port =
+            htons(static_cast<std::uint16_t>(candidate));
+    }
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&want), ai->ai_addrlen) != 0) {
+      const int err = errno;
+      if (ranged && (err == EADDRINUSE || err == EACCES)) {
+        lastBindError = err;
+        continue;
+      }
+      throwSystem("tcp listen on " + host + ": bind", err);
+    }
+    if (::listen(fd.get(), SOMAXCONN) != 0) {
+      const int err = errno;
+      if (ranged && err == EADDRINUSE) {  // lost a race for the port after bind
+        lastBindError = err;
+        continue;
+      }
+      throwSystem("tcp listen on " + host + ": listen", err);
+    }
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0)
+      throwSystem("tcp listen on " + host + ": getsockname", errno);
+    port = local.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port)
+                                       : ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+    return fd;
+  }
+  throw Error(ErrorCode::InvalidArgument,
+              "BRAID_PORT_RANGE=" + std::to_string(portLow) + "-" + std::to_string(portHigh) +
+                  ": no free port for the tcp data listener on " + host + " (tried " +
+                  std::to_string(last - first + 1) + " port" + (last > first ? "s" : "") +
+                  ", last error: " + errnoText(lastBindError) + ")");
 }
 
 Fd connectTo(const HostPort& address, std::size_t bufferBytes, Deadline deadline,

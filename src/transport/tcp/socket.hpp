@@ -55,10 +55,13 @@ std::optional<HostPort> parseHostPort(std::string_view text);
 /// "host:port", with brackets around an IPv6 literal.
 std::string formatHostPort(const std::string& host, std::uint16_t port);
 
-/// A non-blocking listening socket bound to host on an ephemeral port. Accepted sockets inherit
+/// A non-blocking listening socket bound to host on an ephemeral port, or, with portLow != 0,
+/// on the first free port of [portLow, portHigh] (BRAID_PORT_RANGE). Accepted sockets inherit
 /// the buffer sizes (set before listen so the window scale is negotiated for them).
-/// Throws Error(InvalidArgument) for an unusable host, Error(Internal) on a failed system call.
-Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port);
+/// Throws Error(InvalidArgument) for an unusable host or a range without a free port (naming
+/// the range), Error(Internal) on a failed system call.
+Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port,
+            std::uint16_t portLow = 0, std::uint16_t portHigh = 0);
 
 /// One non-blocking connect attempt, bounded by deadline. Returns the connected socket, or an
 /// empty Fd with `error` describing why not.

@@ -303,7 +303,12 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
   const Deadline deadline = Clock::now() + options.connectTimeout;
   const std::string host = options.listenAddress.empty() ? "127.0.0.1" : options.listenAddress;
   std::uint16_t port = 0;
-  Fd listener = listenOn(host, options.socketBufferBytes, port);
+  Fd listener;
+  try {
+    listener = listenOn(host, options.socketBufferBytes, port, options.portLow, options.portHigh);
+  } catch (const Error& e) {
+    throw Error(e.code(), "rank " + std::to_string(rank) + ": " + e.detail());
+  }
 
   Mesh mesh;
   mesh.links.resize(static_cast<std::size_t>(size));

@@ -24,6 +24,7 @@
 #include <braid/store.hpp>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -42,6 +43,10 @@ struct TcpOptions {
   std::size_t socketBufferBytes = 4 << 20;
   /// Auth key, address whitelist and handshake bound of every connection (docs/security.md).
   SecurityOptions security;
+  /// Bind the listener to a port in [portLow, portHigh] (each tried in turn; Error(InvalidArgument)
+  /// naming the range when none is free); 0: an ephemeral port (BRAID_PORT_RANGE).
+  std::uint16_t portLow = 0;
+  std::uint16_t portHigh = 0;
 };
 
 /// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes

@@ -1,0 +1,302 @@
+#!/usr/bin/env bash
+# emucluster.sh: an emulated cluster on one machine. Creates H "hosts" as network namespaces
+# joined by veth pairs to a bridge that lives in a namespace of its own (nothing is added to the
+# caller's namespace), optionally shapes every host's link with tc, runs
+#   braid-run -n R --nnodes H --node-rank k --master 198.18.0.1:PORT -- COMMAND...
+# in each host k, collects every host's output, and tears everything down on every exit path.
+# Docs: docs/topology.md, "Emulated cluster".
+set -uo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/emucluster.sh [options] [--] COMMAND [ARGS...]
+
+Runs COMMAND as R ranks on each of H emulated hosts (network namespaces; host k has the
+address 198.18.0.(k+1)/24 on its interface emu0, host 0 serves the store). Needs root, ip
+(iproute2) and, for --rate/--delay, tc; exits 77 (skip) with the reason when they are missing.
+
+options:
+  --hosts H         emulated hosts (default 2, at most 200)
+  --ranks R         ranks per host (default 1)
+  --rate RATE       shape each host's link, both directions (tc units: 1gbit, 500mbit)
+  --delay D         add D (e.g. 1ms) on each direction of each host's link (needs netem)
+  --port P          store port on host 0 (default 29500)
+  --bin DIR         directory of braid-run (default: build/bin beside this script's repo)
+  --timeout SEC     braid-run --timeout on every host (default 300)
+  --grace SEC       after the first host fails, wait this long for the others, then stop
+                    them (default 5)
+  --ifname SPEC     set BRAID_SOCKET_IFNAME=SPEC on every host (the link is called emu0)
+  --env NAME=VALUE  set a variable on every host (repeatable)
+  --out DIR         keep each host's output in DIR/hK.log (default: a temporary directory,
+                    removed at exit)
+  --quiet           do not print the hosts' output
+  -h, --help        this help
+
+COMMAND runs with the caller's environment plus EMU_HOST=k, EMU_HOSTS=H and braid-run's
+variables; every host gets the same BRAID_AUTH_KEY (the caller's, or a fresh one). Output: each
+host's lines prefixed "[hK] ".
+Namespaces left by a run killed with SIGKILL (bclPID_* whose PID no longer runs) are removed
+at the next start.
+Exit status: that of the first host to fail (in time), else 0; 77 when the cluster cannot be
+built here; 1 when teardown left something behind.
+EOF
+}
+
+die() {
+  echo "emucluster: $*" >&2
+  exit 2
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+hosts=2
+ranks=1
+rate=""
+delay=""
+port=29500
+bin="$here/../build/bin"
+timeout=300
+grace=5
+outdir=""
+quiet=0
+envs=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --hosts) hosts=${2:?--hosts needs a value}; shift 2 ;;
+    --ranks) ranks=${2:?--ranks needs a value}; shift 2 ;;
+    --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+    --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+    --port) port=${2:?--port needs a value}; shift 2 ;;
+    --bin) bin=${2:?--bin needs a value}; shift 2 ;;
+    --timeout) timeout=${2:?--timeout needs a value}; shift 2 ;;
+    --grace) grace=${2:?--grace needs a value}; shift 2 ;;
+    --ifname) envs+=("BRAID_SOCKET_IFNAME=${2:?--ifname needs a value}"); shift 2 ;;
+    --env)
+      case "${2:-}" in *=*) envs+=("$2") ;; *) die "--env expects NAME=VALUE, got '${2:-}'" ;; esac
+      shift 2 ;;
+    --out) outdir=${2:?--out needs a value}; shift 2 ;;
+    --quiet) quiet=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; break ;;
+    -*) die "unknown option '$1' (see --help)" ;;
+    *) break ;;
+  esac
+done
+[ $# -gt 0 ] || die "no COMMAND given (see --help)"
+case "$hosts" in '' | *[!0-9]*) die "--hosts: expected a number, got '$hosts'" ;; esac
+case "$ranks" in '' | *[!0-9]*) die "--ranks: expected a number, got '$ranks'" ;; esac
+case "$port" in '' | *[!0-9]*) die "--port: expected a number, got '$port'" ;; esac
+[ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] || die "--hosts must be in 1..200"
+[ "$ranks" -ge 1 ] || die "--ranks must be at least 1"
+[ "$port" -ge 1 ] && [ "$port" -le 65534 ] || die "--port must be in 1..65534"
+braid_run="$bin/braid-run"
+[ -x "$braid_run" ] || die "braid-run not found at $braid_run (build it, or pass --bin DIR)"
+braid_run=$(cd "$(dirname "$braid_run")" && pwd)/braid-run
+
+skip() {
+  echo "emucluster: SKIP: $*" >&2
+  exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces (running as uid $(id -u))"
+command -v ip >/dev/null || skip "'ip' (iproute2) is not installed"
+if [ -n "$rate$delay" ]; then
+  command -v tc >/dev/null || skip "'tc' (iproute2) is not installed, needed for --rate/--delay"
+fi
+
+tag="bcl$$"
+bridge_ns="${tag}_br"
+host_ns=()
+for ((k = 0; k < hosts; k++)); do host_ns+=("${tag}_h$k"); done
+created_ns=()
+launched=()
+own_out=0
+if [ -z "$outdir" ]; then
+  outdir=$(mktemp -d "${TMPDIR:-/tmp}/emucluster.$tag.XXXXXX") || die "mktemp failed"
+  own_out=1
+else
+  mkdir -p "$outdir" || die "cannot create $outdir"
+fi
+
+# Stops every process in the namespaces, deletes them, and checks that nothing is left.
+teardown() {
+  local ns pids p left
+  for p in "${launched[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for ns in "${created_ns[@]}"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -TERM $pids 2>/dev/null
+  done
+  for _ in $(seq 1 30); do
+    left=""
+    for ns in "${created_ns[@]}"; do left+=$(ip netns pids "$ns" 2>/dev/null); done
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  for ns in "${created_ns[@]}"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  done
+  for p in "${launched[@]}"; do wait "$p" 2>/dev/null; done
+  for ns in "${created_ns[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  local bad=0
+  if ip netns list 2>/dev/null | grep -q "^${tag}_"; then
+    echo "emucluster: teardown left namespaces: $(ip netns list | grep "^${tag}_" | tr '\n' ' ')" >&2
+    bad=1
+  fi
+  if ip -o link 2>/dev/null | grep -q "$tag"; then
+    echo "emucluster: teardown left links: $(ip -o link | grep "$tag" | cut -d: -f2 | tr '\n' ' ')" >&2
+    bad=1
+  fi
+  [ "$own_out" = 1 ] && rm -rf "$outdir"
+  return $bad
+}
+
+on_exit() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ ${#created_ns[@]} -gt 0 ]; then
+    if teardown; then
+      echo "emucluster: teardown done ($tag: no namespace or link left)" >&2
+    else
+      [ "$rc" = 0 ] && rc=1
+    fi
+  elif [ "$own_out" = 1 ]; then
+    rm -rf "$outdir"
+  fi
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "emucluster: $tag: $hosts hosts x $ranks ranks${rate:+, rate $rate}${delay:+, delay $delay}" >&2
+
+# A run killed by SIGKILL cannot clean up: remove the namespaces of runs whose script is gone.
+for ns in $(ip netns list 2>/dev/null | sed -n 's/^\(bcl[0-9][0-9]*_[a-z0-9]*\)\( .*\)\{0,1\}$/\1/p'); do
+  owner=${ns%%_*}
+  owner=${owner#bcl}
+  [ "$owner" = "$$" ] && continue
+  kill -0 "$owner" 2>/dev/null && continue
+  pids=$(ip netns pids "$ns" 2>/dev/null)
+  [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+  ip netns del "$ns" 2>/dev/null && echo "emucluster: removed $ns, left by a run that was killed" >&2
+done
+
+# The bridge namespace first; its creation doubles as the capability probe.
+if ! err=$(ip netns add "$bridge_ns" 2>&1); then
+  skip "cannot create a network namespace: $err"
+fi
+created_ns+=("$bridge_ns")
+ip -n "$bridge_ns" link set lo up
+if ! err=$(ip -n "$bridge_ns" link add br0 type bridge 2>&1); then
+  skip "cannot create a bridge: $err"
+fi
+ip -n "$bridge_ns" link set br0 up || exit 1
+
+netem=0
+if [ -n "$delay" ]; then
+  probe="${tag}_probe"
+  ip netns add "$probe" && created_ns+=("$probe")
+  ip -n "$probe" link add p0 type veth peer name p1 2>/dev/null
+  if tc -n "$probe" qdisc add dev p0 root netem delay 1ms 2>/dev/null; then netem=1; fi
+  ip netns del "$probe" 2>/dev/null
+  [ "$netem" = 1 ] || skip "--delay needs the netem qdisc, which this kernel does not have"
+fi
+
+# shape DEV NS: RATE and DELAY on the egress of DEV in namespace NS.
+shape() {
+  local dev=$1 ns=$2
+  if [ "$netem" = 1 ]; then
+    tc -n "$ns" qdisc add dev "$dev" root netem delay "$delay" ${rate:+rate "$rate"} limit 100000
+  elif [ -n "$rate" ]; then
+    tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 20ms
+  fi
+}
+
+for ((k = 0; k < hosts; k++)); do
+  ns=${host_ns[$k]}
+  ip netns add "$ns" || exit 1
+  created_ns+=("$ns")
+  ip -n "$ns" link set lo up || exit 1
+  if ! err=$(ip link add name emu0 netns "$ns" type veth peer name "h$k" netns "$bridge_ns" 2>&1); then
+    [ "$k" = 0 ] && skip "cannot create a veth pair: $err"
+    echo "emucluster: veth for host $k: $err" >&2
+    exit 1
+  fi
+  ip -n "$bridge_ns" link set "h$k" master br0 up || exit 1
+  ip -n "$ns" addr add "198.18.0.$((k + 1))/24" dev emu0 || exit 1
+  ip -n "$ns" link set emu0 up || exit 1
+  if [ -n "$rate$delay" ]; then
+    shape emu0 "$ns" || exit 1           # host -> network
+    shape "h$k" "$bridge_ns" || exit 1   # network -> host
+  fi
+done
+if [ -n "$rate$delay" ]; then
+  echo "emucluster: link of every host: $(tc -n "${host_ns[0]}" qdisc show dev emu0 | head -1)" >&2
+fi
+
+if [ -z "${BRAID_AUTH_KEY:-}" ]; then
+  BRAID_AUTH_KEY=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+fi
+uts=()
+if command -v unshare >/dev/null && command -v hostname >/dev/null; then
+  # Each host gets a host name of its own, like separate machines.
+  uts=(unshare --uts sh -c 'hostname "$0" && exec "$@"')
+fi
+
+declare -A host_of
+for ((k = 0; k < hosts; k++)); do
+  ns=${host_ns[$k]}
+  hostenv=(BRAID_AUTH_KEY="$BRAID_AUTH_KEY" EMU_HOST="$k" EMU_HOSTS="$hosts" "${envs[@]}")
+  launcher=("$braid_run" -n "$ranks" --nnodes "$hosts" --node-rank "$k"
+    --master "198.18.0.1:$port" --timeout "$timeout" -- "$@")
+  if [ ${#uts[@]} -gt 0 ]; then
+    ip netns exec "$ns" env "${hostenv[@]}" "${uts[@]}" "${tag}-h$k" "${launcher[@]}" \
+      </dev/null >"$outdir/h$k.log" 2>&1 &
+  else
+    ip netns exec "$ns" env "${hostenv[@]}" "${launcher[@]}" </dev/null >"$outdir/h$k.log" 2>&1 &
+  fi
+  launched+=($!)
+  host_of[$!]=$k
+done
+
+# Wait for every host; after the first failure give the others --grace seconds, then stop them.
+first_rc=0
+first_host=""
+failed_at=""
+stopped=0
+declare -A rc_of
+running=("${launched[@]}")
+while [ ${#running[@]} -gt 0 ]; do
+  still=()
+  for p in "${running[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      still+=("$p")
+    else
+      wait "$p"
+      rc=$?
+      rc_of[${host_of[$p]}]=$rc
+      if [ "$rc" != 0 ] && [ "$first_rc" = 0 ]; then
+        first_rc=$rc
+        first_host=${host_of[$p]}
+        failed_at=$SECONDS
+      fi
+    fi
+  done
+  running=("${still[@]}")
+  [ ${#running[@]} -eq 0 ] && break
+  if [ -n "$failed_at" ] && [ "$stopped" = 0 ] && [ $((SECONDS - failed_at)) -ge "$grace" ]; then
+    echo "emucluster: host $first_host failed (exit $first_rc); stopping the others" >&2
+    for p in "${running[@]}"; do kill -TERM "$p" 2>/dev/null; done
+    stopped=1
+  fi
+  sleep 0.2
+done
+
+if [ "$quiet" = 0 ]; then
+  for ((k = 0; k < hosts; k++)); do
+    sed "s/^/[h$k] /" "$outdir/h$k.log"
+  done
+fi
+for ((k = 0; k < hosts; k++)); do
+  echo "emucluster: host $k (${host_ns[$k]}, 198.18.0.$((k + 1))) exit ${rc_of[$k]:-?}" >&2
+done
+exit "$first_rc"

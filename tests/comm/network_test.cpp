@@ -1,0 +1,201 @@
+// The TCP data plane over the address that BRAID_SOCKET_IFNAME / BRAID_SOCKET_FAMILY /
+// BRAID_PORT_RANGE select: IPv6 end to end on ::1 (store and data), an interface chosen by name,
+// listeners inside a port range, and the error of an exhausted range. Ranks are threads, each
+// with its own TcpStore connection, shared memory disabled so that every pair uses TCP.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <braid/braid.hpp>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/ranks.hpp"
+
+namespace braid {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool haveIpv6Loopback() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+Options tcpOptions() {
+  Options o = test::testOptions();
+  o.shmDisable = true;
+  return o;
+}
+
+struct Result {
+  std::vector<std::string> addresses;  // what each rank published for its data listener
+  std::vector<std::string> errors;     // per rank, empty when it succeeded
+};
+
+// Runs `size` ranks as threads against a store served on storeHost; each creates a communicator
+// (the first one of the store: id 0, keys under "braid/0/" + "/")
+// with `opts`, checks an allreduce and the path to every peer, and reports its published address.
+Result runRanks(const std::string& storeHost, int size, const Options& opts) {
+  TcpStoreServer server(storeHost, 0);
+  Result r;
+  r.addresses.resize(static_cast<std::size_t>(size));
+  r.errors.resize(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = std::make_shared<TcpStore>(storeHost, server.port(), 20000ms);
+        auto comm = Comm::create(store, rank, size, opts);
+        for (int p = 0; p < size; ++p)
+          if (p != rank && comm->pathTo(p) != "tcp")
+            throw Error(ErrorCode::Internal,
+                        "path to " + std::to_string(p) + " is " + comm->pathTo(p) + ", not tcp");
+        std::vector<float> v(1000);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(rank * 1000 + i);
+        comm->allreduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          const float want = static_cast<float>(size * (size - 1) / 2 * 1000 + size * i);
+          if (v[i] != want)
+            throw Error(ErrorCode::Internal, "allreduce element " + std::to_string(i) + " is " +
+                                                 std::to_string(v[i]) + ", expected " +
+                                                 std::to_string(want));
+        }
+        r.addresses[static_cast<std::size_t>(rank)] =
+            store->getString("braid/0//tcp/addr/" + std::to_string(rank), 5000ms);
+        comm->barrier();
+      } catch (const std::exception& e) {
+        r.errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return r;
+}
+
+void expectAllSucceeded(const Result& r) {
+  for (std::size_t i = 0; i < r.errors.size(); ++i) EXPECT_EQ(r.errors[i], "") << "rank " << i;
+}
+
+std::uint16_t portOf(const std::string& hostPort) {
+  return static_cast<std::uint16_t>(std::stoi(hostPort.substr(hostPort.rfind(':') + 1)));
+}
+
+TEST(Network, Ipv6LoopbackEndToEnd) {
+  if (!haveIpv6Loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) here";
+  const Result r = runRanks("::1", 3, tcpOptions());
+  expectAllSucceeded(r);
+  for (const std::string& a : r.addresses) EXPECT_EQ(a.rfind("[::1]:", 0), 0u) << a;
+}
+
+TEST(Network, Ipv6FamilyWithAnIpv4Store) {
+  if (!haveIpv6Loopback()) GTEST_SKIP() << "no IPv6 loopback (::1) here";
+  Options o = tcpOptions();
+  o.socketFamily = 6;
+  const Result r = runRanks("127.0.0.1", 3, o);
+  expectAllSucceeded(r);
+  for (const std::string& a : r.addresses) EXPECT_EQ(a.rfind("[::1]:", 0), 0u) << a;
+}
+
+TEST(Network, IfnameSelectsLoopbackByName) {
+  Options o = tcpOptions();
+  o.socketIfname = "=lo";
+  o.socketFamily = 4;
+  const Result r = runRanks("127.0.0.1", 2, o);
+  expectAllSucceeded(r);
+  for (const std::string& a : r.addresses) EXPECT_EQ(a.rfind("127.0.0.1:", 0), 0u) << a;
+}
+
+TEST(Network, IfnameMatchingNothingNamesVariableRankAndInterfaces) {
+  Options o = tcpOptions();
+  o.socketIfname = "nosuchif";
+  const Result r = runRanks("127.0.0.1", 2, o);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    const std::string& e = r.errors[i];
+    EXPECT_NE(e.find("BRAID_SOCKET_IFNAME='nosuchif'"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank " + std::to_string(i)), std::string::npos) << e;
+    EXPECT_NE(e.find("lo (127.0.0.1"), std::string::npos) << e;
+  }
+}
+
+// A free window of `n` ports on 127.0.0.1: probes a few candidates by binding all of them.
+std::uint16_t freeWindow(int n) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int base = 20000 + static_cast<int>((::getpid() * 7919 + attempt * 1237) % 30000);
+    bool ok = true;
+    for (int p = base; p < base + n && ok; ++p) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<std::uint16_t>(p));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(fd);
+    }
+    if (ok) return static_cast<std::uint16_t>(base);
+  }
+  return 0;
+}
+
+TEST(Network, ListenersBindInsideThePortRange) {
+  const std::uint16_t base = freeWindow(8);
+  ASSERT_NE(base, 0) << "no free window of 8 ports found";
+  Options o = tcpOptions();
+  o.portRangeLow = base;
+  o.portRangeHigh = static_cast<std::uint16_t>(base + 7);
+  const Result r = runRanks("127.0.0.1", 4, o);
+  expectAllSucceeded(r);
+  std::vector<std::uint16_t> ports;
+  for (const std::string& a : r.addresses) {
+    ASSERT_FALSE(a.empty());
+    const std::uint16_t p = portOf(a);
+    EXPECT_GE(p, o.portRangeLow) << a;
+    EXPECT_LE(p, o.portRangeHigh) << a;
+    for (std::uint16_t q : ports) EXPECT_NE(p, q) << a;
+    ports.push_back(p);
+  }
+}
+
+TEST(Network, ExhaustedPortRangeIsAnErrorNamingIt) {
+  const std::uint16_t base = freeWindow(2);
+  ASSERT_NE(base, 0);
+  // Occupy both ports of the range.
+  std::vector<int> held;
+  for (int p = base; p < base + 2; ++p) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(p));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::listen(fd, 1), 0);
+    held.push_back(fd);
+  }
+  Options o = tcpOptions();
+  o.portRangeLow = base;
+  o.portRangeHigh = static_cast<std::uint16_t>(base + 1);
+  o.connectTimeout = 5000ms;
+  const Result r = runRanks("127.0.0.1", 2, o);
+  const std::string range = std::to_string(base) + "-" + std::to_string(base + 1);
+  for (std::size_t i = 0; i < r.errors.size(); ++i) {
+    const std::string& e = r.errors[i];
+    EXPECT_NE(e.find("BRAID_PORT_RANGE=" + range), std::string::npos) << e;
+    EXPECT_NE(e.find("rank " + std::to_string(i)), std::string::npos) << e;
+    EXPECT_NE(e.find("no free port"), std::string::npos) << e;
+  }
+  for (int fd : held) ::close(fd);
+}
+
+}  // namespace
+}  // namespace braid
