@@ -13,13 +13,15 @@
 //   element, calibrated on rank 0 so that computing the buffer takes about as long as
 //   all-reducing it) measured four ways: compute only, allreduce only (the same chunks, async,
 //   nothing to compute), compute then allreduce (serial), and OverlappedAllreduce (chunk i on the
-//   wire while chunk i+1 is computed). Perfect overlap is max(compute, comm), none is the sum.
+//   wire while chunk i+1 is computed), interleaved round by round (so that the machine's load
+//   hits all four alike). Perfect overlap is max(compute, comm), none is the sum.
 //   The serial and overlapped results are checked element by element against the average
 //   over ranks computed independently (exit status 1 and "WRONG" if any differs).
 // compress: per method (none = plain allreduce), a step = copy a gradient stand-in into the
 //   working buffer and average it through the compressor with error feedback; time per step,
 //   bytes on the wire, and the relative error of the sum of S steps' results against S times the
-//   exact average (error feedback keeps it small). Methods run back to back in one job.
+//   exact average (error feedback keeps it small). Methods run in one job, interleaved round by
+//   round.
 // Every time: per-rank wall time of one round, max over ranks, median over reps.
 // bench/shaped_link.sh runs the overlap mode over a bandwidth-limited loopback (docs/training.md).
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +71,19 @@ double maxOverRanks(Comm& c, double v) {
   double out = 0;
   c.allreduce(&v, &out, 1, DataType::Float64, ReduceOp::Max);
   return out;
+}
+
+/// Max over ranks of the wall time of one round of fn.
+double timeOnce(Comm& c, const std::function<void()>& fn) {
+  c.barrier();
+  const auto t0 = Clock::now();
+  fn();
+  return maxOverRanks(c, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 /// Median over reps of the max over ranks of one round of fn (after one untimed round).
@@ -185,7 +201,7 @@ int runOverlap(Comm& c, const Args& a) {
     for (std::size_t k = 0; k < ar.chunks(); ++k) ar.ready(k);
     ar.wait();
   };
-  const double comm = timeRounds(c, a.reps, commOnly);
+  double comm = timeRounds(c, a.reps, commOnly);
   // Calibrate: work steps per element so that computing the buffer takes about `comm`.
   int work = 1;
   if (c.rank() == 0) {
@@ -201,14 +217,12 @@ int runOverlap(Comm& c, const Args& a) {
     }
   }
   c.broadcast(&work, 1, DataType::Int32, 0);
-  const double compute =
-      timeRounds(c, a.reps, [&] { computeChunk(buf.data(), 0, count, work, c.rank()); });
-  const double serial = timeRounds(c, a.reps, [&] {
+  auto computeOnly = [&] { computeChunk(buf.data(), 0, count, work, c.rank()); };
+  auto serialRound = [&] {
     computeChunk(buf.data(), 0, count, work, c.rank());
     c.allreduce(buf.data(), buf.data(), count, DataType::Float32, ReduceOp::Avg);
-  });
-  std::size_t wrong = countWrong(buf, work, c.size());  // the serial rounds' result
-  const double overlapped = timeRounds(c, a.reps, [&] {
+  };
+  auto overlappedRound = [&] {
     braid::train::OverlappedAllreduce ar(c, buf.data(), count, DataType::Float32, ReduceOp::Avg,
                                          a.chunks);
     for (std::size_t k = 0; k < ar.chunks(); ++k) {
@@ -216,8 +230,28 @@ int runOverlap(Comm& c, const Args& a) {
       ar.ready(k);
     }
     ar.wait();
-  });
-  wrong += countWrong(buf, work, c.size());  // the overlapped rounds' result
+  };
+  // The four phases interleaved, one round of each per rep (rep 0 untimed), so that a change
+  // of the machine's load hits all of them alike; the median per phase is reported.
+  std::vector<double> tCompute, tComm, tSerial, tOverlapped;
+  std::size_t wrong = 0;
+  for (int rep = 0; rep <= a.reps; ++rep) {
+    const double t1 = timeOnce(c, computeOnly);
+    const double t2 = timeOnce(c, commOnly);
+    const double t3 = timeOnce(c, serialRound);
+    wrong += countWrong(buf, work, c.size());  // the serial round's result
+    const double t4 = timeOnce(c, overlappedRound);
+    wrong += countWrong(buf, work, c.size());  // the overlapped round's result
+    if (rep == 0) continue;
+    tCompute.push_back(t1);
+    tComm.push_back(t2);
+    tSerial.push_back(t3);
+    tOverlapped.push_back(t4);
+  }
+  const double compute = median(tCompute);
+  comm = median(tComm);
+  const double serial = median(tSerial);
+  const double overlapped = median(tOverlapped);
   const double wrongAll = maxOverRanks(c, static_cast<double>(wrong));
   const double best = std::max(compute, comm);
   const double sum = compute + comm;
@@ -302,28 +336,48 @@ int runCompress(Comm& c, const Args& a) {
     std::printf("# %-12s %12s %14s %14s %8s %10s %12s\n", "method", "step(ms)", "wire B/rank",
                 "dense B/rank", "volume", "vs none", "accum.relerr");
   }
+  struct Method {
+    std::string name;
+    braid::train::CompressionSpec spec;
+    std::unique_ptr<braid::train::Compressor> comp;
+    std::unique_ptr<braid::train::ErrorFeedback> ef;
+    braid::train::CompressStats st;
+    std::vector<double> times;
+  };
+  std::vector<Method> ms;
   for (const std::string& m : methods) {
     const auto spec = braid::train::CompressionSpec::parse(m);
     if (!spec) {
       if (c.rank() == 0) std::fprintf(stderr, "train_bench: bad method '%s'\n", m.c_str());
       return 2;
     }
-    auto comp = braid::train::Compressor::create(*spec);
-    braid::train::ErrorFeedback ef(*comp);
-    std::vector<double> accum(count, 0.0);
-    braid::train::CompressStats st;
-    auto step = [&] {
-      std::memcpy(work.data(), grad.data(), bytes);
-      st = ef.allreduce(c, work.data(), count, ReduceOp::Avg);
-    };
-    auto round = [&] {
-      for (int s = 0; s < steps; ++s) step();
-    };
-    const double t = timeRounds(c, a.reps, round) / steps;
-    // The error after `steps` steps from a zero residual (a fresh state, the same steps).
-    ef.reset();
-    for (int s = 0; s < steps; ++s) {
-      step();
+    Method x{m, *spec, braid::train::Compressor::create(*spec), nullptr, {}, {}};
+    x.ef = std::make_unique<braid::train::ErrorFeedback>(*x.comp);
+    ms.push_back(std::move(x));
+  }
+  auto step = [&](Method& m) {
+    std::memcpy(work.data(), grad.data(), bytes);
+    m.st = m.ef->allreduce(c, work.data(), count, ReduceOp::Avg);
+  };
+  // Methods interleaved round by round (round 0 untimed), so that a change of the machine's
+  // load hits all of them alike; the median round per method is reported.
+  for (int rep = 0; rep <= a.reps; ++rep)
+    for (Method& m : ms) {
+      const double t = timeOnce(c, [&] {
+        for (int k = 0; k < steps; ++k) step(m);
+      });
+      if (rep > 0) m.times.push_back(t / steps);
+    }
+  for (Method& m : ms)
+    if (m.spec.kind == braid::train::CompressionKind::None) plainStep = median(m.times);
+  std::vector<double> accum(count);
+  for (Method& m : ms) {
+    const double t = median(m.times);
+    // The error of the sum of `steps` results from a zero residual against steps x exact.
+    m.ef->reset();
+    std::fill(accum.begin(), accum.end(), 0.0);
+    for (int k = 0; k < steps; ++k) {
+      step(m);
       for (std::size_t i = 0; i < count; ++i) accum[i] += work[i];
     }
     double diff = 0;
@@ -332,12 +386,12 @@ int runCompress(Comm& c, const Args& a) {
       diff += d * d;
     }
     const double relerr = maxOverRanks(c, exactNorm > 0 ? std::sqrt(diff) / exactNorm : 0.0);
-    if (spec->kind == braid::train::CompressionKind::None) plainStep = t;
     const double vsNone = plainStep > 0 ? plainStep / t : 0.0;
+    const auto& st = m.st;
     if (c.rank() == 0) {
       char vs[32] = "-";
       if (plainStep > 0) std::snprintf(vs, sizeof vs, "%.2fx", vsNone);
-      std::printf("  %-12s %12.3f %14.0f %14.0f %8.3f %10s %12.2e\n", m.c_str(), t * 1e3,
+      std::printf("  %-12s %12.3f %14.0f %14.0f %8.3f %10s %12.2e\n", m.name.c_str(), t * 1e3,
                   st.wireBytes, st.denseWireBytes,
                   st.denseWireBytes > 0 ? st.wireBytes / st.denseWireBytes : 1.0, vs, relerr);
     }
@@ -346,7 +400,7 @@ int runCompress(Comm& c, const Args& a) {
                   "\"bench\":\"compress\",\"nranks\":%d,\"bytes\":%zu,\"method\":\"%s\","
                   "\"steps\":%d,\"step_ms\":%.4f,\"wire_bytes\":%.1f,\"dense_wire_bytes\":%.1f,"
                   "\"speedup_vs_none\":%.4f,\"accum_rel_error\":%.4e",
-                  c.size(), bytes, m.c_str(), steps, t * 1e3, st.wireBytes, st.denseWireBytes,
+                  c.size(), bytes, m.name.c_str(), steps, t * 1e3, st.wireBytes, st.denseWireBytes,
                   vsNone, relerr);
     j.row(row);
   }
