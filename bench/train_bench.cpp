@@ -10,8 +10,8 @@
 //   one by one with allreduceAsync (all posted, then all waited), and through a FusionBuffer
 //   (queued, then synchronize()); the ratio one-by-one / fused is reported.
 // overlap: a buffer produced chunk by chunk by a compute kernel (a dependent chain of FMAs per
-//   element, calibrated on rank 0 so that computing the buffer takes about as long as
-//   all-reducing it) measured four ways: compute only, allreduce only (the same chunks, async,
+//   element, calibrated with all ranks computing so that computing the buffer takes about as long
+//   as all-reducing it) measured four ways: compute only, allreduce only (the same chunks, async,
 //   nothing to compute), compute then allreduce (serial), and OverlappedAllreduce (chunk i on the
 //   wire while chunk i+1 is computed), interleaved round by round (so that the machine's load
 //   hits all four alike). Perfect overlap is max(compute, comm), none is the sum.
@@ -202,21 +202,18 @@ int runOverlap(Comm& c, const Args& a) {
     ar.wait();
   };
   double comm = timeRounds(c, a.reps, commOnly);
-  // Calibrate: work steps per element so that computing the buffer takes about `comm`.
+  // Calibrate: work steps per element so that computing the buffer takes about `comm`, timed
+  // with every rank computing at once (as in the measured rounds; the same decisions on every
+  // rank, since the time is the max over ranks).
   int work = 1;
-  if (c.rank() == 0) {
-    for (;;) {
-      const auto t0 = Clock::now();
-      computeChunk(buf.data(), 0, count, work, 0);
-      const double t = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (t >= comm || work > (1 << 20)) {
-        work = std::max(1, static_cast<int>(work * comm / std::max(t, 1e-9)));
-        break;
-      }
-      work *= 2;
+  for (;;) {
+    const double t = timeOnce(c, [&] { computeChunk(buf.data(), 0, count, work, c.rank()); });
+    if (t >= comm || work > (1 << 20)) {
+      work = std::max(1, static_cast<int>(work * comm / std::max(t, 1e-9)));
+      break;
     }
+    work *= 2;
   }
-  c.broadcast(&work, 1, DataType::Int32, 0);
   auto computeOnly = [&] { computeChunk(buf.data(), 0, count, work, c.rank()); };
   auto serialRound = [&] {
     computeChunk(buf.data(), 0, count, work, c.rank());
