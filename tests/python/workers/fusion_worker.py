@@ -1,7 +1,7 @@
 """braid_torch.FusionBuffer (the C++ braid::train::FusionBuffer through the extension): every
 result compared with sums computed here from every rank's inputs; mixed dtypes and ops,
 non-contiguous tensors, 1,000 tiny tensors, flushes by threshold, by cycle time and by flush(),
-bad input, the defaults from BRAID_FUSION_THRESHOLD / BRAID_CYCLE_TIME (argv: the expected
+bad input, a failed all-reduce failing the future, the defaults from BRAID_FUSION_THRESHOLD / BRAID_CYCLE_TIME (argv: the expected
 threshold in bytes and cycle time in ms), and that fusion_hook's state is this buffer.
 """
 
@@ -185,6 +185,25 @@ def main():
         assert state.threshold == 1 << 20 and state.allreduces == 0
         state.buffer.close()
 
+    def failure_reaches_the_future():
+        # Only rank 0 queues a tensor; the other ranks close their buffers at once, so rank 0's
+        # negotiation fails (its peers left the buffer's communicator) and the future gets the
+        # error. The group itself stays usable.
+        fb = braid_torch.FusionBuffer(cycle_time_ms=1)
+        if rank == 0:
+            fut = fb.add(torch.ones(5))
+            try:
+                fut.wait()
+            except RuntimeError as e:
+                assert "braid" in str(e), str(e)
+            else:
+                raise AssertionError("the future completed without error")
+            assert fut.done()
+        fb.close()
+        y = torch.ones(2)
+        dist.all_reduce(y)
+        assert_equal(y, torch.full((2,), float(world)), "group after the buffer failed")
+
     checks.run(defaults_from_environment)
     checks.run(mixed_dtypes_ops_sizes)
     checks.run(reduce_op_enums)
@@ -194,6 +213,8 @@ def main():
     checks.run(group_stays_free_and_then_chains)
     checks.run(bad_input)
     checks.run(fusion_hook_state_is_the_cpp_buffer)
+    if world > 1:
+        checks.run(failure_reaches_the_future)
     checks.done()
     dist.destroy_process_group()
 
