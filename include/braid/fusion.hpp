@@ -6,6 +6,7 @@
 #include <braid/comm.hpp>
 #include <chrono>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -72,6 +73,12 @@ class FusionBuffer {
   /// for a null buffer with a non-zero count, an invalid dtype or op.
   FusedWork allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
                       std::function<void()> onDone = {});
+  /// As allreduce(), with a callback that runs on the buffer's thread in every case, after the
+  /// result is in place (argument nullptr) or once the tensor's allreduce failed (argument: the
+  /// error), before the FusedWork completes. An exception it throws on success fails the
+  /// FusedWork; on failure it is ignored. (The PyTorch binding completes its futures with it.)
+  FusedWork allreduceNotify(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                            std::function<void(std::exception_ptr)> onComplete);
   /// Sends everything queued now, without waiting for the threshold or the cycle time.
   void flush();
   /// flush() and waits until every tensor queued so far completed; rethrows the first failure.
@@ -89,6 +96,8 @@ class FusionBuffer {
   struct Impl;
 
  private:
+  FusedWork enqueue(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                    std::shared_ptr<detail::FusedState> state);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import _C
 
 __all__ = ["ProcessGroupBraid", "BACKEND_NAME", "braid_version", "listen_address_for",
-           "backend_of"]
+           "backend_of", "FusionBuffer"]
 
 BACKEND_NAME = "braid"
 ProcessGroupBraid = _C.ProcessGroupBraid
@@ -104,6 +104,83 @@ def backend_of(group=None):
         if isinstance(backend, ProcessGroupBraid):
             return backend
     raise ValueError(f"{pg!r} is not served by the braid backend")
+
+
+_OP_NAMES = {"sum": "sum", "avg": "avg", "product": "prod", "prod": "prod", "min": "min",
+             "max": "max"}
+
+
+def _op_name(op):
+    if isinstance(op, str):
+        name = _OP_NAMES.get(op.lower())
+        if name is None:
+            raise ValueError(f"unknown reduce op {op!r} (sum, avg, prod, min, max)")
+        return name
+    for name, value in (("sum", dist.ReduceOp.SUM), ("avg", getattr(dist.ReduceOp, "AVG", None)),
+                        ("prod", dist.ReduceOp.PRODUCT), ("min", dist.ReduceOp.MIN),
+                        ("max", dist.ReduceOp.MAX)):
+        if value is not None and op == value:
+            return name
+    raise ValueError(f"braid's FusionBuffer does not support {op!r} (SUM, AVG, PRODUCT, MIN, MAX)")
+
+
+class FusionBuffer:
+    """braid's C++ fusion buffer (braid::train::FusionBuffer) over a braid process group: many
+    small in-place all-reduces packed into few (docs/training.md).
+
+    Collective: every rank of the group constructs it at the same point (it splits off a braid
+    communicator of its own, so the group stays free for other collectives). Every rank must
+    then add() the same tensors (numel, dtype, op) in the same order. A thread of the buffer
+    sends what is queued once ``threshold_bytes`` are queued, once the oldest tensor waited
+    ``cycle_time_ms``, or on flush()/synchronize(); tensors of equal (dtype, op) are packed into
+    all-reduces of at most ``threshold_bytes`` (a larger tensor goes alone).
+
+    threshold_bytes / cycle_time_ms: default BRAID_FUSION_THRESHOLD (64M) / BRAID_CYCLE_TIME
+    (1 ms), as read when the process group was created (docs/env.md).
+    """
+
+    def __init__(self, process_group=None, threshold_bytes=None, cycle_time_ms=None):
+        self._impl = _C.FusionBuffer(backend_of(process_group),
+                                     None if threshold_bytes is None else int(threshold_bytes),
+                                     None if cycle_time_ms is None else float(cycle_time_ms))
+
+    def add(self, tensor, op=dist.ReduceOp.SUM):
+        """Queues an in-place all-reduce of a CPU tensor (any dtype braid reduces; contiguous or
+        not). Returns a torch Future completed with `tensor` once its result is in place, or
+        with the error. Leave the tensor alone until then."""
+        return self._impl.add(tensor, _op_name(op))
+
+    def flush(self):
+        """Sends what is queued now (does not wait)."""
+        self._impl.flush()
+
+    def synchronize(self):
+        """flush() and wait for every tensor added so far; raises the first failure."""
+        self._impl.synchronize()
+
+    def close(self):
+        """Sends and waits for what is queued, then stops the buffer (also on garbage
+        collection). Idempotent."""
+        self._impl.close()
+
+    def stats(self):
+        """{"tensors", "allreduces", "rounds", "bytes"}: completed tensors, data all-reduces
+        issued, negotiation rounds, bytes all-reduced."""
+        return self._impl.stats()
+
+    @property
+    def threshold_bytes(self):
+        return self._impl.threshold_bytes
+
+    @property
+    def cycle_time_ms(self):
+        return self._impl.cycle_time_ms
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def _register():

@@ -32,13 +32,16 @@ Usage::
     state.wire_bytes, state.dense_wire_bytes     # totals so far, bytes each rank sent
 
     from braid_torch.training import FusionState, fusion_hook
-    ddp.register_comm_hook(FusionState(), fusion_hook)
-"""
+    ddp.register_comm_hook(FusionState(), fusion_hook)   # braid groups only
 
-import os
+The fusion hook has no Python implementation of its own: FusionState holds a
+``braid_torch.FusionBuffer``, i.e. the C++ ``braid::train::FusionBuffer`` over the braid group.
+"""
 
 import torch
 import torch.distributed as dist
+
+from . import FusionBuffer
 
 __all__ = ["CompressionState", "compression_hook", "FusionState", "fusion_hook",
            "sample_indices", "parse_size", "dense_wire_bytes"]
@@ -317,51 +320,42 @@ def compression_hook(state, bucket):
 
 
 class FusionState:
-    """State of fusion_hook: buckets are queued and sent as one allreduce per dtype once
-    `threshold` bytes are queued or the last bucket of the backward pass arrives.
+    """State of fusion_hook: a braid_torch.FusionBuffer (the C++ fusion buffer) that DDP's
+    buckets go through, averaged, packed into few all-reduces.
 
-    threshold: bytes; default BRAID_FUSION_THRESHOLD (docs/env.md), else 64M.
+    The buffer sends what is queued once ``threshold`` bytes are queued, once the oldest bucket
+    waited ``cycle_time_ms`` (so buckets go out while the backward pass goes on), and at the
+    last bucket of each step. threshold / cycle_time_ms default to BRAID_FUSION_THRESHOLD (64M)
+    and BRAID_CYCLE_TIME (1 ms) (docs/env.md). Collective: construct it on every rank of the
+    group (a braid group) at the same point, e.g. right after the DDP module.
     """
 
-    def __init__(self, process_group=None, threshold=None):
-        if threshold is None:
-            threshold = parse_size(os.environ.get("BRAID_FUSION_THRESHOLD", "64M"))
+    def __init__(self, process_group=None, threshold=None, cycle_time_ms=None):
         self.group = process_group
-        self.threshold = max(1, int(threshold))
-        self.queue = []  # (tensor, future)
-        self.queued_bytes = 0
-        self.allreduces = 0
+        self.buffer = FusionBuffer(process_group, threshold_bytes=threshold,
+                                   cycle_time_ms=cycle_time_ms)
         self.buckets = 0
 
-    def add(self, tensor, last):
-        fut = torch.futures.Future()
-        self.queue.append((tensor, fut))
-        self.queued_bytes += tensor.numel() * tensor.element_size()
-        self.buckets += 1
-        if last or self.queued_bytes >= self.threshold:
-            self.flush()
-        return fut
+    @property
+    def threshold(self):
+        return self.buffer.threshold_bytes
 
-    def flush(self):
-        """One allreduce per dtype over everything queued (in queue order), averaged."""
-        queue, self.queue, self.queued_bytes = self.queue, [], 0
-        world = dist.get_world_size(self.group)
-        by_dtype = {}
-        for t, fut in queue:
-            by_dtype.setdefault(t.dtype, []).append((t, fut))
-        for entries in by_dtype.values():
-            flat = torch.cat([t.reshape(-1) for t, _ in entries])
-            dist.all_reduce(flat, group=self.group)
-            self.allreduces += 1
-            flat.div_(world)
-            offset = 0
-            for t, fut in entries:
-                # A tensor of its own: DDP takes views of the result by absolute storage
-                # offset (as_strided), so a slice of `flat` would be read at the wrong place.
-                fut.set_result(flat[offset:offset + t.numel()].clone().view_as(t))
-                offset += t.numel()
+    @property
+    def allreduces(self):
+        """Data all-reduces the buffer issued so far (for all buckets together)."""
+        return self.buffer.stats()["allreduces"]
+
+
+def _value(fut):
+    return fut.value()
 
 
 def fusion_hook(state, bucket):
-    """DDP comm hook: buckets are packed into few allreduces (FusionState)."""
-    return state.add(bucket.buffer().detach(), bucket.is_last())
+    """DDP comm hook: buckets are averaged in place through the C++ fusion buffer
+    (FusionState); the last bucket of the step flushes it."""
+    fut = state.buffer.add(bucket.buffer().detach(), "avg")
+    state.buckets += 1
+    if bucket.is_last():
+        state.buffer.flush()
+    # DDP wants a Python value in the future: then() converts it (on the buffer's thread).
+    return fut.then(_value)

@@ -1,6 +1,7 @@
 // braid_torch._C: the Python face of the backend. braid_torch/__init__.py registers
 // ProcessGroupBraid's constructor as the creator of torch.distributed backend "braid".
 #include "process_group.hpp"
+#include "fusion.hpp"
 
 #include <braid/comm.hpp>
 #include <braid/types.hpp>
@@ -68,4 +69,6 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("collective"), py::arg("bytes"),
           "the algorithm braid picks for this collective and message size");
+
+  braid_torch::bindFusion(m);
 }

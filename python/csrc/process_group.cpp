@@ -123,6 +123,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   return work;
 }
 
+void ProcessGroupBraid::runInOrder(const char* title, std::function<void(braid::Comm&)> fn) {
+  auto comm = comm_;
+  auto work =
+      enqueue(c10d::OpType::UNKNOWN, title, {}, {}, [comm, fn = std::move(fn)] { fn(*comm); });
+  work->wait();
+}
+
 // ---------------------------------------------------------------- reductions
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tensor>& tensors,

@@ -14,6 +14,7 @@
 
 #include <braid/comm.hpp>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -89,6 +90,11 @@ class ProcessGroupBraid : public BackendBase {
   /// The braid communicator of the collectives (for introspection from Python).
   braid::Comm& comm() { return *comm_; }
   const BackendConfig& config() const { return config_; }
+
+  /// Runs fn(comm()) on the group's queue as one of its collectives (in issue order, behind
+  /// those queued before) and waits for it; rethrows its error. For collective set-up over the
+  /// communicator outside torch's API (braid_torch.FusionBuffer splits off its own).
+  void runInOrder(const char* title, std::function<void(braid::Comm&)> fn);
 
  private:
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,

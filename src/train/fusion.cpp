@@ -29,6 +29,7 @@ struct FusedState {
   bool done = false;
   std::exception_ptr error;
   std::function<void()> onDone;
+  std::function<void(std::exception_ptr)> onComplete;
 
   void complete(std::exception_ptr e) {
     {
@@ -152,6 +153,13 @@ struct FusionBuffer::Impl {
         err = std::current_exception();
       }
     }
+    if (e.state->onComplete) {
+      try {
+        e.state->onComplete(err);
+      } catch (...) {
+        if (!err) err = std::current_exception();
+      }
+    }
     e.state->complete(err);
     std::lock_guard<std::mutex> lk(mu);
     ++completed;
@@ -261,6 +269,20 @@ FusionBuffer::~FusionBuffer() = default;
 
 FusedWork FusionBuffer::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
                                   std::function<void()> onDone) {
+  auto state = std::make_shared<detail::FusedState>();
+  state->onDone = std::move(onDone);
+  return enqueue(data, count, dtype, op, std::move(state));
+}
+
+FusedWork FusionBuffer::allreduceNotify(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                        std::function<void(std::exception_ptr)> onComplete) {
+  auto state = std::make_shared<detail::FusedState>();
+  state->onComplete = std::move(onComplete);
+  return enqueue(data, count, dtype, op, std::move(state));
+}
+
+FusedWork FusionBuffer::enqueue(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                std::shared_ptr<detail::FusedState> state) {
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::InvalidArgument,
                  "fusion buffer allreduce on rank " + std::to_string(impl_->rank) + ": " + what);
@@ -268,8 +290,6 @@ FusedWork FusionBuffer::allreduce(void* data, std::size_t count, DataType dtype,
   if (!isValid(dtype)) throw bad("invalid dtype");
   if (!isValid(op)) throw bad("invalid op");
   if (count > 0 && data == nullptr) throw bad("data is null with count " + std::to_string(count));
-  auto state = std::make_shared<detail::FusedState>();
-  state->onDone = std::move(onDone);
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     if (impl_->failed) std::rethrow_exception(impl_->failed);

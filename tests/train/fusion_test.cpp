@@ -223,6 +223,62 @@ TEST(FusionBufferTest, BadInputNamesRank) {
   });
 }
 
+TEST(FusionBufferTest, NotifyCallbackSeesResultsInPlace) {
+  // allreduceNotify's callback (the PyTorch binding completes its futures with it) runs once per
+  // tensor, with nullptr, after that tensor's result is in its buffer and before its FusedWork.
+  runThreads(3, testOptions(), [](Comm& c) {
+    constexpr int kTensors = 40;
+    std::vector<std::vector<double>> bufs(kTensors);
+    std::vector<int> seen(kTensors, 0);  // 1: callback saw the right sums; -1: wrong
+    std::atomic<int> calls{0};
+    std::vector<FusedWork> works;
+    FusionBuffer fb(c, FusionOptions{1000, std::chrono::milliseconds(1)});
+    for (int t = 0; t < kTensors; ++t) {
+      bufs[t].assign(static_cast<std::size_t>(t * 3 + 1), 0.0);
+      for (std::size_t i = 0; i < bufs[t].size(); ++i) bufs[t][i] = term(t, i, c.rank());
+      works.push_back(fb.allreduceNotify(bufs[t].data(), bufs[t].size(), DataType::Float64,
+                                         ReduceOp::Sum, [&, t](std::exception_ptr e) {
+                                           ++calls;
+                                           bool ok = e == nullptr;
+                                           for (std::size_t i = 0; ok && i < bufs[t].size(); ++i) {
+                                             double want = 0;
+                                             for (int r = 0; r < c.size(); ++r)
+                                               want += term(t, i, r);
+                                             ok = bufs[t][i] == want;
+                                           }
+                                           seen[t] = ok ? 1 : -1;
+                                         }));
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      ASSERT_TRUE(works[t].wait(std::chrono::milliseconds(120000))) << t;
+      EXPECT_EQ(seen[t], 1) << "tensor " << t;  // set before the FusedWork completed
+    }
+    fb.synchronize();
+    EXPECT_EQ(calls.load(), kTensors);
+  });
+}
+
+TEST(FusionBufferTest, NotifyCallbackGetsTheError) {
+  // Rank 1 never queues anything, so rank 0's negotiation cannot complete: it fails (the
+  // operation timeout, or the peer's buffer closing), and the callback receives that error.
+  Options o = testOptions();
+  o.execTimeout = std::chrono::milliseconds(1500);
+  runThreads(2, o, [](Comm& c) {
+    std::atomic<int> errors{0}, successes{0};
+    {
+      FusionBuffer fb(c, FusionOptions{1 << 20, std::chrono::milliseconds(1)});
+      if (c.rank() == 0) {
+        float v = 1;
+        FusedWork w = fb.allreduceNotify(&v, 1, DataType::Float32, ReduceOp::Sum,
+                                         [&](std::exception_ptr e) { ++(e ? errors : successes); });
+        EXPECT_THROW(w.wait(), Error);
+      }
+    }
+    EXPECT_EQ(successes.load(), 0);
+    EXPECT_EQ(errors.load(), c.rank() == 0 ? 1 : 0);
+  });
+}
+
 TEST(FusionBufferTest, EnvironmentSetsThresholdAndCycleTime) {
   ::setenv("BRAID_FUSION_THRESHOLD", "2M", 1);
   ::setenv("BRAID_CYCLE_TIME", "2.5", 1);

@@ -98,7 +98,11 @@ def main():
                                  nn.ReLU(), nn.Linear(512, CLASSES))
         steps = 10
         plain = DDP(wide(), bucket_cap_mb=0.25)
-        state = FusionState(threshold=8 << 20)
+        # The C++ fusion buffer; cycle time 60 s: only the threshold and the step's last bucket
+        # send, so every step's buckets go out together (with the default 1 ms, buckets also
+        # go out while the backward pass goes on, and how many share an all-reduce depends on
+        # timing).
+        state = FusionState(threshold=8 << 20, cycle_time_ms=60000)
         fused = DDP(wide(), bucket_cap_mb=0.25)
         fused.register_comm_hook(state, fusion_hook)
         t0 = time.monotonic()
