@@ -59,6 +59,9 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
     {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
     {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
+    {"BRAID_TUNE", "0",
+     "1: measure the cost model (latency, bandwidth per link class, reduction speed) at creation"},
+    {"BRAID_TUNE_FILE", "", "FILE: cost-model parameters and 'algo = RULES' lines (docs/plan.md)"},
 };
 
 const char* get(const char* name) {
@@ -190,6 +193,12 @@ Options Options::fromEnv() {
   if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
   if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
   o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
+  if (const char* v = get("BRAID_TUNE")) {
+    std::string_view s(v);
+    if (s != "0" && s != "1") throw badValue("BRAID_TUNE", v, "0 or 1");
+    o.tune = s == "1";
+  }
+  if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
   return o;
 }
 
