@@ -554,9 +554,10 @@ std::vector<Prediction> CostModel::candidates(Collective coll, std::size_t bytes
 }
 
 std::optional<std::string> CostModel::choose(Collective coll, std::size_t bytes) const {
+  static_assert(static_cast<int>(Collective::Recv) + 1 == kCollectives);
+  if (static_cast<int>(coll) >= kCollectives) return std::nullopt;
   const int cls = sizeClass(bytes);
   const auto slot = static_cast<std::size_t>(static_cast<int>(coll) * kClasses + cls);
-  if (static_cast<int>(coll) >= kCollectives) return std::nullopt;
   const std::int16_t cached = choice_[slot].load(std::memory_order_relaxed);
   if (cached > 0) return std::string(algo::registry()[static_cast<std::size_t>(cached - 1)].name);
   if (cached < 0) return std::nullopt;
