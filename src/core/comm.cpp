@@ -359,6 +359,14 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
                      ", kernels " + kernels::selectedIsa());
     impl->log(2, core::describeTopology(impl->topo, rank));
+    if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
+      // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).
+      std::string lines = impl->model->params().format();
+      lines = lines.substr(lines.find('\n') + 1);
+      for (auto nl = lines.find('\n'); nl != std::string::npos; nl = lines.find('\n', nl))
+        lines.replace(nl, 1, nl + 1 == lines.size() ? "" : "; ");
+      impl->log(2, "BRAID_TUNE measured: " + lines);
+    }
     impl->log(2, "cost model: " + impl->model->params().summary() +
                      (impl->model->decides() ? ", selects algorithms"
                                              : ", predictions only (one host, fixed policy)"));

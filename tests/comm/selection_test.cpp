@@ -68,6 +68,10 @@ TEST(Selection, CalibrationAgreesOnEveryThreadRank) {
        at = log.find("(calibrated), selects algorithms", at + 1))
     ++calibrated;
   EXPECT_EQ(calibrated, 4u) << log;
+  // Rank 0 logs the measurement in tuning-file syntax.
+  const auto at = log.find("BRAID_TUNE measured: shm.latency_us = ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_NE(log.find("; net.bandwidth_GBps = ", at), std::string::npos) << log;
 }
 
 TEST(Selection, CalibrationAgreesOnEveryProcessRank) {

@@ -95,8 +95,9 @@ struct Layout {
   int nodes, perNode;
   bool cyclic;
 };
-constexpr Layout kLayouts[] = {{1, 4, false}, {2, 2, false}, {2, 4, false}, {4, 1, false},
-                               {3, 2, true},  {5, 1, false}, {8, 8, false}, {7, 3, false}};
+constexpr Layout kLayouts[] = {{1, 4, false}, {2, 2, false}, {2, 4, false},
+                               {4, 1, false}, {3, 2, true},  {5, 1, false},
+                               {8, 8, false}, {7, 3, false}, {64, 8, false}};
 constexpr Collective kModelled[] = {Collective::Allreduce,     Collective::Allgather,
                                     Collective::ReduceScatter, Collective::Broadcast,
                                     Collective::Reduce,        Collective::Alltoall};
