@@ -54,11 +54,12 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
-// Shortest text that parses back to exactly v.
+// Six significant digits: readable, and exact enough (every rank parses the same text, so
+// they agree bitwise whatever the precision).
 std::string exact(double v) {
   char buf[64];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, p);
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
 }
 
 // "8 B", "1 KiB", "1200 B", "1.50 MiB": exact multiples without decimals, exact bytes below

@@ -45,7 +45,8 @@ struct CostParams {
   /// Where they came from: "defaults", "calibrated", "file PATH", "command line".
   std::string origin = "defaults";
 
-  /// The tuning-file text of these parameters (parseCostParams reads it back exactly).
+  /// The tuning-file text of these parameters, six significant digits (parseCostParams reads
+  /// it back).
   std::string format() const;
   /// "shm 2.0 us 8.00 GB/s, net 25.0 us 1.25 GB/s, reduce 8.00 GB/s (defaults)".
   std::string summary() const;
