@@ -592,8 +592,8 @@ std::vector<std::string> explainSelection(const std::vector<Rule>& rules, const 
   const int cls = CostModel::sizeClass(in.bytes);
   std::string head = std::string(toString(in.coll)) + " " + bytesText(in.bytes) + " (size class " +
                      (cls == 0 ? std::string("<= 1 B")
-                               : bytesText(CostModel::classBytes(cls - 1) + 1) + " .. " +
-                                     bytesText(CostModel::classBytes(cls))) +
+                               : bytesText(CostModel::classBytes(cls - 1)) +
+                                     " < size <= " + bytesText(CostModel::classBytes(cls))) +
                      ")";
   std::vector<Prediction> cands;
   if (in.model != nullptr) {
@@ -624,6 +624,9 @@ std::vector<std::string> explainSelection(const std::vector<Rule>& rules, const 
       why = "one host with shared memory: fixed shared-memory policy";
     else if (in.model != nullptr && in.model->decides() && !cands.empty())
       why = "cost model: fastest predicted";
+    else if (in.model != nullptr && in.model->decides())
+      why = std::string("fixed policy (nothing for the model to choose between for ") +
+            toString(in.coll) + ")";
     else
       why = "fixed policy (one host, default parameters; BRAID_SMALL_MSG_SIZE threshold)";
   }

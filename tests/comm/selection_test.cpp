@@ -107,8 +107,9 @@ TEST(Selection, InfoLogExplainsEachSizeClassOnce) {
     for (auto at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
     return n;
   };
-  EXPECT_EQ(count("allreduce 8 B (size class 5 B .. 8 B), 2 node(s) x 2 rank(s)"), 4u) << log;
-  EXPECT_EQ(count("allreduce 1200 B (size class 1025 B .. 2 KiB)"), 4u) << log;
+  EXPECT_EQ(count("allreduce 8 B (size class 4 B < size <= 8 B), 2 node(s) x 2 rank(s)"), 4u)
+      << log;
+  EXPECT_EQ(count("allreduce 1200 B (size class 1 KiB < size <= 2 KiB)"), 4u) << log;
   for (const char* a :
        {"ring", "recursive_doubling", "halving_doubling", "double_binary_tree", "hierarchical"})
     EXPECT_EQ(count(std::string("candidate ") + a + " "), 8u) << a << "\n" << log;
