@@ -82,6 +82,33 @@ TEST(CostModel, RecursiveDoublingAndBruckByHand) {
               3 * (10e-6 + 8 * 1e-9 + 8 * 0.5e-9), 1e-15);
 }
 
+TEST(CostModel, PairwiseAndHierarchicalPhasesByHand) {
+  // 2 hosts x 2 ranks, blocked, blocks of b = 1000 bytes (S = 4000).
+  const auto topo = uniformTopology(2, 2);
+  const CostModel m(handParams(), topo, 4, 1 << 20);
+  const double b = 1000;
+  // Pairwise step s sends to r+s: s = 1 and 3 cross once per host, s = 2 twice.
+  EXPECT_NEAR(predicted(m, Collective::Alltoall, "pairwise", 4000),
+              (10e-6 + b * 1e-9) + (10e-6 + 2 * b * 1e-9) + (10e-6 + b * 1e-9), 1e-15);
+  // Hierarchical allgather: across hosts among equal local ranks (both local ranks share the
+  // host link), then inside the host with M = 2 blocks each.
+  EXPECT_NEAR(predicted(m, Collective::Allgather, "hierarchical", 4000),
+              (10e-6 + 2 * b * 1e-9) + (1e-6 + 2 * b * 0.1e-9), 1e-15);
+  // Hierarchical reduce_scatter: inside the host (S/2, reduced), then across hosts.
+  EXPECT_NEAR(predicted(m, Collective::ReduceScatter, "hierarchical", 4000),
+              (1e-6 + 2 * b * 0.1e-9 + 2 * b * 0.5e-9) + (10e-6 + 2 * b * 1e-9 + b * 0.5e-9),
+              1e-15);
+  // Hierarchical broadcast of 4000 B (one chunk): binomial over 2 hosts, then over 2 ranks.
+  EXPECT_NEAR(predicted(m, Collective::Broadcast, "hierarchical", 4000),
+              (10e-6 + 4000 * 1e-9) + (1e-6 + 4000 * 0.1e-9), 1e-15);
+  // Binomial broadcast from rank 0: children 1 (shm) and 2 (net), one chunk, 2 levels.
+  EXPECT_NEAR(predicted(m, Collective::Broadcast, "binomial_tree", 4000),
+              2 * 10e-6 + 4000 * 0.1e-9 + 4000 * 1e-9, 1e-15);
+  // Reduce adds the reduction of each child's chunk.
+  EXPECT_NEAR(predicted(m, Collective::Reduce, "binomial_tree", 4000),
+              2 * 10e-6 + 4000 * (0.1e-9 + 0.5e-9) + 4000 * (1e-9 + 0.5e-9), 1e-15);
+}
+
 TEST(CostModel, OneRankCostsNothingAndUnknownAlgorithmsHaveNoFormula) {
   const auto topo = uniformTopology(1, 1);
   const CostModel m(handParams(), topo, 1, 1 << 20);
