@@ -11,10 +11,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Bandwidth is the slope between two large sizes, so constant costs (and a shaper's burst
+// allowance, e.g. tc tbf's, which lets the first ~256 KiB through at line rate) cancel out.
 constexpr std::size_t kSmall = 8;
-constexpr std::size_t kLarge = 256 * 1024;
+constexpr std::size_t kMedium = 256 * 1024;
+constexpr std::size_t kLarge = 1024 * 1024;
 constexpr int kSmallTrips = 10;  // after 2 warm-up trips
-constexpr int kLargeTrips = 4;   // after 1 warm-up trip
+constexpr int kLargeTrips = 3;   // after 1 warm-up trip, for each large size
 constexpr int kWarmSmall = 2;
 constexpr int kWarmLarge = 1;
 
@@ -45,11 +48,11 @@ double pingPong(transport::Transport& tr, int peer, bool initiator, std::vector<
 }
 
 /// alpha, beta of one link from the initiator's best round trips.
-tuning::LinkCost fit(double smallTrip, double largeTrip) {
+tuning::LinkCost fit(double smallTrip, double mediumTrip, double largeTrip) {
   tuning::LinkCost l;
   l.alpha = smallTrip / 2;
-  const double perByte = (largeTrip / 2 - l.alpha) / static_cast<double>(kLarge - kSmall);
-  // A large trip no slower than a small one (clock resolution, noise): 100 GB/s as a floor.
+  const double perByte = (largeTrip - mediumTrip) / 2 / static_cast<double>(kLarge - kMedium);
+  // A large trip no slower than a medium one (clock resolution, noise): 100 GB/s as a floor.
   l.beta = std::max(perByte, 1e-11);
   return l;
 }
@@ -80,9 +83,11 @@ tuning::CostParams calibrate(transport::Transport& tr, Store& commStore,
       if (peer < 0) continue;
       const double small =
           pingPong(tr, peer, true, buf, kSmall, kWarmSmall, kSmallTrips, tag, deadline);
+      const double medium =
+          pingPong(tr, peer, true, buf, kMedium, kWarmLarge, kLargeTrips, tag, deadline);
       const double large =
           pingPong(tr, peer, true, buf, kLarge, kWarmLarge, kLargeTrips, tag, deadline);
-      (peer == shmPeer ? p.shm : p.net) = fit(small, large);
+      (peer == shmPeer ? p.shm : p.net) = fit(small, medium, large);
     }
     // The active kernel reducing 1 MiB of float32 into 1 MiB, best of 3.
     std::vector<float> dst(256 * 1024, 1.0f), src(256 * 1024, 2.0f);
@@ -98,6 +103,7 @@ tuning::CostParams calibrate(transport::Transport& tr, Store& commStore,
     commStore.set(key, std::vector<std::uint8_t>(text.begin(), text.end()));
   } else if (rank == shmPeer || rank == netPeer) {
     pingPong(tr, 0, false, buf, kSmall, kWarmSmall, kSmallTrips, tag, deadline);
+    pingPong(tr, 0, false, buf, kMedium, kWarmLarge, kLargeTrips, tag, deadline);
     pingPong(tr, 0, false, buf, kLarge, kWarmLarge, kLargeTrips, tag, deadline);
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
