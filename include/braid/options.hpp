@@ -125,6 +125,16 @@ struct Options {
   /// (BRAID_PORT_RANGE=LO-HI).
   std::uint16_t portRangeLow = 0;
   std::uint16_t portRangeHigh = 0;
+  // ---- algorithm selection (docs/plan.md) ----
+  /// Measure the cost model's parameters when a communicator is created (BRAID_TUNE=1): a
+  /// ping-pong per link class between a couple of rank pairs and the active reduction kernel's
+  /// speed, bounded to well under a second; rank 0's measurement is shared through the store so
+  /// every rank selects alike. Sub-communicators inherit their parent's parameters.
+  bool tune = false;
+  /// A tuning file (BRAID_TUNE_FILE): cost-model parameters and BRAID_ALGO-grammar rules
+  /// (`algo = ...` lines, applied after BRAID_ALGO's). With tune also set, the measurement wins
+  /// for the parameters, the file's rules still apply.
+  std::string tuneFile;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

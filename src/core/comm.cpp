@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "core/calibrate.hpp"
 #include "core/comm_impl.hpp"
 #include "core/tag.hpp"
 #include "core/topology_setup.hpp"
@@ -46,6 +47,16 @@ void Comm::Impl::log(int level, const std::string& msg) const {
                msg.c_str());
 }
 
+tuning::SelectionInputs Comm::Impl::selectionInputs(Collective c, std::size_t bytes) const {
+  return {c,
+          bytes,
+          size,
+          opts.smallMessageBytes,
+          transport->sharedGroup() != nullptr,
+          opts.deterministic,
+          model.get()};
+}
+
 void Comm::Impl::execute(Op& op) {
   try {
     run(op);
@@ -81,18 +92,19 @@ void Comm::Impl::run(Op& op) {
 
   // Selection is a pure function of (collective, bytes) for this communicator: the last
   // choice per collective is reused when the size repeats (a training loop's common case),
-  // which keeps the rule scan and the name lookup off the small-message path.
+  // which keeps the rule scan, the cost model and the name lookup off the small-message path.
   SelectionMemo& memo = selectionMemo[static_cast<std::size_t>(c)];
   const algo::AlgoInfo* algorithm = memo.algorithm;
   if (algorithm == nullptr || memo.bytes != op.bytes) {
     std::string name;
     try {
-      name =
-          tuning::selectAlgorithm(rules, {c, op.bytes, size, opts.smallMessageBytes,
-                                          transport->sharedGroup() != nullptr, opts.deterministic});
+      name = tuning::selectAlgorithm(rules, selectionInputs(c, op.bytes));
     } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent
       throw Error(e.code(), where(c) + ": " + e.detail());
     }
+    if (opts.logLevel >= 2 && model != nullptr && model->firstUse(c, op.bytes))
+      for (const auto& line : tuning::explainSelection(rules, selectionInputs(c, op.bytes), name))
+        log(2, line);
     algorithm = algo::findAlgorithm(c, name);
     if (algorithm == nullptr)
       throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
@@ -276,7 +288,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::shared_ptr<TcpStoreServer> server, int rank, int size,
                                      std::string id, const Options& opts,
                                      const topology::Topology* parentTopology = nullptr,
-                                     std::span<const int> members = {}) {
+                                     std::span<const int> members = {},
+                                     const tuning::CostParams* parentParams = nullptr) {
   auto impl = std::make_unique<Comm::Impl>();
   impl->rank = rank;
   impl->size = size;
@@ -286,6 +299,15 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->origin = core::Clock::now();
   impl->rules = tuning::parseRules(opts.algo, "BRAID_ALGO");
   if (opts.deterministic) tuning::checkDeterministicRules(impl->rules, "BRAID_ALGO");
+  // The tuning file: parameters, and rules applied after BRAID_ALGO's.
+  tuning::CostParams costParams;
+  if (!opts.tuneFile.empty()) {
+    std::vector<tuning::Rule> fileRules;
+    costParams = tuning::loadCostParams(opts.tuneFile, "BRAID_TUNE_FILE", &fileRules);
+    if (opts.deterministic)
+      tuning::checkDeterministicRules(fileRules, "BRAID_TUNE_FILE=" + opts.tuneFile);
+    impl->rules.insert(impl->rules.end(), fileRules.begin(), fileRules.end());
+  }
   if (opts.chunkBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
   if (opts.bufferBytes < 64)
@@ -340,6 +362,17 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->startDiagnosis();
   impl->scratch.resize(opts.bufferBytes);
   impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
+  if (parentParams != nullptr) {
+    costParams = *parentParams;  // measured or loaded once, for the world communicator
+  } else if (opts.tune && size > 1) {
+    costParams = core::calibrate(
+        *impl->transport, *impl->commStore, impl->topo, rank, size, costParams,
+        core::collectiveTag(Collective::Barrier, DataType::Uint8, ReduceOp::Sum, 0,
+                            core::kTagSeqMask, 0x74756e65 /* "tune" */, impl->commHash),
+        opts.connectTimeout);
+  }
+  impl->model = std::make_unique<tuning::CostModel>(
+      std::move(costParams), impl->topo, size, std::min(opts.chunkBytes, opts.bufferBytes / 2));
   if (opts.logLevel >= 2) {
     std::string paths;
     for (int p = 0; p < size; ++p)
@@ -349,6 +382,17 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
                      ", kernels " + kernels::selectedIsa());
     impl->log(2, core::describeTopology(impl->topo, rank));
+    if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
+      // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).
+      std::string lines = impl->model->params().format();
+      lines = lines.substr(lines.find('\n') + 1);
+      for (auto nl = lines.find('\n'); nl != std::string::npos; nl = lines.find('\n', nl))
+        lines.replace(nl, 1, nl + 1 == lines.size() ? "" : "; ");
+      impl->log(2, "BRAID_TUNE measured: " + lines);
+    }
+    impl->log(2, "cost model: " + impl->model->params().summary() +
+                     (impl->model->decides() ? ", selects algorithms"
+                                             : ", predictions only (one host, fixed policy)"));
   }
   return impl;
 }
@@ -456,9 +500,7 @@ std::string Comm::describePeer(int peer) const {
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
-  return tuning::selectAlgorithm(
-      impl_->rules, {c, bytes, impl_->size, impl_->opts.smallMessageBytes,
-                     impl_->transport->sharedGroup() != nullptr, impl_->opts.deterministic});
+  return tuning::selectAlgorithm(impl_->rules, impl_->selectionInputs(c, bytes));
 }
 
 // ---------------------------------------------------------------- sub-communicators
@@ -485,9 +527,9 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), impl_->rank) - members.begin());
   std::string id = impl_->id + "/s" + std::to_string(seq) + "c" + std::to_string(color);
-  return std::unique_ptr<Comm>(
-      new Comm(makeImpl(impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()),
-                        std::move(id), impl_->opts, &impl_->topo, members)));
+  return std::unique_ptr<Comm>(new Comm(
+      makeImpl(impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()),
+               std::move(id), impl_->opts, &impl_->topo, members, &impl_->model->params())));
 }
 
 std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {

@@ -21,6 +21,7 @@
 #include "core/work.hpp"
 #include "topology/topology.hpp"
 #include "transport/transport.hpp"
+#include "tuning/cost_model.hpp"
 #include "tuning/rules.hpp"
 
 namespace braid {
@@ -56,6 +57,7 @@ struct Comm::Impl {
   std::unique_ptr<transport::Transport> transport;
   std::vector<std::uint8_t> scratch;  // allocated once, Options::bufferBytes
   topology::Topology topo;            // given to every algorithm (algo::Context::topo)
+  std::unique_ptr<tuning::CostModel> model;  // selection where it decides (docs/plan.md)
 
   // Ordering: operations run one at a time, in issue order.
   std::mutex queueMu;
@@ -121,6 +123,7 @@ struct Comm::Impl {
   /// Completes inflight requests that are done; with `all`, waits for every one.
   void progressInflight(bool all);
   std::string where(Collective c) const;
+  tuning::SelectionInputs selectionInputs(Collective c, std::size_t bytes) const;
   void log(int level, const std::string& msg) const;
 
   // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.

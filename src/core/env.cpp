@@ -64,6 +64,9 @@ const std::vector<EnvVarDoc> kVariables = {
      "interfaces for the TCP data listener: name prefixes, '^' excludes, '=' exact (NCCL's)"},
     {"BRAID_SOCKET_FAMILY", "", "AF_INET or AF_INET6 (4, 6, ipv4, ipv6): data listener family"},
     {"BRAID_PORT_RANGE", "", "LO-HI: TCP data listeners bind a port in this range"},
+    {"BRAID_TUNE", "0",
+     "1: measure the cost model (latency, bandwidth per link class, reduction speed) at creation"},
+    {"BRAID_TUNE_FILE", "", "FILE: cost-model parameters and 'algo = RULES' lines (docs/plan.md)"},
 };
 
 const char* get(const char* name) {
@@ -221,6 +224,12 @@ Options Options::fromEnv() {
     o.portRangeLow = static_cast<std::uint16_t>(lo);
     o.portRangeHigh = static_cast<std::uint16_t>(hi);
   }
+  if (const char* v = get("BRAID_TUNE")) {
+    std::string_view s(v);
+    if (s != "0" && s != "1") throw badValue("BRAID_TUNE", v, "0 or 1");
+    o.tune = s == "1";
+  }
+  if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
   return o;
 }
 

@@ -3,6 +3,7 @@
 #include <braid/error.hpp>
 
 #include "algo/algorithm.hpp"
+#include "tuning/cost_model.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -154,6 +155,9 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
       case Collective::ReduceScatterv: return "shm_direct";
       default: break;
     }
+  }
+  if (in.model != nullptr && in.model->decides()) {
+    if (auto choice = in.model->choose(in.coll, in.bytes)) return *choice;
   }
   switch (in.coll) {
     case Collective::Allreduce:

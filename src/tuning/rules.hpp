@@ -16,6 +16,8 @@
 
 namespace braid::tuning {
 
+class CostModel;  // tuning/cost_model.hpp
+
 struct Rule {
   std::optional<Collective> coll;  // nullopt: any collective that has the algorithm
   std::size_t minBytes = 0;
@@ -42,10 +44,15 @@ struct SelectionInputs {
   /// Deterministic mode (Options::deterministic): reductions (allreduce, reduce,
   /// reducescatter, reducescatterv) may run only algorithms registered as rankOrdered.
   bool deterministic = false;
+  /// The communicator's cost model (tuning/cost_model.hpp), or null. Where it decides (several
+  /// hosts, or measured / loaded parameters) and the collective has a choice, it replaces the
+  /// fixed policy below the shared-memory and deterministic ones; rules still come first.
+  const CostModel* model = nullptr;
 };
 
 /// The algorithm to run: the first matching rule, else the default policy: shm_direct where it
-/// exists and sharedMemory is set; otherwise, up to smallMessageBytes, recursive_doubling
+/// exists and sharedMemory is set; otherwise the cost model's choice where `model` decides;
+/// otherwise, up to smallMessageBytes, recursive_doubling
 /// (allreduce), bruck (allgather), halving_doubling (reduce_scatter, N a power of two), and
 /// ring above; binomial_tree (broadcast, reduce), linear (gather, scatter), pairwise
 /// (alltoall), dissemination (barrier). In deterministic mode the default policy picks

@@ -1,0 +1,28 @@
+// BRAID_TUNE=1: the cost model's parameters measured at communicator creation (docs/plan.md).
+#pragma once
+
+#include <braid/store.hpp>
+#include <chrono>
+#include <cstdint>
+
+#include "topology/topology.hpp"
+#include "transport/transport.hpp"
+#include "tuning/cost_model.hpp"
+
+namespace braid::core {
+
+/// Collective over the communicator. Rank 0 ping-pongs 8-byte, 256 KiB and 1 MiB messages with
+/// the first other rank of its host (shared memory) and the first rank of another host
+/// (network), a few round trips each, and times the active reduction kernel on 1 MiB; alpha is
+/// half the best small round trip, beta the slope of the best half round trip between 256 KiB
+/// and 1 MiB (so a shaper's burst allowance cancels out), gamma the best reduction time per
+/// byte. Classes without a peer keep `base`'s values. Rank 0 publishes
+/// the parameters' text under "tune/params" of `commStore`; every rank (rank 0 included)
+/// parses that text, so all hold bitwise the same parameters. Messages carry `tag`, which no
+/// collective uses. Bounded by `timeout` (Error(Timeout) naming the peer or the store key).
+tuning::CostParams calibrate(transport::Transport& tr, Store& commStore,
+                             const topology::Topology& topo, int rank, int size,
+                             const tuning::CostParams& base, std::uint64_t tag,
+                             std::chrono::milliseconds timeout);
+
+}  // namespace braid::core

@@ -1,0 +1,637 @@
+#include "tuning/cost_model.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <braid/error.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "algo/algorithm.hpp"
+#include "algo/patterns/bruck.hpp"
+#include "algo/patterns/double_tree.hpp"
+#include "algo/patterns/doubling.hpp"
+#include "algo/patterns/tree.hpp"
+
+namespace braid::tuning {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::optional<double> parseNumber(std::string_view s) {
+  s = trim(s);
+  if (s.empty()) return std::nullopt;
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+bool endsWithNoCase(std::string_view s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  for (std::size_t i = 0; i < suffix.size(); ++i) {
+    char a = s[s.size() - suffix.size() + i];
+    char b = suffix[i];
+    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
+    if (b >= 'A' && b <= 'Z') b = static_cast<char>(b - 'A' + 'a');
+    if (a != b) return false;
+  }
+  return true;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// Six significant digits: readable, and exact enough (every rank parses the same text, so
+// they agree bitwise whatever the precision).
+std::string exact(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+// "8 B", "1 KiB", "1200 B", "1.50 MiB": exact multiples without decimals, exact bytes below
+// 64 KiB.
+std::string bytesText(std::size_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = static_cast<double>(b);
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  if (v != std::floor(v) && b < (std::size_t{64} << 10)) return std::to_string(b) + " B";
+  return fixed(v, v == std::floor(v) ? 0 : 2) + " " + units[u];
+}
+
+int log2Exact(int p) {
+  return std::countr_zero(static_cast<unsigned>(p));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- parameters
+
+std::optional<double> parseBandwidth(std::string_view s) {
+  s = trim(s);
+  double scale = 1e9;  // GB/s
+  for (auto [suffix, mult] : {std::pair<std::string_view, double>{"gbit", 1e9 / 8},
+                              {"mbit", 1e6 / 8},
+                              {"gb/s", 1e9},
+                              {"gbps", 1e9 / 8},
+                              {"mb/s", 1e6},
+                              {"gb", 1e9},
+                              {"mb", 1e6}}) {
+    if (endsWithNoCase(s, suffix)) {
+      s.remove_suffix(suffix.size());
+      scale = mult;
+      break;
+    }
+  }
+  auto v = parseNumber(s);
+  if (!v || !(*v > 0)) return std::nullopt;
+  return *v * scale;
+}
+
+std::optional<double> parseLatency(std::string_view s) {
+  s = trim(s);
+  double scale = 1e-6;  // us
+  if (endsWithNoCase(s, "us")) {
+    s.remove_suffix(2);
+  } else if (endsWithNoCase(s, "ms")) {
+    s.remove_suffix(2);
+    scale = 1e-3;
+  } else if (endsWithNoCase(s, "ns")) {
+    s.remove_suffix(2);
+    scale = 1e-9;
+  }
+  auto v = parseNumber(s);
+  if (!v || !(*v >= 0)) return std::nullopt;
+  return *v * scale;
+}
+
+std::string CostParams::format() const {
+  std::string s = "# braid cost-model parameters (" + origin + "); BRAID_TUNE_FILE format\n";
+  s += "shm.latency_us = " + exact(shm.alpha * 1e6) + "\n";
+  s += "shm.bandwidth_GBps = " + exact(1.0 / shm.beta / 1e9) + "\n";
+  s += "net.latency_us = " + exact(net.alpha * 1e6) + "\n";
+  s += "net.bandwidth_GBps = " + exact(1.0 / net.beta / 1e9) + "\n";
+  s += "reduce.bandwidth_GBps = " + exact(1.0 / gamma / 1e9) + "\n";
+  return s;
+}
+
+std::string CostParams::summary() const {
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return std::string(buf);
+  };
+  return "shm " + g(shm.alpha * 1e6) + " us " + g(1.0 / shm.beta / 1e9) + " GB/s, net " +
+         g(net.alpha * 1e6) + " us " + g(1.0 / net.beta / 1e9) + " GB/s, reduce " +
+         g(1.0 / gamma / 1e9) + " GB/s (" + origin + ")";
+}
+
+CostParams parseCostParams(std::string_view text, std::string_view source,
+                           std::vector<Rule>* rules) {
+  CostParams p;
+  p.origin = std::string(source);
+  int lineNo = 0;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    ++lineNo;
+    const std::string where = std::string(source) + ":" + std::to_string(lineNo);
+    if (const auto hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    auto bad = [&](const std::string& why) {
+      return Error(ErrorCode::InvalidArgument, where + ": '" + std::string(line) + "' " + why);
+    };
+    if (eq == std::string_view::npos) throw bad("is not 'key = value'");
+    const std::string_view key = trim(line.substr(0, eq));
+    const std::string_view value = trim(line.substr(eq + 1));
+    if (key == "algo") {
+      auto parsed = parseRules(value, where);
+      if (rules != nullptr) rules->insert(rules->end(), parsed.begin(), parsed.end());
+      continue;
+    }
+    const bool latency = key == "shm.latency_us" || key == "net.latency_us";
+    const bool bandwidth = key == "shm.bandwidth_GBps" || key == "net.bandwidth_GBps" ||
+                           key == "reduce.bandwidth_GBps";
+    if (!latency && !bandwidth)
+      throw bad("has unknown key '" + std::string(key) +
+                "' (known: shm.latency_us, shm.bandwidth_GBps, net.latency_us, "
+                "net.bandwidth_GBps, reduce.bandwidth_GBps, algo)");
+    const auto v = parseNumber(value);
+    if (!v || (latency && *v < 0) || (bandwidth && !(*v > 0)))
+      throw bad(latency ? "needs a latency in microseconds >= 0" : "needs a bandwidth in GB/s > 0");
+    if (key == "shm.latency_us") p.shm.alpha = *v * 1e-6;
+    if (key == "net.latency_us") p.net.alpha = *v * 1e-6;
+    if (key == "shm.bandwidth_GBps") p.shm.beta = 1.0 / (*v * 1e9);
+    if (key == "net.bandwidth_GBps") p.net.beta = 1.0 / (*v * 1e9);
+    if (key == "reduce.bandwidth_GBps") p.gamma = 1.0 / (*v * 1e9);
+  }
+  return p;
+}
+
+CostParams loadCostParams(const std::string& file, std::string_view variable,
+                          std::vector<Rule>* rules) {
+  std::ifstream in(file);
+  if (!in)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(variable) + "='" + file + "': cannot open the tuning file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  CostParams p = parseCostParams(ss.str(), std::string(variable) + "=" + file, rules);
+  p.origin = "file " + file;
+  return p;
+}
+
+std::string formatSeconds(double s) {
+  if (s < 1e-3) return fixed(s * 1e6, 1) + " us";
+  if (s < 1.0) return fixed(s * 1e3, 2) + " ms";
+  return fixed(s, 3) + " s";
+}
+
+// ---------------------------------------------------------------- the model
+
+int CostModel::sizeClass(std::size_t bytes) noexcept {
+  if (bytes <= 1) return 0;
+  return std::min(kClasses - 1, static_cast<int>(std::bit_width(bytes - 1)));
+}
+
+std::size_t CostModel::classBytes(int sizeClass) noexcept {
+  return std::size_t{1} << std::clamp(sizeClass, 0, kClasses - 1);
+}
+
+CostModel::CostModel(CostParams params, const topology::Topology& topo, int worldSize,
+                     std::size_t chunkBytes)
+    : params_(std::move(params)),
+      n_(std::max(1, worldSize)),
+      chunk_(std::max<std::size_t>(1, chunkBytes)) {
+  for (auto& c : choice_) c.store(0, std::memory_order_relaxed);
+  for (auto& l : logged_) l.store(0, std::memory_order_relaxed);
+  const bool useTopo = topo.size() == n_;
+  auto nodeOf = [&](int r) { return useTopo ? topo.nodeOf(r) : 0; };
+  if (useTopo) {
+    nodes_ = topo.numNodes();
+    perNode_ = topo.maxLocalSize();
+    uniform_ = topo.uniform();
+  } else {
+    perNode_ = n_;
+  }
+  const int n = n_;
+  std::vector<int> perHost(static_cast<std::size_t>(nodes_));
+  // The most ranks of one host whose peer (peerOf(r), -1: none) is on another host.
+  auto crossing = [&](const std::function<int(int)>& peerOf) {
+    if (nodes_ < 2) return 0;
+    std::fill(perHost.begin(), perHost.end(), 0);
+    for (int r = 0; r < n; ++r) {
+      const int p = peerOf(r);
+      if (p >= 0 && p != r && nodeOf(p) != nodeOf(r))
+        ++perHost[static_cast<std::size_t>(nodeOf(r))];
+    }
+    return *std::max_element(perHost.begin(), perHost.end());
+  };
+  using algo::patterns::wrap;
+  ringCross_ = crossing([&](int r) { return n > 1 ? wrap(r + 1, n) : -1; });
+  const int pow2 = algo::patterns::floorPow2(n);
+  const int extra = n - pow2;
+  foldCross_ = crossing([&](int r) { return r < 2 * extra && r % 2 == 0 ? r + 1 : -1; });
+  for (int k = 0; (1 << k) < pow2; ++k)
+    xorCross_.push_back(crossing([&](int r) {
+      const auto f = algo::patterns::foldToPowerOfTwo(r, n);
+      if (f.folded()) return -1;
+      return algo::patterns::unfoldRank(f.vrank ^ (1 << k), n);
+    }));
+  for (int k = 0; k < algo::patterns::bruckSteps(n); ++k) {
+    bruckGatherCross_.push_back(
+        crossing([&](int r) { return algo::patterns::bruckAllgatherSendPeer(r, n, k); }));
+    bruckA2aCross_.push_back(
+        crossing([&](int r) { return algo::patterns::bruckAlltoallSendPeer(r, n, k); }));
+  }
+  // Pairwise: N-1 steps of O(N); beyond 2048 ranks assume every step leaves every host.
+  for (int s = 1; s < n; ++s)
+    pairwiseCross_.push_back(n <= 2048 ? crossing([&](int r) { return wrap(r + s, n); })
+                                       : (nodes_ > 1 ? perNode_ : 0));
+  if (nodes_ > 1) {
+    std::vector<int> up(perHost.size()), down(perHost.size());
+    for (int w = 0; w < 2; ++w)
+      for (int r = 0; r < n; ++r) {
+        const auto links = algo::patterns::doubleBinaryTree(r, n, w);
+        if (links.parent >= 0 && nodeOf(links.parent) != nodeOf(r)) {
+          ++up[static_cast<std::size_t>(nodeOf(r))];
+          ++down[static_cast<std::size_t>(nodeOf(links.parent))];
+        }
+      }
+    treeCross_ = std::max(*std::max_element(up.begin(), up.end()),
+                          *std::max_element(down.begin(), down.end()));
+  }
+  const auto root = algo::patterns::binomialTree(0, n, 0);
+  for (int i = 0; i < root.numChildren; ++i)
+    binomialRootChildNet_.push_back(nodeOf(root.children[static_cast<std::size_t>(i)]) !=
+                                    nodeOf(0));
+  binomialDepth_ = algo::patterns::ceilLog2(n);
+}
+
+bool CostModel::decides() const noexcept {
+  return nodes_ > 1 || params_.origin != "defaults";
+}
+
+double CostModel::step(int crossing, double bytes, double reduceBytes) const {
+  const LinkCost l = link(crossing);
+  return l.alpha + std::max(1, crossing) * bytes * l.beta + reduceBytes * params_.gamma;
+}
+
+namespace {
+const char* where(int crossing) {
+  return crossing > 0 ? "net" : "shm";
+}
+// Appends "3 net x2 steps of 1 KiB"; a piece equal to the last one but for its count adds to
+// that count instead.
+void addSteps(std::string& why, int count, int crossing, const std::string& what) {
+  if (count <= 0) return;
+  std::string piece = std::string(where(crossing));
+  if (crossing > 1) piece += " x" + std::to_string(crossing);
+  piece += " " + what;
+  const auto start = why.rfind(" + ") == std::string::npos ? 0 : why.rfind(" + ") + 3;
+  const auto space = why.find(' ', start);
+  if (!why.empty() && space != std::string::npos &&
+      why.compare(space + 1, std::string::npos, piece) == 0) {
+    const int last = std::stoi(why.substr(start, space - start));
+    why = why.substr(0, start) + std::to_string(last + count) + " " + piece;
+    return;
+  }
+  if (!why.empty()) why += " + ";
+  why += std::to_string(count) + " " + piece;
+}
+}  // namespace
+
+double CostModel::ringSteps(int steps, int crossing, double bytes, double reduceBytes,
+                            std::string& why) const {
+  addSteps(why, steps, crossing, "steps of " + bytesText(static_cast<std::size_t>(bytes)));
+  return steps * step(crossing, bytes, reduceBytes);
+}
+
+std::optional<double> CostModel::allreduce(std::string_view algo, double s,
+                                           std::string& why) const {
+  const int n = n_;
+  const int pow2 = algo::patterns::floorPow2(n);
+  const bool folds = pow2 != n;
+  auto ring = [&] {
+    return ringSteps(n - 1, ringCross_, s / n, s / n, why) +
+           ringSteps(n - 1, ringCross_, s / n, 0, why);
+  };
+  if (algo == "ring") return ring();
+  if (algo == "recursive_doubling") {
+    double t = 0;
+    if (folds) t += ringSteps(1, foldCross_, s, s, why) + ringSteps(1, foldCross_, s, 0, why);
+    for (std::size_t k = 0; k < xorCross_.size(); ++k) t += ringSteps(1, xorCross_[k], s, s, why);
+    return t;
+  }
+  if (algo == "halving_doubling") {
+    double t = 0;
+    if (folds) t += ringSteps(1, foldCross_, s, s, why) + ringSteps(1, foldCross_, s, 0, why);
+    const int rounds = static_cast<int>(xorCross_.size());
+    for (int k = 0; k < rounds; ++k) {  // halving: distance and bytes shrink
+      const int m = pow2 >> (k + 1);
+      const double bytes = s * m / pow2;
+      t += ringSteps(1, xorCross_[static_cast<std::size_t>(log2Exact(m))], bytes, bytes, why);
+    }
+    for (int k = 0; k < rounds; ++k) {  // doubling: they grow back
+      const double bytes = s * (1 << k) / pow2;
+      t += ringSteps(1, xorCross_[static_cast<std::size_t>(k)], bytes, 0, why);
+    }
+    return t;
+  }
+  if (algo == "double_binary_tree") {
+    // Both trees at once, half the buffer each, chunk-pipelined up (reduce) then down: a rank
+    // interior in one tree moves two chunks per stage; a host link carries its crossing edges.
+    const double half = s / 2;
+    const double cc = std::min(static_cast<double>(chunk_), half);
+    const int chunks = std::max(1, static_cast<int>(std::ceil(half / static_cast<double>(chunk_))));
+    const int stages = binomialDepth_ + chunks - 1;
+    const LinkCost l = link(treeCross_);
+    const double perStage =
+        2 * l.alpha + 2 * std::max(2, treeCross_) * cc * l.beta + 2 * cc * params_.gamma;
+    addSteps(why, 2 * stages, treeCross_,
+             "tree stages of " + bytesText(static_cast<std::size_t>(cc)));
+    return stages * perStage;
+  }
+  if (algo == "hierarchical") {
+    if (!hierarchical()) return ring();
+    const int l = perNode_;
+    const int m = nodes_;
+    const double slice = s / l;
+    return ringSteps(l - 1, 0, slice, slice, why) + ringSteps(m - 1, l, slice / m, slice / m, why) +
+           ringSteps(m - 1, l, slice / m, 0, why) + ringSteps(l - 1, 0, slice, 0, why);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> CostModel::reduceScatter(std::string_view algo, double s,
+                                               std::string& why) const {
+  const int n = n_;
+  const double block = s / n;
+  auto ring = [&] { return ringSteps(n - 1, ringCross_, block, block, why); };
+  if (algo == "ring") return ring();
+  if (algo == "halving_doubling") {
+    const int pow2 = algo::patterns::floorPow2(n);
+    double t = 0;
+    if (pow2 != n) t += ringSteps(1, foldCross_, s, s, why);
+    for (int k = 0; k < static_cast<int>(xorCross_.size()); ++k) {
+      const int m = pow2 >> (k + 1);
+      const double bytes = s * m / pow2;
+      t += ringSteps(1, xorCross_[static_cast<std::size_t>(log2Exact(m))], bytes, bytes, why);
+    }
+    if (pow2 != n) t += ringSteps(1, foldCross_, block, 0, why);
+    return t;
+  }
+  if (algo == "hierarchical") {
+    // Reduce-scatter inside the host, then across hosts among equal local ranks.
+    if (!hierarchical()) return ring();
+    const int l = perNode_;
+    return ringSteps(l - 1, 0, s / l, s / l, why) + ringSteps(nodes_ - 1, l, block, block, why);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> CostModel::allgather(std::string_view algo, double s,
+                                           std::string& why) const {
+  const int n = n_;
+  const double block = s / n;
+  auto ring = [&] { return ringSteps(n - 1, ringCross_, block, 0, why); };
+  if (algo == "ring") return ring();
+  if (algo == "bruck") {
+    // ceil(log2 N) steps, then the output rotated into place: one local copy of all of it.
+    double t = s * params_.shm.beta;
+    for (std::size_t k = 0; k < bruckGatherCross_.size(); ++k)
+      t += ringSteps(1, bruckGatherCross_[k],
+                     block * algo::patterns::bruckAllgatherBlocks(n, static_cast<int>(k)), 0, why);
+    why += " + local rotation of " + bytesText(static_cast<std::size_t>(s));
+    return t;
+  }
+  if (algo == "hierarchical") {
+    // Across hosts among equal local ranks, then inside the host.
+    if (!hierarchical()) return ring();
+    const int l = perNode_;
+    return ringSteps(nodes_ - 1, l, block, 0, why) + ringSteps(l - 1, 0, block * nodes_, 0, why);
+  }
+  return std::nullopt;
+}
+
+double CostModel::binomial(int ranks, bool network, double s, bool reduce) const {
+  // Pipelined binomial tree from its root: latency once per level and once per chunk, the
+  // root's link carries every chunk once per child.
+  if (ranks <= 1) return 0;
+  const LinkCost l = network ? params_.net : params_.shm;
+  const int depth = algo::patterns::ceilLog2(ranks);
+  const double cc = std::min(static_cast<double>(chunk_), s);
+  const int chunks = std::max(1, static_cast<int>(std::ceil(s / static_cast<double>(chunk_))));
+  return (depth + chunks - 1) * l.alpha +
+         chunks * depth * cc * (l.beta + (reduce ? params_.gamma : 0));
+}
+
+std::optional<double> CostModel::rootedTree(std::string_view algo, double s, bool reduce,
+                                            std::string& why) const {
+  if (algo == "binomial_tree") {
+    const double cc = std::min(static_cast<double>(chunk_), s);
+    const int chunks = std::max(1, static_cast<int>(std::ceil(s / static_cast<double>(chunk_))));
+    bool anyNet = false;
+    double perChunk = 0;
+    for (bool net : binomialRootChildNet_) {
+      const LinkCost l = net ? params_.net : params_.shm;
+      perChunk += cc * (l.beta + (reduce ? params_.gamma : 0));
+      anyNet = anyNet || net;
+    }
+    const LinkCost l = anyNet ? params_.net : params_.shm;
+    addSteps(why, binomialDepth_ + chunks - 1, anyNet ? 1 : 0,
+             "tree stages of " + bytesText(static_cast<std::size_t>(cc)));
+    return (binomialDepth_ + chunks - 1) * l.alpha + chunks * perChunk;
+  }
+  if (algo == "hierarchical") {
+    // Between node leaders over the network, then inside every host.
+    if (nodes_ < 2 || !uniform_) return rootedTree("binomial_tree", s, reduce, why);
+    addSteps(why, algo::patterns::ceilLog2(nodes_), 1, "tree levels");
+    addSteps(why, algo::patterns::ceilLog2(perNode_), 0, "tree levels");
+    return binomial(nodes_, true, s, reduce) + binomial(perNode_, false, s, reduce);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> CostModel::alltoall(std::string_view algo, double s, std::string& why) const {
+  const int n = n_;
+  const double block = s / n;
+  if (algo == "pairwise") {
+    double t = 0;
+    int net = 0;
+    for (int c : pairwiseCross_) {
+      t += step(c, block, 0);
+      net += c > 0 ? 1 : 0;
+    }
+    addSteps(why, net, 1, "steps of " + bytesText(static_cast<std::size_t>(block)));
+    addSteps(why, n - 1 - net, 0, "steps of " + bytesText(static_cast<std::size_t>(block)));
+    return t;
+  }
+  if (algo == "bruck") {
+    // Every step packs the moving blocks and unpacks what arrives; a final local rotation.
+    double t = s * params_.shm.beta;
+    for (std::size_t k = 0; k < bruckA2aCross_.size(); ++k) {
+      const double m = block * algo::patterns::bruckAlltoallBlocks(n, static_cast<int>(k));
+      t += ringSteps(1, bruckA2aCross_[k], m, 0, why) + 2 * m * params_.shm.beta;
+    }
+    why += " + packing and local rotation";
+    return t;
+  }
+  return std::nullopt;
+}
+
+std::optional<double> CostModel::seconds(Collective coll, std::string_view algo, double bytes,
+                                         std::string& steps) const {
+  std::optional<double> t;
+  switch (coll) {
+    case Collective::Allreduce:
+      t = allreduce(algo, bytes, steps);
+      break;
+    case Collective::ReduceScatter:
+      t = reduceScatter(algo, bytes, steps);
+      break;
+    case Collective::Allgather:
+      t = allgather(algo, bytes, steps);
+      break;
+    case Collective::Broadcast:
+      t = rootedTree(algo, bytes, false, steps);
+      break;
+    case Collective::Reduce:
+      t = rootedTree(algo, bytes, true, steps);
+      break;
+    case Collective::Alltoall:
+      t = alltoall(algo, bytes, steps);
+      break;
+    default:
+      break;
+  }
+  if (t && n_ <= 1) {  // one rank: nothing moves
+    steps.clear();
+    return 0.0;
+  }
+  return t;
+}
+
+std::optional<Prediction> CostModel::predict(Collective coll, std::string_view algorithm,
+                                             std::size_t bytes) const {
+  Prediction p;
+  auto t = seconds(coll, algorithm, static_cast<double>(bytes), p.steps);
+  if (!t) return std::nullopt;
+  p.algorithm = std::string(algorithm);
+  p.seconds = *t;
+  if (p.steps.empty()) p.steps = "nothing to send";
+  return p;
+}
+
+std::vector<Prediction> CostModel::candidates(Collective coll, std::size_t bytes) const {
+  std::vector<Prediction> out;
+  for (const auto& a : algo::registry()) {
+    if (a.coll != coll) continue;
+    if (auto p = predict(coll, a.name, bytes)) out.push_back(std::move(*p));
+  }
+  if (out.size() < 2) out.clear();  // nothing to choose
+  return out;
+}
+
+std::optional<std::string> CostModel::choose(Collective coll, std::size_t bytes) const {
+  static_assert(static_cast<int>(Collective::Recv) + 1 == kCollectives);
+  if (static_cast<int>(coll) >= kCollectives) return std::nullopt;
+  const int cls = sizeClass(bytes);
+  const auto slot = static_cast<std::size_t>(static_cast<int>(coll) * kClasses + cls);
+  const std::int16_t cached = choice_[slot].load(std::memory_order_relaxed);
+  if (cached > 0) return std::string(algo::registry()[static_cast<std::size_t>(cached - 1)].name);
+  if (cached < 0) return std::nullopt;
+  const auto cands = candidates(coll, classBytes(cls));
+  if (cands.empty()) {
+    choice_[slot].store(-1, std::memory_order_relaxed);
+    return std::nullopt;
+  }
+  const auto best = std::min_element(
+      cands.begin(), cands.end(),
+      [](const Prediction& a, const Prediction& b) { return a.seconds < b.seconds; });
+  const auto reg = algo::registry();
+  for (std::size_t i = 0; i < reg.size(); ++i)
+    if (reg[i].coll == coll && best->algorithm == reg[i].name)
+      choice_[slot].store(static_cast<std::int16_t>(i + 1), std::memory_order_relaxed);
+  return best->algorithm;
+}
+
+bool CostModel::firstUse(Collective coll, std::size_t bytes) const noexcept {
+  const auto c = static_cast<std::size_t>(coll);
+  if (c >= logged_.size()) return false;
+  const std::uint64_t bit = std::uint64_t{1} << sizeClass(bytes);
+  return (logged_[c].fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
+}
+
+// ---------------------------------------------------------------- explanation
+
+std::vector<std::string> explainSelection(const std::vector<Rule>& rules, const SelectionInputs& in,
+                                          const std::string& chosen) {
+  std::vector<std::string> lines;
+  const int cls = CostModel::sizeClass(in.bytes);
+  std::string head = std::string(toString(in.coll)) + " " + bytesText(in.bytes) + " (size class " +
+                     (cls == 0 ? std::string("<= 1 B")
+                               : bytesText(CostModel::classBytes(cls - 1)) +
+                                     " < size <= " + bytesText(CostModel::classBytes(cls))) +
+                     ")";
+  std::vector<Prediction> cands;
+  if (in.model != nullptr) {
+    cands = in.model->candidates(in.coll, CostModel::classBytes(cls));
+    head += ", " + std::to_string(in.model->nodes()) + " node(s) x " +
+            std::to_string(in.model->ranksPerNode()) + " rank(s), model " +
+            in.model->params().summary();
+  }
+  lines.push_back(head + ":");
+  for (const auto& p : cands)
+    lines.push_back("  candidate " + p.algorithm +
+                    std::string(p.algorithm.size() < 20 ? 20 - p.algorithm.size() : 0, ' ') +
+                    " predicted " + formatSeconds(p.seconds) + " at " +
+                    bytesText(CostModel::classBytes(cls)) + " (" + p.steps + ")" +
+                    (p.algorithm == chosen ? "  <- chosen" : ""));
+  std::string why;
+  for (const auto& r : rules) {
+    if (r.coll && *r.coll != in.coll) continue;
+    if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
+    if (algo::findAlgorithm(in.coll, r.algorithm) == nullptr) continue;
+    why = "a rule (BRAID_ALGO or tuning file) names " + r.algorithm;
+    break;
+  }
+  if (why.empty()) {
+    if (in.deterministic && isReduction(in.coll))
+      why = "deterministic mode (rank-ordered algorithms only)";
+    else if (in.sharedMemory && chosen.rfind("shm_", 0) == 0)
+      why = "one host with shared memory: fixed shared-memory policy";
+    else if (in.model != nullptr && in.model->decides() && !cands.empty())
+      why = "cost model: fastest predicted";
+    else if (in.model != nullptr && in.model->decides())
+      why = std::string("fixed policy (nothing for the model to choose between for ") +
+            toString(in.coll) + ")";
+    else
+      why = "fixed policy (one host, default parameters; BRAID_SMALL_MSG_SIZE threshold)";
+  }
+  lines.push_back("  chosen " + chosen + ": " + why);
+  return lines;
+}
+
+}  // namespace braid::tuning

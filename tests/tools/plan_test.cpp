@@ -1,0 +1,262 @@
+// braid-plan: per-step volumes computed by hand for small configurations, predictions equal to
+// hand-computed alpha-beta-gamma sums, and the chosen algorithm equal to what the library's
+// selectAlgorithm picks for the same inputs (computed here in the test process).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "tool_process.hpp"
+#include "topology/json.hpp"
+#include "topology/topology.hpp"
+#include "tuning/cost_model.hpp"
+
+namespace braid::tooltest {
+namespace {
+
+namespace json = topology::json;
+
+ProcessResult braidPlan(std::vector<std::string> args) {
+  args.insert(args.begin(), toolPath("braid-plan"));
+  ProcessOptions opts;
+  opts.timeout = std::chrono::seconds(60);
+  return runProcess(args, opts);
+}
+
+json::Value planJson(std::vector<std::string> args) {
+  args.push_back("--json");
+  const auto r = braidPlan(args);
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  return json::parse(r.out, "braid-plan --json");
+}
+
+double num(const json::Value& v, const char* key) {
+  const json::Value* m = v.find(key);
+  EXPECT_NE(m, nullptr) << key;
+  return m != nullptr ? m->asNumber() : -1;
+}
+std::string str(const json::Value& v, const char* key) {
+  const json::Value* m = v.find(key);
+  EXPECT_NE(m, nullptr) << key;
+  return m != nullptr ? m->asString() : "";
+}
+
+// The hand parameters: shm 1 us 10 GB/s, net 10 us 1 GB/s, reduction 2 GB/s.
+const std::vector<std::string> kHand = {"--intra-lat", "1",  "--intra-bw", "10",
+                                        "--inter-lat", "10", "--inter-bw", "1",
+                                        "--reduce-bw", "2"};
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(BraidPlan, DataParallelVolumeAndPredictionsByHand) {
+  // 1M fp32 parameters: one 4,000,000-byte allreduce on 2 hosts x 2 ranks.
+  const auto v = planJson(with({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2"}, kHand));
+  const auto& colls = v.find("collectives")->items();
+  ASSERT_EQ(colls.size(), 1u);
+  const auto& ar = colls[0];
+  EXPECT_EQ(str(ar, "collective"), "allreduce");
+  EXPECT_EQ(num(ar, "volume_bytes"), 4e6);
+  EXPECT_EQ(num(ar, "bus_bytes_per_rank"), 2.0 * 3 / 4 * 4e6);
+  const auto& op = ar.find("ops")->items().at(0);
+  EXPECT_EQ(num(op, "bytes"), 4e6);
+  EXPECT_EQ(num(op, "times"), 1);
+  const double q = 1e6;  // S / 4
+  const double ring = 3 * (10e-6 + q * 1e-9 + q * 0.5e-9) + 3 * (10e-6 + q * 1e-9);
+  const double hier = (1e-6 + 2 * q * 0.1e-9 + 2 * q * 0.5e-9) +
+                      (10e-6 + 2 * q * 1e-9 + q * 0.5e-9) + (10e-6 + 2 * q * 1e-9) +
+                      (1e-6 + 2 * q * 0.1e-9);
+  int seen = 0;
+  for (const auto& p : op.find("predictions")->items()) {
+    if (str(p, "algorithm") == "ring") {
+      EXPECT_NEAR(num(p, "seconds"), ring, ring * 1e-9);
+      ++seen;
+    }
+    if (str(p, "algorithm") == "hierarchical") {
+      EXPECT_NEAR(num(p, "seconds"), hier, hier * 1e-9);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+  EXPECT_EQ(str(op, "chosen"), "hierarchical");
+  EXPECT_NEAR(num(v, "total_seconds"), hier, hier * 1e-9);
+}
+
+TEST(BraidPlan, ZeroAndPipelineVolumesByHand) {
+  // ZeRO-2: reduce_scatter of the gradients and allgather of the parameters, 4 MB each.
+  auto v = planJson({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--zero", "2"});
+  auto colls = v.find("collectives")->items();
+  ASSERT_EQ(colls.size(), 2u);
+  EXPECT_EQ(str(colls[0], "collective"), "reducescatter");
+  EXPECT_EQ(num(colls[0], "volume_bytes"), 4e6);
+  EXPECT_EQ(num(colls[0], "bus_bytes_per_rank"), 3.0 / 4 * 4e6);
+  EXPECT_EQ(str(colls[1], "collective"), "allgather");
+  EXPECT_EQ(num(colls[1], "volume_bytes"), 4e6);
+  // ZeRO-3: the allgather twice (forward, backward).
+  v = planJson({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--zero", "3"});
+  colls = v.find("collectives")->items();
+  ASSERT_EQ(colls.size(), 2u);
+  EXPECT_EQ(num(colls[1], "volume_bytes"), 8e6);
+  EXPECT_EQ(num(colls[1].find("ops")->items().at(0), "times"), 2);
+  // Buckets: 10 MB of bf16 gradients (5M parameters) in 4 MiB buckets: 2 full + 1 rest.
+  v = planJson({"--params", "5M", "--dtype", "bf16", "--hosts", "1", "--ranks-per-host", "4",
+                "--bucket", "4M"});
+  const auto& ops = v.find("collectives")->items().at(0).find("ops")->items();
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(num(ops[0], "bytes"), 4194304);
+  EXPECT_EQ(num(ops[0], "times"), 2);
+  EXPECT_EQ(num(ops[1], "bytes"), 1e7 - 2 * 4194304);
+  // Pipeline: 2 stages x dp 2 on 2 hosts x 2 ranks; stage 0 = ranks 0,1 (host 0), stage 1 =
+  // ranks 2,3 (host 1). Activations 4 sequences / 2 micro-batches x 10 x 100 x 4 B = 8000 B,
+  // forward and backward per micro-batch: 4 messages over the network.
+  v = planJson(with({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--pp", "2",
+                     "--hidden", "100", "--seq", "10", "--batch", "4", "--micro-batches", "2"},
+                    kHand));
+  colls = v.find("collectives")->items();
+  ASSERT_EQ(colls.size(), 2u);
+  EXPECT_EQ(str(colls[0], "collective"), "allreduce");
+  EXPECT_EQ(num(colls[0], "volume_bytes"), 2e6);  // half the parameters per stage
+  EXPECT_EQ(num(colls[0], "group_size"), 2);
+  EXPECT_EQ(str(colls[1], "collective"), "sendrecv");
+  EXPECT_EQ(str(colls[1], "link"), "network");
+  EXPECT_EQ(num(colls[1], "volume_bytes"), 32000);
+  EXPECT_NEAR(num(colls[1], "seconds"), 4 * (10e-6 + 8000 * 1e-9), 1e-12);
+}
+
+TEST(BraidPlan, ChoiceEqualsTheLibrarySelection) {
+  struct Case {
+    int hosts, perHost;
+    std::vector<std::string> extra;
+  };
+  const Case cases[] = {{2, 2, {}},
+                        {4, 1, {"--inter-lat", "1ms", "--inter-bw", "1Gbit"}},
+                        {4, 2, {"--inter-bw", "100Mbit"}},
+                        {3, 1, {}},
+                        {1, 4, {}},
+                        {1, 4, {"--no-shm"}}};
+  for (const Case& c : cases) {
+    for (const char* zero : {"0", "2"}) {
+      for (const char* params : {"2K", "100K", "30M"}) {
+        std::vector<std::string> args = {"--params",         params,
+                                         "--hosts",          std::to_string(c.hosts),
+                                         "--ranks-per-host", std::to_string(c.perHost),
+                                         "--zero",           zero};
+        args = with(args, c.extra);
+        std::string argText;
+        for (const auto& a : args) argText += a + " ";
+        SCOPED_TRACE(argText);
+        const auto v = planJson(args);
+        // The same inputs, through the library's code here.
+        tuning::CostParams p;
+        bool flags = false;
+        for (std::size_t i = 0; i + 1 < c.extra.size(); i += 2) {
+          flags = true;
+          if (c.extra[i] == "--inter-lat") p.net.alpha = *tuning::parseLatency(c.extra[i + 1]);
+          if (c.extra[i] == "--inter-bw")
+            p.net.beta = 1.0 / *tuning::parseBandwidth(c.extra[i + 1]);
+        }
+        if (flags) p.origin = "command line";
+        const bool noShm = !c.extra.empty() && c.extra[0] == "--no-shm";
+        const auto topo = topology::uniformTopology(c.hosts, c.perHost);
+        const tuning::CostModel model(p, topo, topo.size(), 256 * 1024);
+        for (const auto& coll : v.find("collectives")->items()) {
+          const Collective kind = *parseCollective(str(coll, "collective"));
+          for (const auto& op : coll.find("ops")->items()) {
+            const auto bytes = static_cast<std::size_t>(num(op, "bytes"));
+            tuning::SelectionInputs in{kind,  bytes, topo.size(), 64 * 1024, !noShm && c.hosts == 1,
+                                       false, &model};
+            EXPECT_EQ(str(op, "chosen"), tuning::selectAlgorithm({}, in))
+                << toString(kind) << " " << bytes;
+            const auto cands = model.candidates(kind, bytes);
+            const auto& preds = op.find("predictions")->items();
+            ASSERT_EQ(preds.size(), cands.size());
+            for (std::size_t i = 0; i < cands.size(); ++i) {
+              EXPECT_EQ(str(preds[i], "algorithm"), cands[i].algorithm);
+              EXPECT_NEAR(num(preds[i], "seconds"), cands[i].seconds, cands[i].seconds * 1e-9);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BraidPlan, RulesAndTopologyFileAndTuneFile) {
+  // --algo rules win, as BRAID_ALGO does.
+  auto v = planJson(
+      {"--params", "30M", "--hosts", "2", "--ranks-per-host", "2", "--algo", "allreduce:ring"});
+  EXPECT_EQ(str(v.find("collectives")->items().at(0).find("ops")->items().at(0), "chosen"), "ring");
+  // A topology file: 2 hosts, ranks placed round-robin.
+  const std::string topo =
+      testing::TempDir() + "braid_plan_topo_" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream out(topo);
+    out << R"({"nodes": [{"host": "a", "ranks": [0, 2]}, {"host": "b", "ranks": [1, 3]}]})";
+  }
+  v = planJson({"--params", "1M", "--topo", topo});
+  EXPECT_EQ(num(*v.find("cluster"), "ranks"), 4);
+  EXPECT_EQ(num(*v.find("cluster"), "hosts"), 2);
+  std::remove(topo.c_str());
+  // --print-tune writes a BRAID_TUNE_FILE the library (and --tune-file) reads back.
+  const auto r = braidPlan(with({"--print-tune"}, kHand));
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  const auto p = tuning::parseCostParams(r.out, "printed");
+  EXPECT_NEAR(p.net.alpha, 10e-6, 1e-15);
+  EXPECT_NEAR(p.shm.beta, 0.1e-9, 1e-20);
+  EXPECT_NEAR(p.gamma, 0.5e-9, 1e-20);
+  const std::string tune =
+      testing::TempDir() + "braid_plan_tune_" + std::to_string(::getpid()) + ".tune";
+  {
+    std::ofstream out(tune);
+    out << r.out << "algo = allreduce:double_binary_tree\n";
+  }
+  v = planJson({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--tune-file", tune});
+  const auto& op = v.find("collectives")->items().at(0).find("ops")->items().at(0);
+  EXPECT_EQ(str(op, "chosen"), "double_binary_tree");
+  std::remove(tune.c_str());
+}
+
+TEST(BraidPlan, HidesBehindComputeOrNot) {
+  auto v = planJson(with(
+      {"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--compute-ms", "1000"}, kHand));
+  EXPECT_TRUE(v.find("hidden")->asBool());
+  EXPECT_EQ(num(v, "exposed_seconds"), 0);
+  v = planJson(with(
+      {"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--compute-ms", "0.5"}, kHand));
+  EXPECT_FALSE(v.find("hidden")->asBool());
+  EXPECT_NEAR(num(v, "exposed_seconds"), num(v, "total_seconds") - 0.5e-3, 1e-12);
+  const auto r = braidPlan(with(
+      {"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--compute-ms", "0.5"}, kHand));
+  EXPECT_NE(r.out.find("does NOT hide behind"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("<- chosen"), std::string::npos) << r.out;
+}
+
+TEST(BraidPlan, BadInputIsNamed) {
+  auto r = braidPlan({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--dp", "3"});
+  EXPECT_EQ(r.exitCode(), 2);
+  EXPECT_NE(r.err.find("--dp 3 x --pp 1 = 3 ranks, but the cluster has 4"), std::string::npos)
+      << r.err;
+  r = braidPlan({"--params", "1M", "--zero", "1"});
+  EXPECT_EQ(r.exitCode(), 2);
+  EXPECT_NE(r.err.find("--zero '1'"), std::string::npos) << r.err;
+  r = braidPlan({"--hosts", "2"});
+  EXPECT_EQ(r.exitCode(), 2);
+  EXPECT_NE(r.err.find("--params"), std::string::npos) << r.err;
+  r = braidPlan({"--params", "1M", "--inter-bw", "fast"});
+  EXPECT_EQ(r.exitCode(), 2);
+  EXPECT_NE(r.err.find("--inter-bw 'fast'"), std::string::npos) << r.err;
+  r = braidPlan({"--params", "1M", "--algo", "allreduce:nonesuch"});
+  EXPECT_EQ(r.exitCode(), 1);
+  EXPECT_NE(r.err.find("--algo: rule 'allreduce:nonesuch'"), std::string::npos) << r.err;
+  r = braidPlan({"--help"});
+  EXPECT_EQ(r.exitCode(), 0);
+  EXPECT_NE(r.out.find("usage: braid-plan"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::tooltest
