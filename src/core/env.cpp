@@ -59,6 +59,11 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
     {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
     {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
+    {"BRAID_SOCKET_NTHREADS", "1",
+     "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
+    {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
+    {"BRAID_SOCKET_STRIPE_MIN", "256K",
+     "TCP messages this big are cut into one piece per stream (with several streams)"},
 };
 
 const char* get(const char* name) {
@@ -190,6 +195,20 @@ Options Options::fromEnv() {
   if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
   if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
   o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
+  {
+    const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads);
+    const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread);
+    if (threads < 1 || perThread < 1 || threads > 16 || perThread > 16 || threads * perThread > 16)
+      throw Error(ErrorCode::InvalidArgument,
+                  "environment variables BRAID_SOCKET_NTHREADS=" + std::to_string(threads) +
+                      " x BRAID_NSOCKS_PERTHREAD=" + std::to_string(perThread) +
+                      ": each must be >= 1 and the product (sockets per peer) at most 16");
+    o.socketThreads = static_cast<int>(threads);
+    o.socketsPerThread = static_cast<int>(perThread);
+  }
+  o.socketStripeMinBytes = sizeVar("BRAID_SOCKET_STRIPE_MIN", o.socketStripeMinBytes);
+  if (o.socketStripeMinBytes == 0)
+    throw badValue("BRAID_SOCKET_STRIPE_MIN", get("BRAID_SOCKET_STRIPE_MIN"), "a positive size");
   return o;
 }
 
