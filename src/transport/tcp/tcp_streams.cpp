@@ -1,9 +1,9 @@
 // Several TCP streams per peer: see tcp_streams.hpp.
 //
-// A striped message's pieces are requests owned by this transport (a Stripe), found from the
-// caller's request through a map guarded by mu_; the caller's request is then only a handle
-// whose state this transport publishes once every piece completed (or one failed). Small
-// messages pass the caller's request straight to stream 0.
+// A striped message's pieces are requests owned by this transport (a Stripe, kept for reuse so
+// that steady traffic allocates nothing), found from the caller's request under mu_; the
+// caller's request is then only a handle whose state this transport publishes once every piece
+// completed (or one failed). Small messages pass the caller's request straight to stream 0.
 #include "transport/tcp/tcp_streams.hpp"
 
 #include <algorithm>
@@ -13,7 +13,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 
 namespace braid::transport::tcp {
@@ -124,6 +123,7 @@ class StripedTransport final : public Transport {
 
  private:
   struct Stripe {
+    const Request* owner = nullptr;  // the caller's request; nullptr: free for reuse
     std::array<Request, kMaxStreams> parts;
   };
 
@@ -152,9 +152,17 @@ class StripedTransport final : public Transport {
     Stripe* stripe = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      auto& slot = stripes_[&req];
-      if (!slot) slot = std::make_unique<Stripe>();
-      stripe = slot.get();
+      stripe = findLocked(req);  // a stale stripe of an abandoned request at this address
+      if (stripe == nullptr) {
+        for (auto& st : stripes_)
+          if (st->owner == nullptr) {
+            stripe = st.get();
+            break;
+          }
+        if (stripe == nullptr) stripe = stripes_.emplace_back(std::make_unique<Stripe>()).get();
+        stripe->owner = &req;
+        ++active_;
+      }
     }
     req.isSend = isSend;
     req.peer = peer;
@@ -180,14 +188,23 @@ class StripedTransport final : public Transport {
 
   Stripe* find(const Request& req) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stripes_.empty()) return nullptr;
-    auto it = stripes_.find(&req);
-    return it == stripes_.end() ? nullptr : it->second.get();
+    return findLocked(req);
   }
 
+  Stripe* findLocked(const Request& req) {
+    if (active_ == 0) return nullptr;
+    for (auto& st : stripes_)
+      if (st->owner == &req) return st.get();
+    return nullptr;
+  }
+
+  // The stripe of `req` (if any) becomes free for the next striped message.
   void forget(const Request& req) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!stripes_.empty()) stripes_.erase(&req);
+    if (Stripe* st = findLocked(req)) {
+      st->owner = nullptr;
+      --active_;
+    }
   }
 
   // Every piece completed: the caller's request is done and reusable.
@@ -228,7 +245,10 @@ class StripedTransport final : public Transport {
   const std::shared_ptr<StreamFailures> failures_;
   std::thread watcher_;  // aborts every stream on the first failure (StreamFailures)
   std::mutex mu_;
-  std::unordered_map<const Request*, std::unique_ptr<Stripe>> stripes_;
+  // Every stripe made so far, reused once free: after warm-up no message allocates. Looked up
+  // by a scan, as few stripes are in flight at once.
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+  std::size_t active_ = 0;  // stripes with an owner
   // Declared last, destroyed first (see the destructor).
   std::vector<std::unique_ptr<Transport>> streams_;
 };
