@@ -135,6 +135,14 @@ struct Options {
   /// (`algo = ...` lines, applied after BRAID_ALGO's). With tune also set, the measurement wins
   /// for the parameters, the file's rules still apply.
   std::string tuneFile;
+  // ---- multi-stream TCP (docs/env.md, docs/architecture.md) ----
+  /// TCP sockets per peer: socketThreads x socketsPerThread (BRAID_SOCKET_NTHREADS x
+  /// BRAID_NSOCKS_PERTHREAD), each >= 1, the product at most 16; 1 x 1: one socket per peer.
+  /// Each socket is a stream driven by its own progress engine; messages of at least
+  /// socketStripeMinBytes (BRAID_SOCKET_STRIPE_MIN) are cut into one piece per stream.
+  int socketThreads = 1;
+  int socketsPerThread = 1;
+  std::size_t socketStripeMinBytes = 256 * 1024;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

@@ -48,6 +48,10 @@ void shmLowLatencyBroadcast(Context&, const CollArgs&);
 void shmLowLatencyReduce(Context&, const CollArgs&);
 void shmLowLatencyBarrier(Context&, const CollArgs&);
 void shmLowLatencyAllgather(Context&, const CollArgs&);
+void hierarchicalAllgather(Context&, const CollArgs&);
+void hierarchicalReduceScatter(Context&, const CollArgs&);
+void hierarchicalBroadcast(Context&, const CollArgs&);
+void hierarchicalReduce(Context&, const CollArgs&);
 
 namespace {
 
@@ -162,6 +166,22 @@ constexpr std::array kAlgorithms{
              "one host: each rank posts a sequence number in its cache line, polls the others'"},
     AlgoInfo{"shm_ll", Collective::Allgather, shmLowLatencyAllgather,
              "one host, <= 48 B per rank: each rank posts its block in its cache line, all copy"},
+    // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
+    // with the same local rank on every node; without such a topology, the classic algorithm.
+    AlgoInfo{"hierarchical", Collective::Allgather, hierarchicalAllgather,
+             "several hosts: ring allgather of own blocks across nodes (all local ranks in "
+             "parallel), then one ring allgather per node inside the node; (M-1)/M x bytes per "
+             "host over the network"},
+    AlgoInfo{"hierarchical", Collective::ReduceScatter, hierarchicalReduceScatter,
+             "several hosts: one ring reduce-scatter per node inside the node, then ring "
+             "reduce-scatter of the node partials across nodes (all local ranks in parallel); "
+             "(M-1)/M x bytes per host over the network"},
+    AlgoInfo{"hierarchical", Collective::Broadcast, hierarchicalBroadcast,
+             "several hosts: root scatters P slices in its node, binomial tree of each slice "
+             "across nodes in parallel, ring allgather in each node; bytes once per host"},
+    AlgoInfo{"hierarchical", Collective::Reduce, hierarchicalReduce,
+             "several hosts: ring reduce-scatter of P slices in each node, binomial tree reduce "
+             "of each slice across nodes in parallel, slices gathered at the root"},
 };
 
 }  // namespace

@@ -348,6 +348,9 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   tcp.connectTimeout = opts.connectTimeout;
   tcp.spin = opts.spin;
   tcp.security = opts.security;
+  tcp.socketThreads = opts.socketThreads;
+  tcp.socketsPerThread = opts.socketsPerThread;
+  tcp.stripeMinBytes = opts.socketStripeMinBytes;
   transport::TransportOptions transportOptions;
   transportOptions.tcp = tcp;
   transportOptions.shmDisable = opts.shmDisable;

@@ -67,6 +67,11 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_TUNE", "0",
      "1: measure the cost model (latency, bandwidth per link class, reduction speed) at creation"},
     {"BRAID_TUNE_FILE", "", "FILE: cost-model parameters and 'algo = RULES' lines (docs/plan.md)"},
+    {"BRAID_SOCKET_NTHREADS", "1",
+     "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
+    {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
+    {"BRAID_SOCKET_STRIPE_MIN", "256K",
+     "TCP messages this big are cut into one piece per stream (with several streams)"},
 };
 
 const char* get(const char* name) {
@@ -230,6 +235,20 @@ Options Options::fromEnv() {
     o.tune = s == "1";
   }
   if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
+  {
+    const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads);
+    const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread);
+    if (threads < 1 || perThread < 1 || threads > 16 || perThread > 16 || threads * perThread > 16)
+      throw Error(ErrorCode::InvalidArgument,
+                  "environment variables BRAID_SOCKET_NTHREADS=" + std::to_string(threads) +
+                      " x BRAID_NSOCKS_PERTHREAD=" + std::to_string(perThread) +
+                      ": each must be >= 1 and the product (sockets per peer) at most 16");
+    o.socketThreads = static_cast<int>(threads);
+    o.socketsPerThread = static_cast<int>(perThread);
+  }
+  o.socketStripeMinBytes = sizeVar("BRAID_SOCKET_STRIPE_MIN", o.socketStripeMinBytes);
+  if (o.socketStripeMinBytes == 0)
+    throw badValue("BRAID_SOCKET_STRIPE_MIN", get("BRAID_SOCKET_STRIPE_MIN"), "a positive size");
   return o;
 }
 

@@ -6,6 +6,7 @@
 // An algorithm without a formula here fails the test: add its formula when adding it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <numeric>
@@ -70,6 +71,92 @@ bool hierarchicalApplies(const Topology& t) {
   return t.numNodes() > 1 && t.uniform() && t.maxLocalSize() > 1;
 }
 
+/// The hierarchical algorithm of `coll` runs its composed path (else its flat fallback):
+/// allgather and reduce_scatter need uniform nodes as the allreduce; broadcast and reduce any
+/// multi-host layout with several ranks on some host.
+bool hierarchicalRuns(Collective coll, const Topology& t) {
+  if (coll == Collective::Broadcast || coll == Collective::Reduce)
+    return t.numNodes() > 1 && t.maxLocalSize() > 1;
+  return hierarchicalApplies(t);
+}
+
+/// Bytes a rank sends over shared memory and over the network.
+struct ClassBytes {
+  std::uint64_t shm = 0;
+  std::uint64_t net = 0;
+};
+
+/// The composed hierarchical paths, per link class: M nodes, rank r = local rank l of node m
+/// (L ranks), P = the fewest ranks on a node, slices of S cut in P (docs/algorithms.md).
+ClassBytes hierarchicalClasses(Collective coll, const Shape& s, int r) {
+  const Topology& t = *s.topo;
+  const auto nodes = static_cast<std::uint64_t>(t.numNodes());
+  const int m = t.nodeOf(r);
+  const int l = t.localRank(r);
+  const int localSize = t.localSize(r);
+  const auto local = static_cast<std::uint64_t>(localSize);
+  int p = localSize;
+  for (const topology::Node& node : t.nodes()) p = std::min(p, static_cast<int>(node.ranks.size()));
+  const std::uint64_t full = kFull * kEs;
+  const std::uint64_t block = kBlock * kEs;
+  // Slice j of the buffer: kFull / P elements (kFull splits evenly), none for j >= P.
+  auto slice = [&](int j) { return j < p ? full / static_cast<std::uint64_t>(p) : 0; };
+  const int rootNode = t.nodeOf(s.root);
+  const int rootLocal = t.localRank(s.root);
+  ClassBytes b;
+  switch (coll) {
+    case Collective::Allreduce:
+      b.shm = full * 2 * (local - 1) / local;
+      b.net = (full / local) * 2 * (nodes - 1) / nodes;
+      break;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+      b.shm = nodes * (local - 1) * block;
+      b.net = (nodes - 1) * block;
+      break;
+    case Collective::Broadcast: {
+      if (r == s.root) b.shm += full - slice(rootLocal);
+      if (localSize > 1) b.shm += full - slice((l + 1) % localSize);
+      const auto children = static_cast<std::uint64_t>(
+          algo::patterns::binomialTree(m, t.numNodes(), rootNode).numChildren);
+      b.net = slice(l) * children;
+      break;
+    }
+    case Collective::Reduce:
+      if (localSize > 1) b.shm += full - slice(l);
+      if (m == rootNode && l != rootLocal) b.shm += slice(l);
+      if (m != rootNode) b.net = slice(l);
+      break;
+    default:
+      break;
+  }
+  return b;
+}
+
+/// Network bytes host m sends in the composed hierarchical path, from M and S alone (what the
+/// issue asks: independent of the ranks per host).
+std::uint64_t hierarchicalHostNetwork(Collective coll, const Shape& s, int m) {
+  const Topology& t = *s.topo;
+  const auto nodes = static_cast<std::uint64_t>(t.numNodes());
+  const std::uint64_t full = kFull * kEs;
+  const std::uint64_t gathered = kBlock * kEs * static_cast<std::uint64_t>(s.n);
+  const int rootNode = t.nodeOf(s.root);
+  switch (coll) {
+    case Collective::Allreduce:
+      return full * 2 * (nodes - 1) / nodes;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+      return gathered * (nodes - 1) / nodes;
+    case Collective::Broadcast:
+      return full * static_cast<std::uint64_t>(
+                        algo::patterns::binomialTree(m, t.numNodes(), rootNode).numChildren);
+    case Collective::Reduce:
+      return m == rootNode ? 0 : full;
+    default:
+      return 0;
+  }
+}
+
 /// Bytes rank r sends, by the algorithm's formula; nullopt: no per-rank formula (the aggregate
 /// check still applies).
 using Formula = std::optional<std::uint64_t>;
@@ -94,6 +181,14 @@ std::optional<Formula> perRank(Collective coll, const std::string& name, const S
     for (int j = 0; j < n; ++j) t += f(j);
     return t;
   };
+  if (name == "hierarchical" && coll != Collective::Allreduce) {
+    if (!hierarchicalRuns(coll, *s.topo)) {
+      const bool tree = coll == Collective::Broadcast || coll == Collective::Reduce;
+      return perRank(coll, tree ? "binomial_tree" : "ring", s, r);
+    }
+    const ClassBytes b = hierarchicalClasses(coll, s, r);
+    return b.shm + b.net;
+  }
   switch (coll) {
     case Collective::Allreduce:
       if (name == "ring") return full * 2 * static_cast<std::uint64_t>(n - 1) / n;
@@ -309,15 +404,39 @@ Traffic runCounted(const AlgoInfo& a, const Topology& topo, int root, std::vecto
 
 class Volume : public testing::TestWithParam<const AlgoInfo*> {};
 
+/// Hosts of different sizes, given as the host of each rank: 3+1, 2+2+1, 3+2 (the root n/2
+/// on a local rank beyond the smallest host), 2+3+3 interleaved.
+const std::vector<std::vector<int>> kUneven = {
+    {0, 0, 0, 1}, {0, 0, 1, 1, 2}, {0, 0, 0, 1, 1}, {0, 1, 2, 1, 2, 0, 1, 2}};
+
+Topology unevenTopology(const std::vector<int>& hostOf) {
+  std::vector<topology::PeerInfo> peers(hostOf.size());
+  for (std::size_t r = 0; r < hostOf.size(); ++r) {
+    peers[r].hostname = "host" + std::to_string(hostOf[r]);
+    peers[r].hostId = peers[r].hostname;
+  }
+  return topology::buildTopology(std::move(peers));
+}
+
+std::vector<std::pair<Topology, std::string>> layouts() {
+  std::vector<std::pair<Topology, std::string>> out;
+  for (const Layout& l : kLayouts)
+    out.emplace_back(topology::uniformTopology(l.nodes, l.perNode, l.cyclic),
+                     std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) +
+                         (l.cyclic ? " cyclic" : " blocked"));
+  for (const auto& hosts : kUneven) out.emplace_back(unevenTopology(hosts), "");
+  for (auto& [topo, what] : out)
+    if (what.empty()) what = topo.summary();
+  return out;
+}
+
 TEST_P(Volume, MatchesFormula) {
   const AlgoInfo& a = *GetParam();
   const std::string name = resolve(a);
-  for (const Layout& l : kLayouts) {
-    const Topology topo = topology::uniformTopology(l.nodes, l.perNode, l.cyclic);
+  for (const auto& [topo, what] : layouts()) {
     const int n = topo.size();
     const Shape shape{n, n / 2, &topo};
-    SCOPED_TRACE(std::to_string(l.nodes) + " nodes x " + std::to_string(l.perNode) +
-                 (l.cyclic ? " cyclic" : " blocked") + " (" + name + ")");
+    SCOPED_TRACE(what + " (" + name + ")");
     std::vector<Traffic> traffic;
     const Traffic sum = runCounted(a, topo, shape.root, traffic);
     if (HasFailure()) return;
@@ -361,21 +480,20 @@ TEST_P(Volume, MatchesFormula) {
                   static_cast<std::uint64_t>(algo::patterns::ceilLog2(n)));
       }
     }
-    if (name == "hierarchical" && hierarchicalApplies(topo)) {
-      // Per host: 2(M-1)/M x S over the network, whatever the ranks per host; per rank
-      // 2(L-1)/L x S over shared memory.
-      const auto nodes = static_cast<std::uint64_t>(topo.numNodes());
-      const auto local = static_cast<std::uint64_t>(topo.maxLocalSize());
-      const std::uint64_t full = kFull * kEs;
+    if (name == "hierarchical" && hierarchicalRuns(a.coll, topo)) {
+      // Per rank: the shm and network bytes of the composed path; per host: the network bytes
+      // of M hosts and S alone, whatever the ranks per host (allreduce 2(M-1)/M x S, allgather
+      // and reduce_scatter (M-1)/M x S, broadcast S per child host, reduce S per non-root host).
       for (int m = 0; m < topo.numNodes(); ++m) {
         std::uint64_t net = 0;
         for (int r : topo.node(m).ranks) {
-          net += traffic[static_cast<std::size_t>(r)].sent(LinkClass::Network);
-          EXPECT_EQ(traffic[static_cast<std::size_t>(r)].sent(LinkClass::Shm),
-                    full * 2 * (local - 1) / local)
-              << "rank " << r;
+          const Traffic& t = traffic[static_cast<std::size_t>(r)];
+          const ClassBytes want = hierarchicalClasses(a.coll, shape, r);
+          net += t.sent(LinkClass::Network);
+          EXPECT_EQ(t.sent(LinkClass::Shm), want.shm) << "rank " << r;
+          EXPECT_EQ(t.sent(LinkClass::Network), want.net) << "rank " << r;
         }
-        EXPECT_EQ(net, full * 2 * (nodes - 1) / nodes) << "host " << m;
+        EXPECT_EQ(net, hierarchicalHostNetwork(a.coll, shape, m)) << "host " << m;
       }
     }
     // Ring algorithms talk to one neighbour: all bytes on the class of the link to r+1.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
@@ -98,6 +99,40 @@ TEST(CommTopology, HierarchicalAllreduceRunsOnAFabricatedLayout) {
     }
   });
   std::remove(file.c_str());
+}
+
+TEST(CommTopology, HierarchicalCollectivesThroughRulesOnFabricatedLayouts) {
+  // BRAID_ALGO rules reach the hierarchical allgather, reduce_scatter, broadcast and reduce (a
+  // bare name forces every collective that has it; a collective-qualified rule one), on hosts
+  // of equal and of different sizes, over the real transports; every collective checked.
+  const std::pair<int, const char*> layouts[] = {
+      {4, R"({"nodes": [{"host": "h0", "ranks": [0, 2]}, {"host": "h1", "ranks": [1, 3]}]})"},
+      {5, R"({"nodes": [{"host": "h0", "ranks": [0, 3, 4]}, {"host": "h1", "ranks": [1, 2]}]})"}};
+  const std::size_t counts[] = {0, 1, 7, 1031};
+  for (const char* rules : {"hierarchical", "allgather:hierarchical;reduce:hierarchical"}) {
+    for (const auto& [n, layout] : layouts) {
+      SCOPED_TRACE(std::string(rules) + " " + layout);
+      const std::string file = tempPath("fabricated_hier_all");
+      {
+        std::ofstream out(file);
+        out << layout;
+      }
+      Options o = testOptions(rules);
+      o.topoFile = file;
+      const bool all = std::string(rules) == "hierarchical";
+      runThreads(n, o, [&](Comm& c) {
+        EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 1024), "hierarchical");
+        EXPECT_EQ(c.selectedAlgorithm(Collective::Reduce, 1 << 20), "hierarchical");
+        if (all) {
+          EXPECT_EQ(c.selectedAlgorithm(Collective::ReduceScatter, 1024), "hierarchical");
+          EXPECT_EQ(c.selectedAlgorithm(Collective::Broadcast, 1 << 20), "hierarchical");
+        }
+        sweepCollectives(c, counts);
+      });
+      std::remove(file.c_str());
+      if (HasFailure()) return;
+    }
+  }
 }
 
 TEST(CommTopology, LogStepAlgorithmsOverTcp) {

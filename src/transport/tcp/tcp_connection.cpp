@@ -218,6 +218,7 @@ void Connection::fail(Error error) {
   error_ = std::move(error);
   closeSocket();
   finishAll(true);
+  sink_->connectionFailed(*error_);
 }
 
 void Connection::abandon() {

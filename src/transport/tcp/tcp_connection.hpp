@@ -51,6 +51,9 @@ class CompletionSink {
   virtual std::string tagText(std::uint64_t tag) const = 0;
   /// A receive from `peer` expected tag `expected` but the peer sent `received`.
   virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
+  /// The connection failed with `error` (after every request on it was finished). Default:
+  /// nothing; a striped transport uses it to fail its other streams (tcp_streams.hpp).
+  virtual void connectionFailed(const Error& error) { (void)error; }
 
  protected:
   ~CompletionSink() = default;

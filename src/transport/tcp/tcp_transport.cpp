@@ -25,6 +25,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_bootstrap.hpp"
 #include "transport/tcp/tcp_connection.hpp"
+#include "transport/tcp/tcp_streams.hpp"
 
 namespace braid::transport {
 
@@ -74,7 +76,11 @@ class DrivingToken {
 
 class TcpTransport final : public Transport, private tcp::CompletionSink {
  public:
-  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh);
+  /// `onFailure` (optional) is told of every connection or transport failure, with mu_ held (it
+  /// must only record). Pending receives of at least `backgroundRecvBytes` are background work.
+  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
+               std::function<void(const Error&)> onFailure = {},
+               std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
   ~TcpTransport() override;
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
@@ -96,6 +102,9 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);
   }
+  void connectionFailed(const Error& error) override {
+    if (onFailure_) onFailure_(error);
+  }
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req);
@@ -113,6 +122,8 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   const int rank_;
   const int size_;
   const std::chrono::microseconds spin_;
+  const std::function<void(const Error&)> onFailure_;
+  const std::size_t backgroundRecvBytes_;
   Fd epoll_;
   Fd wake_;
   std::vector<Connection> connections_;  // indexed by rank; this rank's has no socket
@@ -134,8 +145,14 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   std::thread progress_;
 };
 
-TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh)
-    : rank_(rank), size_(size), spin_(options.spin) {
+TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
+                           std::function<void(const Error&)> onFailure,
+                           std::size_t backgroundRecvBytes)
+    : rank_(rank),
+      size_(size),
+      spin_(options.spin),
+      onFailure_(std::move(onFailure)),
+      backgroundRecvBytes_(backgroundRecvBytes) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
     throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
@@ -216,7 +233,7 @@ void TcpTransport::post(Request& req) {
     c.postRecv(req);
   // Still pending after the attempt on the caller's thread: may need the background thread.
   if (req.state.load(std::memory_order_relaxed) == State::Pending &&
-      (req.isSend || req.bytes >= kBackgroundRecvBytes)) {
+      (req.isSend || req.bytes >= backgroundRecvBytes_)) {
     req.aux |= kAuxBackground;
     ++backgroundWork_;
     wakeBackground();
@@ -271,6 +288,7 @@ void TcpTransport::failTransport(Error error) {
   failed_ = std::move(error);
   // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
   for (Connection& c : connections_) c.abandon();
+  if (onFailure_) onFailure_(*failed_);
   completed_ = true;
   kickSleeper_ = true;
   backgroundCv_.notify_all();
@@ -450,8 +468,49 @@ void TcpTransport::progressLoop() {
 
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options) {
-  tcp::Mesh mesh = tcp::connectMesh(store, rank, size, options);
-  return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
+  const long long streams = static_cast<long long>(options.socketThreads) *
+                            static_cast<long long>(options.socketsPerThread);
+  if (options.socketThreads < 1 || options.socketsPerThread < 1 || streams > tcp::kMaxStreams)
+    throw Error(ErrorCode::InvalidArgument,
+                "createTcpTransport: rank " + std::to_string(rank) +
+                    ": BRAID_SOCKET_NTHREADS x BRAID_NSOCKS_PERTHREAD = " +
+                    std::to_string(options.socketThreads) + " x " +
+                    std::to_string(options.socketsPerThread) +
+                    " sockets per peer; each must be >= 1 and the product at most " +
+                    std::to_string(tcp::kMaxStreams));
+  if (options.stripeMinBytes == 0)
+    throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
+                                                ": BRAID_SOCKET_STRIPE_MIN must be > 0");
+  if (streams == 1) {
+    tcp::Mesh mesh = tcp::connectMesh(store, rank, size, options);
+    return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
+  }
+  // One mesh per stream, one after the other (every rank sets them up in the same order), all
+  // within the one connectTimeout; stream s > 0 publishes under its own key prefix.
+  const Deadline deadline = Clock::now() + options.connectTimeout;
+  const std::shared_ptr<Store> base(&store, [](Store*) {});  // borrowed for the prefix stores
+  auto failures = std::make_shared<tcp::StreamFailures>();
+  auto report = [failures](const Error& e) { failures->report(e); };
+  std::vector<std::unique_ptr<Transport>> engines;
+  for (long long s = 0; s < streams; ++s) {
+    TcpOptions one = options;
+    one.connectTimeout =
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+    tcp::Mesh mesh;
+    if (s == 0) {
+      mesh = tcp::connectMesh(store, rank, size, one);
+    } else {
+      PrefixStore prefixed(base, "tcp/stream" + std::to_string(s));
+      mesh = tcp::connectMesh(prefixed, rank, size, one);
+    }
+    // Streams > 0 carry only pieces of large messages: their background threads move every
+    // pending piece, so pieces arrive in parallel and a broken stream is noticed at once.
+    engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh), report,
+                                                     s == 0 ? kBackgroundRecvBytes : 0));
+  }
+  return tcp::createStripedTransport(rank, size, std::move(engines), options.stripeMinBytes,
+                                     std::move(failures));
 }
 
 }  // namespace braid::transport

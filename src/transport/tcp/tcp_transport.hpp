@@ -47,6 +47,13 @@ struct TcpOptions {
   /// naming the range when none is free); 0: an ephemeral port (BRAID_PORT_RANGE).
   std::uint16_t portLow = 0;
   std::uint16_t portHigh = 0;
+  /// Sockets per peer: socketThreads x socketsPerThread (BRAID_SOCKET_NTHREADS x
+  /// BRAID_NSOCKS_PERTHREAD), each >= 1, the product at most 16. With more than one, every
+  /// socket is a stream with its own progress engine (tcp_streams.hpp) and messages of at least
+  /// stripeMinBytes (BRAID_SOCKET_STRIPE_MIN, > 0) are cut into one piece per stream.
+  int socketThreads = 1;
+  int socketsPerThread = 1;
+  std::size_t stripeMinBytes = 256 * 1024;
 };
 
 /// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes
@@ -62,6 +69,11 @@ struct TcpOptions {
 /// times out naming it). Incoming connections from outside options.security.allowedPeers, and
 /// handshakes that fail or stall past handshakeTimeout, are dropped and logged the same way;
 /// handshakes run concurrently, so a silent stranger delays no rank.
+/// With K = socketThreads x socketsPerThread > 1 sockets per peer, the setup above runs K times
+/// (stream 0 under the keys above, stream s > 0 under "tcp/stream<s>/..."), each socket with its
+/// own listener and handshake (authenticated like any other), all within one connectTimeout,
+/// and the K transports are striped (tcp_streams.hpp). Invalid socketThreads,
+/// socketsPerThread or stripeMinBytes: Error(InvalidArgument) naming the variables.
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options);
 
