@@ -465,11 +465,27 @@ std::optional<double> CostModel::rootedTree(std::string_view algo, double s, boo
     return (binomialDepth_ + chunks - 1) * l.alpha + chunks * perChunk;
   }
   if (algo == "hierarchical") {
-    // Between node leaders over the network, then inside every host.
-    if (nodes_ < 2 || !uniform_) return rootedTree("binomial_tree", s, reduce, why);
-    addSteps(why, algo::patterns::ceilLog2(nodes_), 1, "tree levels");
-    addSteps(why, algo::patterns::ceilLog2(perNode_), 0, "tree levels");
-    return binomial(nodes_, true, s, reduce) + binomial(perNode_, false, s, reduce);
+    // src/algo/broadcast/hierarchical.cpp and reduce/hierarchical.cpp, with L ranks per host
+    // (the model's layouts are uniform, so P = L slices): the slices go between the root and
+    // its host's ranks over shared memory (L - 1 messages of S/L), cross the network on L
+    // binomial trees over the hosts at once (each host link carries L trees' chunks), and are
+    // allgathered (broadcast) or reduce-scattered (reduce) inside every host as a ring.
+    if (nodes_ < 2 || perNode_ < 2 || !uniform_) return rootedTree("binomial_tree", s, reduce, why);
+    const int l = perNode_;
+    const double slice = s / l;
+    const double local = (l - 1) * step(0, slice, 0);
+    const int depth = algo::patterns::ceilLog2(nodes_);
+    const double cc = std::min(static_cast<double>(chunk_), slice);
+    const int chunks =
+        std::max(1, static_cast<int>(std::ceil(slice / static_cast<double>(chunk_))));
+    const double trees =
+        (depth + chunks - 1) * params_.net.alpha +
+        chunks * depth * cc * (l * params_.net.beta + (reduce ? params_.gamma : 0));
+    addSteps(why, l - 1, 0, "root messages of " + bytesText(static_cast<std::size_t>(slice)));
+    addSteps(why, depth + chunks - 1, l,
+             "tree stages of " + bytesText(static_cast<std::size_t>(cc)));
+    const double ringPart = ringSteps(l - 1, 0, slice, reduce ? slice : 0, why);
+    return local + trees + ringPart;
   }
   return std::nullopt;
 }

@@ -98,9 +98,16 @@ TEST(CostModel, PairwiseAndHierarchicalPhasesByHand) {
   EXPECT_NEAR(predicted(m, Collective::ReduceScatter, "hierarchical", 4000),
               (1e-6 + 2 * b * 0.1e-9 + 2 * b * 0.5e-9) + (10e-6 + 2 * b * 1e-9 + b * 0.5e-9),
               1e-15);
-  // Hierarchical broadcast of 4000 B (one chunk): binomial over 2 hosts, then over 2 ranks.
+  // Hierarchical broadcast of 4000 B, 2 slices of 2000 B (one chunk each): the root sends one
+  // slice to its host's other rank (shm), 2 one-level binomial trees cross the network at once
+  // (the host link carries both: 2 x 2000 B), one shm ring step of 2000 B inside each host.
   EXPECT_NEAR(predicted(m, Collective::Broadcast, "hierarchical", 4000),
-              (10e-6 + 4000 * 1e-9) + (1e-6 + 4000 * 0.1e-9), 1e-15);
+              (1e-6 + 2000 * 0.1e-9) + (10e-6 + 2 * 2000 * 1e-9) + (1e-6 + 2000 * 0.1e-9), 1e-15);
+  // Reduce: the same phases, the network and the ring steps reduce their bytes (0.5e-9 s/B).
+  EXPECT_NEAR(predicted(m, Collective::Reduce, "hierarchical", 4000),
+              (1e-6 + 2000 * 0.1e-9) + (10e-6 + 2000 * (2 * 1e-9 + 0.5e-9)) +
+                  (1e-6 + 2000 * 0.1e-9 + 2000 * 0.5e-9),
+              1e-15);
   // Binomial broadcast from rank 0: children 1 (shm) and 2 (net), one chunk, 2 levels.
   EXPECT_NEAR(predicted(m, Collective::Broadcast, "binomial_tree", 4000),
               2 * 10e-6 + 4000 * 0.1e-9 + 4000 * 1e-9, 1e-15);
