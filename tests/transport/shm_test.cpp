@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/errors.hpp"
 #include "store/memory_store.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -68,27 +69,8 @@ long firstWrong(const Bytes& got, int from, int to) {
   return -1;
 }
 
-template <typename Fn>
-std::string errorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-template <typename Fn>
-ErrorCode codeOf(Fn&& fn, std::string& message) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return ErrorCode::Internal;
-}
+using test::codeOf;
+using test::errorOf;
 
 std::vector<int> allRanks(int size) {
   std::vector<int> r(static_cast<std::size_t>(size));

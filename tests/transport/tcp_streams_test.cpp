@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness/checks.hpp"
+#include "harness/errors.hpp"
 #include "harness/ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -65,27 +66,8 @@ long firstWrong(const Bytes& got, int from, int to, std::size_t salt = 0) {
   return -1;
 }
 
-template <typename Fn>
-std::string errorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-template <typename Fn>
-ErrorCode codeOf(Fn&& fn, std::string& message) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return ErrorCode::Internal;
-}
+using test::codeOf;
+using test::errorOf;
 
 // Runs body(rank, transport) on `size` threads, each with its own transport.
 void runRanks(int size, const TcpOptions& options,

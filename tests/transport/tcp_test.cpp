@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/errors.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -55,27 +56,8 @@ long firstWrong(const Bytes& got, int from, int to) {
   return -1;
 }
 
-template <typename Fn>
-std::string errorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-template <typename Fn>
-ErrorCode codeOf(Fn&& fn, std::string& message) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return ErrorCode::Internal;
-}
+using test::codeOf;
+using test::errorOf;
 
 // std::latch with a bound: a rank that failed before arriving fails the test instead of hanging it.
 class Rendezvous {

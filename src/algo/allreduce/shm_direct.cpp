@@ -85,9 +85,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     } else {
       // Only the peers' slices are staged: this rank reduces its own slice straight from its
       // input.
-      std::memcpy(staged, chunkIn, mine.offset * es);
-      const std::size_t tail = mine.offset + mine.count;
-      std::memcpy(staged + tail * es, chunkIn + tail * es, (c - tail) * es);
+      patterns::copyAllBut(staged, chunkIn, c, mine, es);
     }
     g->barrier(ctx.tag, ctx.deadline);
     if (mine.count > 0 && ctx.deterministic) {

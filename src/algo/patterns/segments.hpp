@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace braid::algo::patterns {
@@ -23,6 +25,14 @@ constexpr Range evenSplit(std::size_t total, int parts, int index) noexcept {
   const std::size_t base = total / p;
   const std::size_t rem = total % p;
   return {i * base + std::min(i, rem), base + (i < rem ? 1 : 0)};
+}
+
+/// Copies elements [0, total) of `src` (elements of `es` bytes) to `dst`, all but `skip`.
+inline void copyAllBut(std::uint8_t* dst, const std::uint8_t* src, std::size_t total, Range skip,
+                       std::size_t es) noexcept {
+  std::memcpy(dst, src, skip.offset * es);
+  const std::size_t tail = skip.offset + skip.count;
+  std::memcpy(dst + tail * es, src + tail * es, (total - tail) * es);
 }
 
 /// Elements per pipeline chunk: chunkBytes, bounded by one of `slots` equal slots of scratch

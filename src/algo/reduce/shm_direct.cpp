@@ -77,9 +77,7 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
       std::memcpy(staged, chunkIn, c * es);
     } else {
       // Only the peers' slices are staged: the own slice is reduced straight from the input.
-      std::memcpy(staged, chunkIn, mine.offset * es);
-      const std::size_t tail = mine.offset + mine.count;
-      std::memcpy(staged + tail * es, chunkIn + tail * es, (c - tail) * es);
+      patterns::copyAllBut(staged, chunkIn, c, mine, es);
     }
     g->barrier(ctx.tag, ctx.deadline);
     if (mine.count > 0 && ctx.deterministic) {
