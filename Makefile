@@ -31,6 +31,7 @@ clean:
 format:
 	clang-format -i $$(git ls-files '*.cpp' '*.hpp')
 
-# The fast sanitizer subset CI runs after `make test` (scripts/sanitize.sh for the others).
+# The fast sanitizer subsets CI runs after `make test` (scripts/sanitize.sh for the others).
 test-sanitize: deps
 	BRAID_SANITIZE_SUITES="unit transport" scripts/sanitize.sh address
+	BRAID_SANITIZE_SUITES="unit transport" scripts/sanitize.sh thread

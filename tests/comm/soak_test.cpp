@@ -151,8 +151,16 @@ void soakRank(Comm& world, const Plan& plan, bool rssPerRank) {
         static_cast<double>(rssEnd) / (1 << 20));
     // Rank 0 serves the store of the extra communicators (threads: the process serves all).
     const std::size_t allowance = me == 0 ? storeAllowance : 0;
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    // A sanitizer's runtime keeps freed memory and shadow pages resident (quarantine, history),
+    // so RSS grows with the operations whatever braid does: flatness is asserted in the plain
+    // build only.
+    (void)allowance;
+    std::printf("[ soak     ] sanitizer build: resident memory printed, not checked\n");
+#else
     EXPECT_LE(rssEnd, rssWarm + kRssSlackBytes + allowance)
         << "resident memory grew by " << (rssEnd - rssWarm) / 1024 << " KiB over the soak";
+#endif
   }
   split.reset();
   sub.reset();
