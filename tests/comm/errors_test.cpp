@@ -2,12 +2,12 @@
 // or a hang. Mismatched collectives fail with Mismatch. abort() fails pending work.
 #include <gtest/gtest.h>
 
-#include "harness/ranks.hpp"
-#include "store/memory_store.hpp"
-
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include "harness/ranks.hpp"
+#include "store/memory_store.hpp"
 
 namespace braid::test {
 namespace {
@@ -34,14 +34,22 @@ TEST(Errors, InvalidArgumentsNameOperationArgumentAndRank) {
                 ErrorCode::InvalidArgument, {"allreduce", rank, "'send'", "null"});
     expectError([&] { c.allreduce(buf.data(), nullptr, 4, DataType::Float32, ReduceOp::Sum); },
                 ErrorCode::InvalidArgument, {"allreduce", "'recv'"});
-    expectError([&] { c.allreduce(buf.data(), buf.data(), 4, static_cast<DataType>(42), ReduceOp::Sum); },
-                ErrorCode::InvalidArgument, {"allreduce", "'dtype'", "42"});
-    expectError([&] { c.allreduce(buf.data(), buf.data(), 4, DataType::Float32, static_cast<ReduceOp>(9)); },
-                ErrorCode::InvalidArgument, {"allreduce", "'op'", "9"});
-    expectError([&] { c.allreduce(buf.data(), buf.data(), SIZE_MAX / 2, DataType::Float32, ReduceOp::Sum); },
-                ErrorCode::InvalidArgument, {"allreduce", "'count'", "overflows"});
-    expectError([&] { c.allreduce(buf.data(), buf.data() + 1, 8, DataType::Float32, ReduceOp::Sum); },
-                ErrorCode::InvalidArgument, {"overlap"});
+    expectError(
+        [&] { c.allreduce(buf.data(), buf.data(), 4, static_cast<DataType>(42), ReduceOp::Sum); },
+        ErrorCode::InvalidArgument, {"allreduce", "'dtype'", "42"});
+    expectError(
+        [&] {
+          c.allreduce(buf.data(), buf.data(), 4, DataType::Float32, static_cast<ReduceOp>(9));
+        },
+        ErrorCode::InvalidArgument, {"allreduce", "'op'", "9"});
+    expectError(
+        [&] {
+          c.allreduce(buf.data(), buf.data(), SIZE_MAX / 2, DataType::Float32, ReduceOp::Sum);
+        },
+        ErrorCode::InvalidArgument, {"allreduce", "'count'", "overflows"});
+    expectError(
+        [&] { c.allreduce(buf.data(), buf.data() + 1, 8, DataType::Float32, ReduceOp::Sum); },
+        ErrorCode::InvalidArgument, {"overlap"});
     expectError([&] { c.broadcast(buf.data(), 4, DataType::Float32, 3); },
                 ErrorCode::InvalidArgument, {"broadcast", "'root' = 3", rank});
     expectError([&] { c.reduce(buf.data(), buf.data(), 4, DataType::Float32, ReduceOp::Sum, -1); },
@@ -59,8 +67,8 @@ TEST(Errors, InvalidArgumentsNameOperationArgumentAndRank) {
                 ErrorCode::InvalidArgument, {"alltoall", "in-place"});
     expectError([&] { c.send(buf.data(), 4, DataType::Float32, c.rank()); },
                 ErrorCode::InvalidArgument, {"send", "'peer'", "this rank"});
-    expectError([&] { c.recv(buf.data(), 4, DataType::Float32, 9); },
-                ErrorCode::InvalidArgument, {"recv", "'peer' = 9"});
+    expectError([&] { c.recv(buf.data(), 4, DataType::Float32, 9); }, ErrorCode::InvalidArgument,
+                {"recv", "'peer' = 9"});
     // Null buffers with count 0 are fine.
     c.allreduce(nullptr, nullptr, 0, DataType::Float32, ReduceOp::Sum);
     // The communicator still works after rejected calls.
@@ -171,6 +179,29 @@ TEST(Errors, ExecTimeoutNamesThePeer) {
     else
       std::this_thread::sleep_for(std::chrono::milliseconds(800));  // alive but silent
   });
+}
+
+// A receive whose tag no send carries times out saying which message did arrive instead, over
+// shared memory and over TCP (the p2p tag includes the dtype, so a dtype mismatch reads the same).
+TEST(Errors, P2PTimeoutNamesTheMessageThatArrivedInstead) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "shm");
+    Options o = testOptions();
+    o.execTimeout = std::chrono::milliseconds(400);
+    o.shmDisable = tcp;
+    runThreads(2, o, [](Comm& c) {
+      std::vector<float> buf(4);
+      if (c.rank() == 0) {
+        c.send(buf.data(), 4, DataType::Float32, 1, 5);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // alive until rank 1 fails
+      } else {
+        expectError([&] { c.recv(buf.data(), 4, DataType::Float32, 0, 6); }, ErrorCode::Timeout,
+                    {"rank 1 timed out waiting for a recv of 16 bytes from rank 0",
+                     "messages from rank 0 that no receive has taken: send/recv(fp32, tag 5) (16 "
+                     "bytes)"});
+      }
+    });
+  }
 }
 
 TEST(Errors, DescribePeerNamesThePeerAndRejectsRanksOutside) {

@@ -184,6 +184,41 @@ void Channel::peerExited() {
   exited_ = true;
 }
 
+std::string Channel::stallReason(const Request& req) const {
+  if (cfg_.out == nullptr) return {};
+  const std::string peer = "rank " + std::to_string(cfg_.peerRank);
+  const auto progress = [&] {
+    return std::to_string(std::min(req.progress, req.bytes)) + " of " + std::to_string(req.bytes) +
+           " bytes";
+  };
+  if (req.isSend) {
+    const std::uint64_t tail = cfg_.out->consumer.tail.load(std::memory_order_acquire);
+    const std::uint64_t head = cfg_.out->producer.head.load(std::memory_order_acquire);
+    if (req.aux != 0 && sendHead_ != &req)
+      return "the message is in the ring; " + peer + " has not read it (no matching receive)";
+    return "the ring to " + peer + " holds " + std::to_string(head - tail) + " unread bytes of " +
+           std::to_string(cfg_.ringBytes) + "; " + progress() + " written";
+  }
+  if (rxRequest_ == &req) return progress() + " arrived; " + peer + " sent no more";
+  const std::uint64_t head = cfg_.in->producer.head.load(std::memory_order_acquire);
+  if (head == tail_) {
+    std::string text = "nothing from " + peer + " waits in the ring (it has not sent it)";
+    if (!unexpected_.empty()) {
+      text += "; messages from " + peer + " that no receive has taken:";
+      for (const Unexpected& u : unexpected_)
+        text += " " + sink_->tagText(u.tag) + " (" + std::to_string(u.data.size()) + " bytes)";
+    }
+    return text;
+  }
+  if (rxRequest_ != nullptr || rxUnexpected_ != nullptr)
+    return "the ring from " + peer + " is busy with an earlier message";
+  std::uint64_t tag = 0, word = 0;
+  readUnit(cfg_.inRing, cfg_.ringBytes, tail_, tag, word);
+  const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
+  return "ahead of it in the ring from " + peer + " waits " + sink_->tagText(tag) + " (" +
+         std::to_string(bytes) + " bytes), which no posted receive of this rank matches";
+}
+
 // ---- progress ----
 
 bool Channel::progress() {

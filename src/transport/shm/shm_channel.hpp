@@ -83,6 +83,10 @@ class Channel {
   void abandon();
   /// Tells the peer this rank is gone (the transport is being destroyed).
   void close();
+  /// Why `req` (pending on this channel) has not completed, in words, for a Timeout: how much
+  /// of it moved, or what the pair's ring holds (nothing yet; a message that waits for another
+  /// receive ahead of it; a full ring).
+  std::string stallReason(const Request& req) const;
 
  private:
   struct Unexpected {

@@ -418,10 +418,12 @@ void ShmTransportImpl::wait(Request& req, Deadline deadline) {
     if (s == State::Failed) throwFailure(req);
     const auto now = Clock::now();
     if (now >= deadline) {
-      const std::string peer = channel(req.peer).description();
-      const std::string what =
-          req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
-                     : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      const Channel& c = channel(req.peer);
+      const std::string peer = c.description();
+      std::string what = req.isSend
+                             ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
+                             : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      if (const std::string why = c.stallReason(req); !why.empty()) what += ": " + why;
       // The pair may stop mid-message now, so nothing later on this transport can be trusted.
       failTransport(Error(ErrorCode::Timeout,
                           "rank " + std::to_string(rank_) + " timed out waiting for " + what));

@@ -179,6 +179,35 @@ void Connection::postRecv(Request& req) {
   read();
 }
 
+std::string Connection::stallReason(const Request& req) const {
+  if (!fd_) return {};
+  const std::string peer = "rank " + std::to_string(peer_);
+  if (req.isSend) {
+    const std::size_t sent = req.progress > kHeaderBytes ? req.progress - kHeaderBytes : 0;
+    if (sendHead_ != &req) return "earlier sends to " + peer + " are not written yet";
+    return std::to_string(sent) + " of " + std::to_string(req.bytes) + " bytes written; " + peer +
+           " does not read (the socket buffer is full)";
+  }
+  if (rxRequest_ == &req)
+    return std::to_string(req.progress) + " of " + std::to_string(req.bytes) + " bytes arrived; " +
+           peer + " sent no more";
+  if (stalled_ && staged() >= kHeaderBytes) {
+    const FrameHeader h = decodeFrameHeader(
+        std::span<const std::uint8_t, kHeaderBytes>(staging_.data() + stageBegin_, kHeaderBytes));
+    return "ahead of it from " + peer + " waits " + sink_->tagText(h.tag) + " (" +
+           std::to_string(h.bytes) + " bytes), which no posted receive of this rank matches";
+  }
+  if (rxRequest_ != nullptr || rxUnexpected_ != nullptr)
+    return "an earlier message from " + peer + " is still arriving";
+  std::string text = "nothing for it has arrived from " + peer;
+  if (!unexpected_.empty()) {
+    text += "; messages from " + peer + " that no receive has taken:";
+    for (const Unexpected& u : unexpected_)
+      text += " " + sink_->tagText(u.tag) + " (" + std::to_string(u.bytes) + " bytes)";
+  }
+  return text;
+}
+
 // ---- failure ----
 
 void Connection::finishAll(bool connectionError) {

@@ -83,6 +83,10 @@ class Connection {
   void handleEvents(std::uint32_t events);
   /// The transport failed: closes the socket and fails every request (not a connection error).
   void abandon();
+  /// Why `req` (pending on this connection) has not completed, in words, for a Timeout: how
+  /// much of it moved, or what holds it up (nothing arrived; a message that waits for another
+  /// receive ahead of it; a peer that does not read).
+  std::string stallReason(const Request& req) const;
 
  private:
   // A P2P message that arrived before its receive. `data` holds what has arrived so far: it

@@ -393,10 +393,12 @@ void TcpTransport::wait(Request& req, Deadline deadline) {
     if (s == State::Failed) throwFailure(req);
     const auto now = Clock::now();
     if (now >= deadline) {
-      const std::string& peer = connections_[static_cast<std::size_t>(req.peer)].description();
-      const std::string what =
-          req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
-                     : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
+      const std::string& peer = c.description();
+      std::string what = req.isSend
+                             ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
+                             : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
+      if (const std::string why = c.stallReason(req); !why.empty()) what += ": " + why;
       // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
       failTransport(Error(ErrorCode::Timeout,
                           "rank " + std::to_string(rank_) + " timed out waiting for " + what));
