@@ -3,7 +3,10 @@
 // (cmaThresholdBytes = SIZE_MAX) and single-copy reads (cmaThresholdBytes = 0). Every wait has a
 // deadline, so a broken transport fails a test instead of hanging it.
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +15,8 @@
 #include <functional>
 #include <latch>
 #include <memory>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -435,6 +440,85 @@ TEST(ShmTransport, TimeoutSaysWhatHoldsTheReceiveUp) {
       done.arrive_and_wait();
     });
   }
+}
+
+// A rank that opens a file other than the creator's segment (here: told a decoy descriptor that
+// holds a valid-looking header) must notice and never use it. Without the nonce check it would
+// map the decoy, its peers would write into rings it never reads, and every message to it would
+// be lost. With it, the rank refuses the decoy, the job settles on a named segment, and messages
+// flow both ways.
+TEST(ShmTransport, ADecoyFileIsNeverMappedInsteadOfTheSegment) {
+  // Rank 1 reads the creator's segment description through this store, which swaps in a decoy.
+  class DecoyStore final : public Store {
+   public:
+    explicit DecoyStore(MemoryStore& inner) : inner_(inner) {}
+    ~DecoyStore() override {
+      if (decoy_ >= 0) ::close(decoy_);
+    }
+    void set(const std::string& k, const std::vector<std::uint8_t>& v) override {
+      inner_.set(k, v);
+    }
+    std::int64_t add(const std::string& k, std::int64_t d) override { return inner_.add(k, d); }
+    void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
+      inner_.wait(k, t);
+    }
+    bool check(const std::vector<std::string>& k) override { return inner_.check(k); }
+    std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds t) override {
+      std::vector<std::uint8_t> value = inner_.get(key, t);
+      if (key != "shm/0/segment") return value;
+      std::istringstream in(std::string(value.begin(), value.end()));
+      std::string kind;
+      long long pid = 0, fd = 0;
+      std::size_t bytes = 0;
+      std::string rest;
+      in >> kind >> pid >> fd >> bytes >> rest;
+      if (kind != "memfd") return value;
+      // The decoy: a memfd of the same size whose header is the real one's with another nonce.
+      const std::string real = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+      shm::UniqueFd realFd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
+      shm::SegmentHeader header{};
+      EXPECT_EQ(::pread(realFd.get(), &header, sizeof header, 0),
+                static_cast<ssize_t>(sizeof header));
+      header.nonce ^= 0x5555;
+      decoy_ = ::memfd_create("braid-test-decoy", MFD_CLOEXEC);
+      EXPECT_EQ(::ftruncate(decoy_, static_cast<off_t>(bytes)), 0);
+      EXPECT_EQ(::pwrite(decoy_, &header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
+      const std::string swapped = kind + " " + std::to_string(::getpid()) + " " +
+                                  std::to_string(decoy_) + " " + std::to_string(bytes) + " " + rest;
+      return {swapped.begin(), swapped.end()};
+    }
+
+   private:
+    MemoryStore& inner_;
+    int decoy_ = -1;
+  };
+  MemoryStore store;
+  DecoyStore decoyed(store);
+  const std::vector<int> local = allRanks(2);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      errors[static_cast<std::size_t>(r)] = errorOf([&] {
+        Store& mine = r == 1 ? static_cast<Store&>(decoyed) : static_cast<Store&>(store);
+        auto t = createShmTransport(mine, r, 2, local, optionsFor(Path::Ring));
+        const int peer = 1 - r;
+        Bytes out = makePayload(r, peer, 1000), in(1000, 0);
+        Request send, recv;
+        t->postRecv(peer, in.data(), in.size(), 3, recv);
+        t->postSend(peer, out.data(), out.size(), 3, send);
+        t->wait(send, after(10s));
+        t->wait(recv, after(10s));
+        EXPECT_EQ(firstWrong(in, peer, r), -1);
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  // The job fell back to a named segment (the decoy was refused), and unlinked it.
+  EXPECT_TRUE(store.check({"shm/0/final"}));
+  EXPECT_EQ(store.getString("shm/0/final", 1s).rfind("named ", 0), 0u);
 }
 
 TEST(ShmTransport, UnmatchedRecvTimesOutNamingThePeer) {

@@ -1,9 +1,9 @@
 // Segment setup, through the store under "shm/<lowest local rank>/" (the creator is local 0):
 //
-//   creator: memfd_create + ftruncate + mmap, initialize, register  -> "segment" = "memfd P F N"
-//   others:  open /proc/P/fd/F, mmap, register                      -> "open/<local>" = 1 | 0
+//   creator: memfd_create + ftruncate + mmap, initialize, register  -> "segment" = "memfd P F N R"
+//   others:  open /proc/P/fd/F, mmap, check nonce R, register       -> "open/<local>" = 1 | 0
 //   creator: every "open" is 1                                      -> "final" = "memfd"
-//            else: shm_open(random name, O_EXCL), initialize, register -> "final" = "named X N"
+//            else: shm_open(random name, O_EXCL), initialize, register -> "final" = "named X N R"
 //   others:  on "named": shm_open(X), mmap, register; everyone adds 1 to "mapped"; whoever
 //            brings it to L unlinks X (the creator also unlinks it when setup fails), and all
 //            wait for "attached/<local>" of every local rank
@@ -11,6 +11,9 @@
 //
 // The memfd stays open in the creator until "final" is set, which is after every other rank has
 // opened it; from then on only mappings hold the memory, and it is freed with the last one.
+// R is a random nonce the creator writes into the segment's header: a rank that opens the
+// segment checks it, so it never maps some other file by mistake (a reused descriptor number, a
+// stale name) and then talks into rings its peers do not read.
 #include "transport/shm/shm_bootstrap.hpp"
 
 #include <fcntl.h>
@@ -101,7 +104,7 @@ class Setup {
   void createMemfd(Attachment& a, UniqueFd& fd);
   bool openMemfd(Attachment& a, const std::string& published);
   void createNamed(Attachment& a, NameGuard& guard, std::string& name);
-  void openNamed(Attachment& a, const std::string& name, std::size_t bytes);
+  void openNamed(Attachment& a, const std::string& name, std::size_t bytes, std::uint64_t nonce);
   void countMapped(const std::string& name);
   void registerRank(Attachment& a) const;
   void probe(Attachment& a) const;
@@ -160,7 +163,7 @@ void Setup::createMemfd(Attachment& a, UniqueFd& fd) {
                                          std::to_string(a.geometry.totalBytes) +
                                          " bytes: " + errnoText(errno));
   a.segment = Segment(fd.get(), a.geometry.totalBytes, what());
-  a.segment.initialize(a.geometry);
+  a.segment.initialize(a.geometry, cookie_);
   registerRank(a);
 }
 
@@ -169,13 +172,16 @@ bool Setup::openMemfd(Attachment& a, const std::string& published) {
   std::string kind;
   long long pid = 0, fd = 0;
   std::size_t bytes = 0;
-  if (!(in >> kind >> pid >> fd >> bytes) || kind != "memfd") return false;
+  std::uint64_t nonce = 0;
+  if (!(in >> kind >> pid >> fd >> bytes >> nonce) || kind != "memfd") return false;
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
   UniqueFd opened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!opened) return false;
   struct stat st {};
   if (::fstat(opened.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) return false;
-  a.segment = Segment(opened.get(), bytes, what());
+  Segment segment(opened.get(), bytes, what());
+  if (segment.header().nonce != nonce) return false;  // not the creator's file: go named
+  a.segment = std::move(segment);
   a.geometry = a.segment.adopt(what());
   registerRank(a);
   return true;
@@ -195,16 +201,21 @@ void Setup::createNamed(Attachment& a, NameGuard& guard, std::string& name) {
                                          std::to_string(a.geometry.totalBytes) +
                                          " bytes: " + errnoText(errno));
   a.segment = Segment(fd.get(), a.geometry.totalBytes, what());
-  a.segment.initialize(a.geometry);
+  a.segment.initialize(a.geometry, cookie_);
   registerRank(a);
 }
 
-void Setup::openNamed(Attachment& a, const std::string& name, std::size_t bytes) {
+void Setup::openNamed(Attachment& a, const std::string& name, std::size_t bytes,
+                      std::uint64_t nonce) {
   a.segment = Segment();
   UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd)
     throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
   a.segment = Segment(fd.get(), bytes, what());
+  if (a.segment.header().nonce != nonce)
+    throw Error(ErrorCode::Internal, what() + ": " + name + " is not the segment rank " +
+                                         std::to_string(localRanks_[0]) +
+                                         " created (its nonce differs)");
   a.geometry = a.segment.adopt(what());
   registerRank(a);
 }
@@ -253,7 +264,8 @@ Attachment Setup::run() {
     if (!options_.forceNamedSegment) createMemfd(a, memfd);
     store_.setString(key("segment"), memfd ? "memfd " + std::to_string(::getpid()) + " " +
                                                  std::to_string(memfd.get()) + " " +
-                                                 std::to_string(a.geometry.totalBytes)
+                                                 std::to_string(a.geometry.totalBytes) + " " +
+                                                 std::to_string(cookie_)
                                            : std::string("none"));
     bool allOpened = static_cast<bool>(memfd);
     for (std::size_t i = 1; i < count; ++i)
@@ -265,7 +277,8 @@ Attachment Setup::run() {
       named = true;
       std::string name;
       createNamed(a, guard, name);
-      store_.setString(key("final"), "named " + name + " " + std::to_string(a.geometry.totalBytes));
+      store_.setString(key("final"), "named " + name + " " + std::to_string(a.geometry.totalBytes) +
+                                         " " + std::to_string(cookie_));
       countMapped(name);
     }
   } else {
@@ -278,10 +291,11 @@ Attachment Setup::run() {
       std::istringstream in(final);
       std::string kind, name;
       std::size_t bytes = 0;
-      if (!(in >> kind >> name >> bytes) || kind != "named")
+      std::uint64_t nonce = 0;
+      if (!(in >> kind >> name >> bytes >> nonce) || kind != "named")
         throw Error(ErrorCode::Internal,
                     what() + ": unexpected segment description '" + final + "'");
-      openNamed(a, name, bytes);
+      openNamed(a, name, bytes, nonce);
       countMapped(name);
     } else if (!opened) {
       throw Error(ErrorCode::Internal, what() + ": rank " + std::to_string(localRanks_[0]) +

@@ -123,7 +123,7 @@ void Segment::reset() {
   bytes_ = 0;
 }
 
-void Segment::initialize(const Geometry& g) {
+void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
   SegmentHeader* h = std::construct_at(reinterpret_cast<SegmentHeader*>(base_));
   h->magic = kSegmentMagic;
   h->version = kSegmentVersion;
@@ -132,6 +132,7 @@ void Segment::initialize(const Geometry& g) {
   h->slotBytes = g.slotBytes;
   h->totalBytes = g.totalBytes;
   h->stagingBytes = g.stagingBytes;
+  h->nonce = nonce;
   geometry_ = g;
   for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
   for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)

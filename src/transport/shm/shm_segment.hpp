@@ -3,7 +3,7 @@
 //
 // Layout (L = local ranks, S = slots, B = slot bytes, R = S * B ring bytes):
 //
-//   SegmentHeader                      64 B   magic, version, geometry
+//   SegmentHeader                      64 B   magic, version, geometry, nonce
 //   RankSlot[L]                   L *  64 B   pid, doorbell (futex word + sleeper count), probe
 //   ChannelControl[L * L]     L * L * 128 B   per ordered pair: producer line, consumer line
 //   (padding to 4 KiB)
@@ -38,7 +38,7 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 3;
+inline constexpr std::uint32_t kSegmentVersion = 4;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -66,6 +66,9 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t slotBytes;
   std::uint64_t totalBytes;
   std::uint64_t stagingBytes;
+  // Random per segment, published in the store with it: a rank that opens the segment checks it
+  // reached this very one (shm_bootstrap.cpp).
+  std::uint64_t nonce;
 };
 
 /// One local rank. The doorbell is how others wake it: `bell` is the futex word, bumped by
@@ -118,6 +121,7 @@ struct ChannelControl {
   ConsumerLine consumer;
 };
 
+static_assert(sizeof(SegmentHeader) == kCacheLine);
 static_assert(sizeof(RankSlot) == kCacheLine);
 static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
 static_assert(sizeof(LatencyLine) == kCacheLine);
@@ -185,7 +189,7 @@ class Segment {
   std::size_t bytes() const { return bytes_; }
   /// Writes the header and constructs every control structure (creator only, on fresh zeroed
   /// memory).
-  void initialize(const Geometry& g);
+  void initialize(const Geometry& g, std::uint64_t nonce);
   /// Reads and checks the header the creator wrote, and lays the segment out accordingly.
   /// Throws Error(Internal) naming `what` when it does not describe a braid segment.
   Geometry adopt(const std::string& what);
