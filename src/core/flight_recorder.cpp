@@ -64,7 +64,7 @@ FlightEntry* FlightRecorder::slot(std::uint64_t serial) {
 }
 
 std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock::time_point at) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<SpinLock> lk(mu_);
   const std::uint64_t serial = next_++;
   if (!ring_.empty()) {
     FlightEntry& e = ring_[serial % ring_.size()];
@@ -82,7 +82,7 @@ std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock
 
 void FlightRecorder::started(std::uint64_t serial, const OpDesc& d, const char* algorithm,
                              Clock::time_point at) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<SpinLock> lk(mu_);
   if (FlightEntry* e = slot(serial)) {
     e->algorithm = algorithm;
     e->state = OpState::Running;
@@ -100,7 +100,7 @@ void FlightRecorder::started(std::uint64_t serial, const OpDesc& d, const char* 
 
 void FlightRecorder::finished(std::uint64_t serial, const OpDesc& d, const char* error,
                               Clock::time_point at) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<SpinLock> lk(mu_);
   const OpState state = error != nullptr ? OpState::Failed : OpState::Done;
   if (FlightEntry* e = slot(serial)) {
     e->state = state;
@@ -117,12 +117,12 @@ void FlightRecorder::finished(std::uint64_t serial, const OpDesc& d, const char*
 }
 
 FlightRecorder::Position FlightRecorder::position() const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<SpinLock> lk(mu_);
   return position_;
 }
 
 std::vector<OpDesc> FlightRecorder::recentCollectives(std::size_t n) const {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::lock_guard<SpinLock> lk(mu_);
   std::vector<OpDesc> out;
   for (std::uint64_t s = next_ - 1; s >= 1 && out.size() < n; --s) {
     const FlightEntry* e = ring_.empty() ? nullptr : &ring_[s % ring_.size()];
@@ -134,13 +134,20 @@ std::vector<OpDesc> FlightRecorder::recentCollectives(std::size_t n) const {
 }
 
 std::string FlightRecorder::dump(const std::string& title) const {
-  std::lock_guard<std::mutex> lk(mu_);
+  // Copy under the lock, format without it (operations keep recording meanwhile).
+  std::vector<FlightEntry> ring;
+  std::uint64_t next = 0;
+  {
+    std::lock_guard<SpinLock> lk(mu_);
+    ring = ring_;
+    next = next_;
+  }
   auto ms = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - origin_).count();
   };
   const auto now = Clock::now();
-  const std::uint64_t total = next_ - 1;
-  const std::uint64_t cap = ring_.size();
+  const std::uint64_t total = next - 1;
+  const std::uint64_t cap = ring.size();
   const std::uint64_t first = cap == 0 ? total + 1 : (total >= cap ? total - cap + 1 : 1);
   char line[1024];
   std::string out = "=== braid flight recorder: " + title + " ===\n";
@@ -148,11 +155,11 @@ std::string FlightRecorder::dump(const std::string& title) const {
                 "last %" PRIu64 " of %" PRIu64
                 " operations (capacity %zu); times in ms since the communicator was created, "
                 "now %.3f\n",
-                total + 1 - first, total, ring_.size(), ms(now));
+                total + 1 - first, total, ring.size(), ms(now));
   out += line;
-  if (ring_.empty()) out += "(BRAID_FLIGHT_RECORDER=0: no operations kept)\n";
+  if (ring.empty()) out += "(BRAID_FLIGHT_RECORDER=0: no operations kept)\n";
   for (std::uint64_t s = first; s <= total; ++s) {
-    const FlightEntry& e = ring_[s % ring_.size()];
+    const FlightEntry& e = ring[s % ring.size()];
     std::string what =
         isPointToPoint(e.desc.coll) ? std::string("p2p   ") : "op #" + std::to_string(e.desc.seq);
     std::string call = callText(e.desc, true);
