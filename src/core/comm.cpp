@@ -215,10 +215,14 @@ void Comm::Impl::runBlocking(Op op) {
   std::unique_lock<std::mutex> lk(queueMu);
   if (!running && queue.empty()) {
     running = true;
+    Finished finished = finishedInflight();
     lk.unlock();
     RunningScope scope{this};
     // A send/recv overtakes the listed ones (they never hold it up); a collective waits for them.
-    if (!isP2P(op)) drainInflight();
+    if (isP2P(op))
+      reap(finished);
+    else
+      drainInflight();
     execute(op);
     return;
   }
@@ -240,8 +244,10 @@ Work Comm::Impl::runAsync(Op op) {
   if (isP2P(op) && !running && queue.empty()) {
     // Nothing issued earlier is still to start: post it now, on this thread.
     running = true;
+    Finished finished = finishedInflight();
     lk.unlock();
     RunningScope scope{this};
+    reap(finished);
     postInflight(op);
     return Work(state);
   }
@@ -388,6 +394,22 @@ void Comm::Impl::drainInflight() {
       w.cv.wait(lk, [&] { return w.done.load(std::memory_order_acquire) || w.changes != seen; });
     }
   }
+}
+
+Comm::Impl::Finished Comm::Impl::finishedInflight() {
+  Finished out;
+  std::size_t found = 0, looked = 0;
+  for (auto it = inflight.begin(); it != inflight.end() && found < out.size() && looked < 16;
+       ++it, ++looked)
+    if ((*it)->req.state.load(std::memory_order_acquire) != transport::Request::State::Pending &&
+        !(*it)->claimed.load(std::memory_order_relaxed))
+      out[found++] = *it;
+  return out;
+}
+
+void Comm::Impl::reap(Finished& finished) {
+  for (auto& e : finished)
+    if (e && e->claim() && !testInflight(*e)) e->release();
 }
 
 void Comm::Impl::sweepInflight() {

@@ -133,6 +133,12 @@ struct Comm::Impl {
   void drainInflight();
   /// Completes every unclaimed send/recv that is done or failed (after an abort).
   void sweepInflight();
+  /// Listed send/recv the transport finished that nobody claimed, e.g. sends whose Work was
+  /// dropped (a few of the oldest; queueMu held). reap() completes them (queueMu not held), so
+  /// the list and the flight recorder do not keep them until the next collective.
+  using Finished = std::array<std::shared_ptr<Inflight>, 4>;
+  Finished finishedInflight();
+  void reap(Finished& finished);
   std::string where(Collective c) const;
   tuning::SelectionInputs selectionInputs(Collective c, std::size_t bytes) const;
   void log(int level, const std::string& msg) const;
