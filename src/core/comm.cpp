@@ -4,7 +4,8 @@
 // START one at a time in issue order; `running` marks the one starting or executing, `queue`
 // holds those issued behind it.
 //   - With nothing running or queued, an operation starts on the caller's thread: a blocking
-//     call executes inline; an async send/recv is posted inline (postInflight) and returns.
+//     collective executes inline; a send/recv is posted inline (postInflight) and returns (a
+//     blocking one then waits on its Work like an async one).
 //   - Otherwise it is queued and the worker thread starts it in order: an async collective
 //     executes there; a queued send/recv is only posted there.
 //   - A posted send/recv sits in `inflight` (an Inflight: its request, its Op, its deadline) until
@@ -123,20 +124,6 @@ void Comm::Impl::run(Op& op) {
   op.args.recvCounts = op.recvCounts;
   op.args.recvDispls = op.recvDispls;
   const Collective c = op.args.coll;
-  const std::size_t esz = dataTypeSize(op.args.dtype);
-
-  if (c == Collective::Send || c == Collective::Recv) {
-    opStarted(op, nullptr);
-    const auto deadline = op.startedAt + op.timeout;
-    transport::Request req;
-    const std::size_t bytes = op.args.count * esz;
-    if (c == Collective::Send)
-      transport->postSend(op.peer, op.args.send, bytes, op.tag, req);
-    else
-      transport->postRecv(op.peer, op.args.recv, bytes, op.tag, req);
-    transport->wait(req, deadline);
-    return;
-  }
 
   // Selection is a pure function of (collective, bytes) for this communicator: the last
   // choice per collective is reused when the size repeats (a training loop's common case),
@@ -212,17 +199,18 @@ struct LinkUse {
 }  // namespace
 
 void Comm::Impl::runBlocking(Op op) {
+  // A blocking send/recv is an async one waited for at once: it holds up nothing behind it
+  // (another thread's send/recv on this communicator, say) once it is posted.
+  if (isP2P(op)) {
+    runAsync(std::move(op)).wait();
+    return;
+  }
   std::unique_lock<std::mutex> lk(queueMu);
   if (!running && queue.empty()) {
     running = true;
-    Finished finished = finishedInflight();
     lk.unlock();
     RunningScope scope{this};
-    // A send/recv overtakes the listed ones (they never hold it up); a collective waits for them.
-    if (isP2P(op))
-      reap(finished);
-    else
-      drainInflight();
+    drainInflight();  // a collective waits for the send/recv issued before it
     execute(op);
     return;
   }

@@ -225,6 +225,27 @@ TEST(P2PThreads, SameTagMessagesKeepPostingOrderAcrossPaths) {
   });
 }
 
+// A blocking send/recv holds up nothing once posted: a blocking send from another thread of the
+// same rank goes out while a blocking recv waits, which the peer needs before it sends. (Were
+// the recv to hold up the send, both ranks would wait forever.)
+TEST(P2PThreads, BlockingRecvDoesNotHoldUpAnotherThreadsSend) {
+  for (std::size_t count : {std::size_t{3}, std::size_t{100000}}) {
+    runThreads(2, testOptions(), [count](Comm& c) {
+      std::vector<float> in(count, -1.0f), out(count, static_cast<float>(c.rank() + 1));
+      if (c.rank() == 0) {
+        std::thread receiver([&] { c.recv(in.data(), count, DataType::Float32, 1, 1); });
+        std::this_thread::sleep_for(100ms);  // the recv waits by now
+        c.send(out.data(), count, DataType::Float32, 1, 2);
+        receiver.join();
+      } else {
+        c.recv(in.data(), count, DataType::Float32, 0, 2);
+        c.send(out.data(), count, DataType::Float32, 0, 1);
+      }
+      for (float v : in) ASSERT_EQ(v, static_cast<float>(2 - c.rank()));
+    });
+  }
+}
+
 // Several threads wait on the same Work at once (bounded and unbounded): all see it finish.
 TEST(P2PThreads, SeveralThreadsWaitOnOneWork) {
   runThreads(2, testOptions(), [](Comm& c) {
