@@ -21,11 +21,13 @@ unset BRAID_ALGO
 configs=("shm2:2:" "tcp2:2:BRAID_SHM_DISABLE=1" "shm4:4:")
 for k in $(seq 1 "$rounds"); do
   for c in "${configs[@]}"; do
-    IFS=: read -r name ranks envs <<< "$c"
+    IFS=: read -r name ranks setting <<< "$c"
+    envs=()
+    [ -n "$setting" ] && envs=("$setting")
     for which in before after; do
       bin="$before"
       [ "$which" = after ] && bin="$after"
-      env $envs "$bin/braid-run" -n "$ranks" -- "$bin/braid-perf" sendrecv -b 8 -e "$maxb" -f 4 \
+      env "${envs[@]}" "$bin/braid-run" -n "$ranks" -- "$bin/braid-perf" sendrecv -b 8 -e "$maxb" -f 4 \
         -c 0 --json "$out/$name.$which.run$k.json" >/dev/null
     done
   done
