@@ -276,8 +276,9 @@ void Comm::Impl::workerLoop() {
 }
 
 void Comm::Impl::postInflight(Op& op) {
-  auto e = std::make_shared<Inflight>();
+  std::shared_ptr<Inflight> e;
   try {
+    e = std::make_shared<Inflight>();
     if (aborted.load(std::memory_order_acquire))
       throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
     opStarted(op, nullptr);
