@@ -173,7 +173,9 @@ class Comm {
   /// when it was issued and counts it from when it starts running; at the bound it fails with
   /// Error(Timeout) naming the operation and the ranks that have not reached it, and the
   /// communicator is failed like after any timeout. Only this rank's bound changes: ranks may
-  /// differ. Throws Error(InvalidArgument) for a bound <= 0. See also ScopedOpTimeout.
+  /// differ. An async send/recv that nobody waits on or tests is failed when it is next waited
+  /// on, tested, or waited for by a later collective. Throws Error(InvalidArgument) for a
+  /// bound <= 0. See also ScopedOpTimeout.
   std::optional<std::chrono::milliseconds> setOpTimeout(
       std::optional<std::chrono::milliseconds> timeout);
 
