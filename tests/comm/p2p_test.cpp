@@ -233,10 +233,16 @@ TEST(P2PThreads, BlockingRecvDoesNotHoldUpAnotherThreadsSend) {
     runThreads(2, testOptions(), [count](Comm& c) {
       std::vector<float> in(count, -1.0f), out(count, static_cast<float>(c.rank() + 1));
       if (c.rank() == 0) {
-        std::thread receiver([&] { c.recv(in.data(), count, DataType::Float32, 1, 1); });
+        std::string recvError;
+        std::thread receiver([&] {
+          recvError = errorOf([&] { c.recv(in.data(), count, DataType::Float32, 1, 1); });
+        });
         std::this_thread::sleep_for(100ms);  // the recv waits by now
-        c.send(out.data(), count, DataType::Float32, 1, 2);
+        const std::string sendError =
+            errorOf([&] { c.send(out.data(), count, DataType::Float32, 1, 2); });
         receiver.join();
+        ASSERT_EQ(sendError, "");
+        ASSERT_EQ(recvError, "");
       } else {
         c.recv(in.data(), count, DataType::Float32, 0, 2);
         c.send(out.data(), count, DataType::Float32, 0, 1);
