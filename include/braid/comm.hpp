@@ -47,10 +47,11 @@ inline constexpr int kUndefinedColor = -1;
 /// Threading: a communicator may be used from any thread, but the operations of one
 /// communicator run in issue order, so callers should issue them in the same order on every
 /// rank. Several communicators run concurrently, also in one process (ranks as threads).
-/// A blocking call with nothing queued runs on the caller's thread; asynchronous calls run on
-/// the communicator's worker thread, in order. Asynchronous send/recv are posted in issue order
-/// but do not hold up the operations behind them (an irecv followed by a send cannot deadlock);
-/// a later collective starts only once they completed.
+/// A blocking call with nothing queued runs on the caller's thread; asynchronous collectives run
+/// on the communicator's worker thread, in order. Asynchronous send/recv are posted in issue
+/// order (on the caller's thread when nothing is queued) but do not hold up the operations
+/// behind them (an irecv followed by a send cannot deadlock); a later collective starts only
+/// once they completed. The thread that waits on (or tests) a send/recv's Work moves it itself.
 ///
 /// Counts are in elements of `dtype`. A send buffer equal to the receive buffer means in-place
 /// where the operation allows it (allreduce, reduce, broadcast, reduce_scatter with the input
@@ -172,7 +173,9 @@ class Comm {
   /// when it was issued and counts it from when it starts running; at the bound it fails with
   /// Error(Timeout) naming the operation and the ranks that have not reached it, and the
   /// communicator is failed like after any timeout. Only this rank's bound changes: ranks may
-  /// differ. Throws Error(InvalidArgument) for a bound <= 0. See also ScopedOpTimeout.
+  /// differ. An async send/recv that nobody waits on or tests is failed when it is next waited
+  /// on, tested, or waited for by a later collective. Throws Error(InvalidArgument) for a
+  /// bound <= 0. See also ScopedOpTimeout.
   std::optional<std::chrono::milliseconds> setOpTimeout(
       std::optional<std::chrono::milliseconds> timeout);
 

@@ -1,5 +1,27 @@
-// Communicator: validate arguments -> select algorithm -> run it (inline for a blocking call with
-// nothing queued, on the worker for async) -> the Work completes or fails.
+// Communicator: validate arguments -> select algorithm -> run it -> the Work completes or fails.
+//
+// Progress model (docs/architecture.md, "Ordering and progress"). Operations of a communicator
+// START one at a time in issue order; `running` marks the one starting or executing, `queue`
+// holds those issued behind it.
+//   - With nothing running or queued, an operation starts on the caller's thread: a blocking
+//     collective executes inline; a send/recv is posted inline (postInflight) and returns (a
+//     blocking one then waits on its Work like an async one).
+//   - Otherwise it is queued and the worker thread starts it in order: an async collective
+//     executes there; a queued send/recv is only posted there.
+//   - A posted send/recv sits in `inflight` (an Inflight: its request, its Op, its deadline) until
+//     it completes. It never holds up later send/recv (an irecv followed by a send cannot
+//     deadlock); a collective first waits for every listed one (drainInflight).
+//   - Nobody polls in the background: whoever needs a send/recv done drives it on its own
+//     thread, through the transport's wait/test (which spin, then sleep until the data moved):
+//     Work::wait / Work::test (the Work holds its Inflight weakly as a detail::WorkDriver), a
+//     collective draining the list, abort (sweepInflight), destruction. The transports' own
+//     background threads move data nobody waits for meanwhile.
+//   - One thread at a time touches a request: the one that claimed its Inflight. Whoever
+//     completes it (completeInflight: flight recorder, list, Work) never lets go; a bounded
+//     Work::wait that gives up lets go and wakes the others, who sleep on the WorkState
+//     meanwhile. A send/recv nobody waits for is failed at its deadline only when someone looks.
+//   - The Work reaches the communicator through DriverLink; ~Impl cuts the link, aborts the
+//     transport if a thread is still driving through it, waits for it, and fails what is left.
 #include <algorithm>
 #include <braid/comm.hpp>
 #include <cstdio>
@@ -30,10 +52,37 @@ Comm::Impl::~Impl() {
     stopping = true;
   }
   queueCv.notify_all();
-  if (worker.joinable()) worker.join();
-  monitor.reset();    // no operation can fail any more
-  transport.reset();  // before `inflight`, whose requests it may still reference
-  timeline.reset();   // closes the JSON after the last operation finished
+  if (worker.joinable()) worker.join();  // it starts what was queued first
+  // Work handles can no longer reach this communicator; threads driving a send/recv through one
+  // right now are made to leave (their operation fails with Error(Aborted)) and waited for.
+  if (driverLink) {
+    std::unique_lock<std::mutex> lk(driverLink->mu);
+    driverLink->impl = nullptr;
+    if (driverLink->users > 0) {
+      lk.unlock();
+      transport->abort("communicator " + id + " on rank " + std::to_string(rank) +
+                       " was destroyed while a thread waited on its send/recv");
+      lk.lock();
+      driverLink->cv.wait(lk, [&] { return driverLink->users == 0; });
+    }
+  }
+  // What nobody waited for fails; the transport goes before the requests it may reference.
+  for (;;) {
+    std::shared_ptr<Inflight> e;
+    {
+      std::lock_guard<std::mutex> lk(queueMu);
+      if (inflight.empty()) break;
+      e = inflight.front();
+    }
+    e->claimed.store(true, std::memory_order_relaxed);  // no other thread is left to hold it
+    completeInflight(*e, std::make_exception_ptr(Error(
+                             ErrorCode::Aborted, where(e->op.args.coll) +
+                                                     ": the communicator was destroyed before "
+                                                     "the operation completed")));
+  }
+  monitor.reset();  // no operation can fail any more
+  transport.reset();
+  timeline.reset();  // closes the JSON after the last operation finished
 }
 
 std::string Comm::Impl::where(Collective c) const {
@@ -75,20 +124,6 @@ void Comm::Impl::run(Op& op) {
   op.args.recvCounts = op.recvCounts;
   op.args.recvDispls = op.recvDispls;
   const Collective c = op.args.coll;
-  const std::size_t esz = dataTypeSize(op.args.dtype);
-
-  if (c == Collective::Send || c == Collective::Recv) {
-    opStarted(op, nullptr);
-    const auto deadline = op.startedAt + op.timeout;
-    transport::Request req;
-    const std::size_t bytes = op.args.count * esz;
-    if (c == Collective::Send)
-      transport->postSend(op.peer, op.args.send, bytes, op.tag, req);
-    else
-      transport->postRecv(op.peer, op.args.recv, bytes, op.tag, req);
-    transport->wait(req, deadline);
-    return;
-  }
 
   // Selection is a pure function of (collective, bytes) for this communicator: the last
   // choice per collective is reused when the size repeats (a training loop's common case),
@@ -127,23 +162,55 @@ void Comm::Impl::run(Op& op) {
   }
 }
 
+namespace {
+
+bool isP2P(const Op& op) {
+  return op.args.coll == Collective::Send || op.args.coll == Collective::Recv;
+}
+
+// Clears `running` when an inline start or execution ends, and lets the worker start what was
+// queued meanwhile.
+struct RunningScope {
+  Comm::Impl* self;
+  ~RunningScope() {
+    bool wake;
+    {
+      std::lock_guard<std::mutex> g(self->queueMu);
+      self->running = false;
+      wake = !self->queue.empty();
+    }
+    if (wake) self->queueCv.notify_all();
+  }
+};
+
+// A thread driving a send/recv through its Work: counted in the link, so that destruction of
+// the communicator waits for it.
+struct LinkUse {
+  Comm::Impl::DriverLink& link;
+  ~LinkUse() {
+    {
+      std::lock_guard<std::mutex> lk(link.mu);
+      --link.users;
+    }
+    link.cv.notify_all();
+  }
+};
+
+}  // namespace
+
 void Comm::Impl::runBlocking(Op op) {
+  // A blocking send/recv is an async one waited for at once: it holds up nothing behind it
+  // (another thread's send/recv on this communicator, say) once it is posted.
+  if (isP2P(op)) {
+    runAsync(std::move(op)).wait();
+    return;
+  }
   std::unique_lock<std::mutex> lk(queueMu);
-  if (!running && queue.empty() && inflightCount == 0) {
+  if (!running && queue.empty()) {
     running = true;
     lk.unlock();
-    struct Release {
-      Impl* self;
-      ~Release() {
-        bool wake;
-        {
-          std::lock_guard<std::mutex> g(self->queueMu);
-          self->running = false;
-          wake = !self->queue.empty();
-        }
-        if (wake) self->queueCv.notify_all();
-      }
-    } release{this};
+    RunningScope scope{this};
+    drainInflight();  // a collective waits for the send/recv issued before it
     execute(op);
     return;
   }
@@ -154,130 +221,219 @@ void Comm::Impl::runBlocking(Op op) {
 Work Comm::Impl::runAsync(Op op) {
   auto state = std::make_shared<detail::WorkState>();
   op.work = state;
-  {
-    std::unique_lock<std::mutex> lk(queueMu);
-    if (aborted.load(std::memory_order_acquire)) {
-      lk.unlock();
-      state->finish(opFailed(
-          op, std::make_exception_ptr(Error(
-                  ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted"))));
-      return Work(state);
-    }
-    queue.push_back(std::move(op));
-    if (!worker.joinable()) worker = std::thread([this] { workerLoop(); });
+  std::unique_lock<std::mutex> lk(queueMu);
+  if (aborted.load(std::memory_order_acquire)) {
+    lk.unlock();
+    state->finish(opFailed(
+        op, std::make_exception_ptr(Error(
+                ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted"))));
+    return Work(state);
   }
+  if (isP2P(op) && !running && queue.empty()) {
+    // Nothing issued earlier is still to start: post it now, on this thread.
+    running = true;
+    Finished finished = finishedInflight();
+    lk.unlock();
+    RunningScope scope{this};
+    reap(finished);
+    postInflight(op);
+    return Work(state);
+  }
+  queue.push_back(std::move(op));
+  if (!worker.joinable()) worker = std::thread([this] { workerLoop(); });
+  lk.unlock();
   queueCv.notify_all();
   return Work(state);
 }
 
 void Comm::Impl::workerLoop() {
   std::unique_lock<std::mutex> lk(queueMu);
-  auto backoff = std::chrono::microseconds(10);
   while (true) {
     if (!running && !queue.empty()) {
       Op op = std::move(queue.front());
       queue.pop_front();
       running = true;
       lk.unlock();
-      const bool p2p = op.args.coll == Collective::Send || op.args.coll == Collective::Recv;
-      std::exception_ptr error;
-      try {
-        if (p2p) {
-          postInflight(op);
-        } else {
-          progressInflight(true);
+      if (isP2P(op)) {
+        postInflight(op);  // its Work completes when its waiter (or a later collective) drives it
+      } else {
+        std::exception_ptr error;
+        try {
+          drainInflight();
           execute(op);
+        } catch (...) {
+          error = std::current_exception();
         }
-      } catch (...) {
-        error = std::current_exception();
+        op.work->finish(error);
       }
-      if (!p2p || error) op.work->finish(error);
       lk.lock();
       running = false;
-      inflightCount = inflight.size();
-      backoff = std::chrono::microseconds(10);
       continue;
     }
-    if (stopping && queue.empty()) {
-      for (auto& f : inflight)
-        f.op.work->finish(opFailed(
-            f.op, std::make_exception_ptr(
-                      Error(ErrorCode::Aborted, where(f.op.args.coll) +
-                                                    ": the communicator was destroyed before the "
-                                                    "operation completed"))));
-      return;  // ~Impl destroys the transport before the requests
-    }
-    if (!inflight.empty()) {
-      lk.unlock();
-      progressInflight(false);
-      lk.lock();
-      inflightCount = inflight.size();
-      if (!inflight.empty() && queue.empty()) {
-        // Poll: yield first (completion is often imminent), then sleep with growing intervals;
-        // the transport's own progress thread moves the bytes meanwhile, and new work wakes
-        // the worker at once.
-        if (backoff < std::chrono::microseconds(80)) {
-          lk.unlock();
-          std::this_thread::yield();
-          lk.lock();
-          backoff += std::chrono::microseconds(1);
-        } else {
-          queueCv.wait_for(lk, backoff);
-          backoff = std::min(backoff * 2, std::chrono::microseconds(1000));
-        }
-      }
-      continue;
-    }
+    if (stopping && queue.empty()) return;
     queueCv.wait(lk, [&] { return stopping || (!running && !queue.empty()); });
   }
 }
 
 void Comm::Impl::postInflight(Op& op) {
+  std::shared_ptr<Inflight> e;
   try {
+    e = std::make_shared<Inflight>();
     if (aborted.load(std::memory_order_acquire))
       throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
     opStarted(op, nullptr);
-    auto req = std::make_unique<transport::Request>();
     const std::size_t bytes = op.args.count * dataTypeSize(op.args.dtype);
     if (op.args.coll == Collective::Send)
-      transport->postSend(op.peer, op.args.send, bytes, op.tag, *req);
+      transport->postSend(op.peer, op.args.send, bytes, op.tag, e->req);
     else
-      transport->postRecv(op.peer, op.args.recv, bytes, op.tag, *req);
-    const auto deadline = op.startedAt + op.timeout;
-    inflight.push_back({std::move(req), std::move(op), deadline});
+      transport->postRecv(op.peer, op.args.recv, bytes, op.tag, e->req);
   } catch (...) {
-    std::rethrow_exception(opFailed(op, std::current_exception()));
+    op.work->finish(opFailed(op, std::current_exception()));
+    return;
+  }
+  e->deadline = op.startedAt + op.timeout;
+  e->op = std::move(op);
+  e->link = driverLink;
+  {
+    std::lock_guard<std::mutex> lk(queueMu);
+    e->pos = inflight.insert(inflight.end(), e);
+  }
+  e->op.work->setDriver(e);  // a thread already waiting on the Work drives it from now on
+}
+
+detail::WorkDriver::Result Comm::Impl::driveInflight(
+    Inflight& e, std::optional<detail::WorkClock::time_point> until) {
+  using Result = detail::WorkDriver::Result;
+  if (!until || e.deadline <= *until) {
+    // The transport's own wait: it spins, then sleeps until the data moved, and fails the
+    // request at the operation's deadline.
+    std::exception_ptr error;
+    try {
+      transport->wait(e.req, e.deadline);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    completeInflight(e, error);
+    return Result::Finished;
+  }
+  // A bound of the caller's before the operation's deadline, which the transport's wait cannot
+  // stop at without failing the request: poll, yielding at first, then sleeping up to 1 ms.
+  const auto start = detail::WorkClock::now();
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
+    if (testInflight(e)) return Result::Finished;
+    const auto now = detail::WorkClock::now();
+    if (now >= *until) {
+      e.release();
+      return Result::TimedOut;
+    }
+    if (now - start < std::chrono::microseconds(100)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::min<detail::WorkClock::duration>(pause, *until - now));
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
   }
 }
 
-void Comm::Impl::progressInflight(bool all) {
-  for (auto it = inflight.begin(); it != inflight.end();) {
-    std::exception_ptr error;
-    bool done = false;
-    try {
-      if (all) {
-        transport->wait(*it->req, it->deadline);
-        done = true;
-      } else {
-        done = transport->test(*it->req);
-        if (!done && transport::Clock::now() >= it->deadline)
-          transport->wait(*it->req, it->deadline);  // throws the transport's Timeout
-      }
-    } catch (...) {
-      error = std::current_exception();
-      done = true;
+bool Comm::Impl::testInflight(Inflight& e) {
+  std::exception_ptr error;
+  try {
+    if (!transport->test(e.req)) {
+      if (transport::Clock::now() < e.deadline) return false;
+      transport->wait(e.req, e.deadline);  // throws the transport's Timeout
     }
-    if (done) {
-      if (error)
-        error = opFailed(it->op, error);
-      else
-        opDone(it->op);
-      it->op.work->finish(error);
-      it = inflight.erase(it);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  completeInflight(e, error);
+  return true;
+}
+
+void Comm::Impl::completeInflight(Inflight& e, std::exception_ptr error) {
+  if (error)
+    error = opFailed(e.op, error);
+  else
+    opDone(e.op);
+  std::shared_ptr<Inflight> keep;  // the caller's reference may be the list's
+  {
+    std::lock_guard<std::mutex> lk(queueMu);
+    keep = std::move(*e.pos);
+    inflight.erase(e.pos);
+  }
+  e.op.work->finish(error);
+}
+
+void Comm::Impl::drainInflight() {
+  for (;;) {
+    std::shared_ptr<Inflight> e;
+    {
+      std::lock_guard<std::mutex> lk(queueMu);
+      if (inflight.empty()) return;
+      e = inflight.front();
+    }
+    if (e->claim()) {
+      driveInflight(*e, std::nullopt);
     } else {
-      ++it;
+      // Another thread drives it: sleep until it completed or was let go.
+      detail::WorkState& w = *e->op.work;
+      std::unique_lock<std::mutex> lk(w.mu);
+      const std::uint64_t seen = w.changes;
+      if (!e->claimed.load(std::memory_order_acquire)) continue;
+      w.cv.wait(lk, [&] { return w.done.load(std::memory_order_acquire) || w.changes != seen; });
     }
   }
+}
+
+Comm::Impl::Finished Comm::Impl::finishedInflight() {
+  Finished out;
+  std::size_t found = 0, looked = 0;
+  for (auto it = inflight.begin(); it != inflight.end() && found < out.size() && looked < 16;
+       ++it, ++looked)
+    if ((*it)->req.state.load(std::memory_order_acquire) != transport::Request::State::Pending &&
+        !(*it)->claimed.load(std::memory_order_relaxed))
+      out[found++] = *it;
+  return out;
+}
+
+void Comm::Impl::reap(Finished& finished) {
+  for (auto& e : finished)
+    if (e && e->claim() && !testInflight(*e)) e->release();
+}
+
+void Comm::Impl::sweepInflight() {
+  std::vector<std::shared_ptr<Inflight>> all;
+  {
+    std::lock_guard<std::mutex> lk(queueMu);
+    all.assign(inflight.begin(), inflight.end());
+  }
+  for (auto& e : all)
+    if (e->claim() && !testInflight(*e)) e->release();
+}
+
+detail::WorkDriver::Result Comm::Impl::Inflight::drive(
+    std::optional<detail::WorkClock::time_point> until) {
+  Impl* impl;
+  {
+    std::lock_guard<std::mutex> lk(link->mu);
+    impl = link->impl;
+    if (impl == nullptr || !claim()) return Result::Busy;
+    ++link->users;
+  }
+  LinkUse use{*link};
+  return impl->driveInflight(*this, until);
+}
+
+void Comm::Impl::Inflight::poll() {
+  Impl* impl;
+  {
+    std::lock_guard<std::mutex> lk(link->mu);
+    impl = link->impl;
+    if (impl == nullptr || !claim()) return;
+    ++link->users;
+  }
+  LinkUse use{*link};
+  if (!impl->testInflight(*this)) release();
 }
 
 // ---------------------------------------------------------------- bootstrap
@@ -291,6 +447,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::span<const int> members = {},
                                      const tuning::CostParams* parentParams = nullptr) {
   auto impl = std::make_unique<Comm::Impl>();
+  impl->driverLink = std::make_shared<Comm::Impl::DriverLink>();
+  impl->driverLink->impl = impl.get();
   impl->rank = rank;
   impl->size = size;
   impl->id = std::move(id);
@@ -465,6 +623,7 @@ void Comm::abort() {
   }
   for (auto& op : dropped)
     op.work->finish(impl_->opFailed(op, std::make_exception_ptr(Error(ErrorCode::Aborted, why))));
+  impl_->sweepInflight();  // posted send/recv nobody drives fail now, not when next waited on
 }
 
 std::optional<std::chrono::milliseconds> Comm::setOpTimeout(

@@ -8,8 +8,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,27 +57,24 @@ struct Comm::Impl {
   std::shared_ptr<Store> store;      // the job's store
   std::shared_ptr<Store> commStore;  // this communicator's namespace in it
   std::unique_ptr<transport::Transport> transport;
-  std::vector<std::uint8_t> scratch;  // allocated once, Options::bufferBytes
-  topology::Topology topo;            // given to every algorithm (algo::Context::topo)
+  std::vector<std::uint8_t> scratch;         // allocated once, Options::bufferBytes
+  topology::Topology topo;                   // given to every algorithm (algo::Context::topo)
   std::unique_ptr<tuning::CostModel> model;  // selection where it decides (docs/plan.md)
 
-  // Ordering: operations run one at a time, in issue order.
+  // Ordering (comm.cpp explains the model): operations start one at a time, in issue order.
   std::mutex queueMu;
   std::condition_variable queueCv;
-  std::deque<Op> queue;
-  bool running = false;  // an operation is executing (inline or on the worker)
+  std::deque<Op> queue;  // issued, not started: the worker starts them
+  bool running = false;  // an operation is starting or executing (inline or on the worker)
   bool stopping = false;
   std::thread worker;
-  // Async send/recv posted by the worker and not complete yet (worker thread only). They do not
-  // hold up later operations, so an irecv followed by a send cannot deadlock; a collective
-  // waits for them first.
-  struct InflightP2P {
-    std::unique_ptr<transport::Request> req;
-    Op op;
-    transport::Deadline deadline;
-  };
-  std::deque<InflightP2P> inflight;
-  std::size_t inflightCount = 0;  // guarded by queueMu
+  // Async send/recv posted and not complete yet. They do not hold up later send/recv, so an
+  // irecv followed by a send cannot deadlock; a collective waits for them first. Whoever waits
+  // on (or tests) one drives it, after claiming it.
+  struct Inflight;
+  struct DriverLink;  // lets Work handles reach the communicator while it exists
+  std::list<std::shared_ptr<Inflight>> inflight;  // guarded by queueMu
+  std::shared_ptr<DriverLink> driverLink;
   std::atomic<std::uint64_t> collectiveSeq{0};
   // The algorithm chosen last per collective and the size it was chosen for (run() only, which
   // executes one operation at a time).
@@ -119,9 +118,27 @@ struct Comm::Impl {
   void execute(Op& op);
   void run(Op& op);
   void workerLoop();
+  /// Posts an async send/recv (the caller holds `running`) and lists it in `inflight`; a failure
+  /// finishes its Work.
   void postInflight(Op& op);
-  /// Completes inflight requests that are done; with `all`, waits for every one.
-  void progressInflight(bool all);
+  /// Drives `e` (claimed by the caller) until it completes, or, with `until`, until then.
+  detail::WorkDriver::Result driveInflight(Inflight& e,
+                                           std::optional<detail::WorkClock::time_point> until);
+  /// One non-blocking step on `e` (claimed by the caller): completes it when it is done, failed,
+  /// or past its deadline. True when completed.
+  bool testInflight(Inflight& e);
+  /// Records the outcome of `e`, removes it from `inflight` and finishes its Work.
+  void completeInflight(Inflight& e, std::exception_ptr error);
+  /// Waits until every listed send/recv completed (before a collective starts).
+  void drainInflight();
+  /// Completes every unclaimed send/recv that is done or failed (after an abort).
+  void sweepInflight();
+  /// Listed send/recv the transport finished that nobody claimed, e.g. sends whose Work was
+  /// dropped (a few of the oldest; queueMu held). reap() completes them (queueMu not held), so
+  /// the list and the flight recorder do not keep them until the next collective.
+  using Finished = std::array<std::shared_ptr<Inflight>, 4>;
+  Finished finishedInflight();
+  void reap(Finished& finished);
   std::string where(Collective c) const;
   tuning::SelectionInputs selectionInputs(Collective c, std::size_t bytes) const;
   void log(int level, const std::string& msg) const;
@@ -139,6 +156,37 @@ struct Comm::Impl {
   void dumpFlightRecorder(const std::string& reason);
   void startDiagnosis();  // after the transport exists
   void stopDiagnosis();   // first thing in ~Impl: no signal dump may start after it
+};
+
+/// Where the Work handles of async send/recv reach their communicator: `impl` is null once the
+/// communicator is being destroyed; `users` counts the threads driving an operation through it.
+struct Comm::Impl::DriverLink {
+  std::mutex mu;
+  std::condition_variable cv;
+  Impl* impl = nullptr;
+  int users = 0;
+};
+
+/// An async send/recv posted to the transport. The communicator's `inflight` list owns it; its
+/// Work holds it weakly as its driver. Exactly one thread at a time touches the request: the one
+/// that set `claimed` (a waiter, a tester, a collective draining the list, abort, destruction),
+/// and the one that completes it never lets go.
+struct Comm::Impl::Inflight final : detail::WorkDriver {
+  transport::Request req;
+  Op op;
+  transport::Deadline deadline;
+  std::atomic<bool> claimed{false};
+  std::shared_ptr<DriverLink> link;
+  std::list<std::shared_ptr<Inflight>>::iterator pos;  // in `inflight`, guarded by queueMu
+
+  bool claim() { return !claimed.exchange(true, std::memory_order_acq_rel); }
+  /// Lets go of a claim without completing; sleeping waiters look again.
+  void release() {
+    claimed.store(false, std::memory_order_release);
+    op.work->changed();
+  }
+  Result drive(std::optional<detail::WorkClock::time_point> until) override;
+  void poll() override;
 };
 
 }  // namespace braid

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/errors.hpp"
+#include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/factory.hpp"
 
@@ -18,30 +19,18 @@ namespace braid::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using Bytes = std::vector<std::uint8_t>;
 
 Deadline after(Clock::duration d) {
   return Clock::now() + d;
 }
 
-std::uint8_t pattern(int from, int to, std::size_t i) {
-  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8));
-}
-
-Bytes makePayload(int from, int to, std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i);
-  return b;
-}
-
-long firstWrong(const Bytes& got, int from, int to) {
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != pattern(from, to, i)) return static_cast<long>(i);
-  return -1;
-}
-
+using test::Bytes;
 using test::codeOf;
 using test::errorOf;
+using test::exchangeAll;
+using test::firstWrong;
+using test::makePayload;
+using test::pattern;
 
 TransportOptions baseOptions() {
   TransportOptions o;
@@ -75,32 +64,6 @@ void runRanks(const std::vector<std::string>& hosts,
   for (auto& t : threads) t.join();
   for (int r = 0; r < size; ++r)
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
-}
-
-void exchangeAll(int rank, Transport& t, std::size_t bytes, std::uint64_t tag) {
-  const int n = t.size();
-  std::vector<Bytes> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
-  std::vector<Request> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
-    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
-               recvs[static_cast<std::size_t>(p)]);
-  }
-  for (int k = 1; k < n; ++k) {
-    const int p = (rank + k) % n;
-    out[static_cast<std::size_t>(p)] = makePayload(rank, p, bytes);
-    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
-               sends[static_cast<std::size_t>(p)]);
-  }
-  const Deadline deadline = after(20s);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    t.wait(sends[static_cast<std::size_t>(p)], deadline);
-    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
-    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
-        << bytes << " bytes from rank " << p << " to rank " << rank;
-  }
 }
 
 bool isShm(const std::string& path) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness/errors.hpp"
+#include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -30,7 +31,6 @@ namespace braid::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using Bytes = std::vector<std::uint8_t>;
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr double kSlowdown = 10;  // sanitizers slow everything down: keep speed checks meaningful
@@ -58,24 +58,12 @@ std::string name(Path p) {
   return p == Path::Ring ? "ring" : p == Path::SingleCopy ? "single-copy" : "default";
 }
 
-std::uint8_t pattern(int from, int to, std::size_t i) {
-  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8));
-}
-
-Bytes makePayload(int from, int to, std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i);
-  return b;
-}
-
-long firstWrong(const Bytes& got, int from, int to) {
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != pattern(from, to, i)) return static_cast<long>(i);
-  return -1;
-}
-
+using test::Bytes;
 using test::codeOf;
 using test::errorOf;
+using test::firstWrong;
+using test::makePayload;
+using test::pattern;
 
 std::vector<int> allRanks(int size) {
   std::vector<int> r(static_cast<std::size_t>(size));

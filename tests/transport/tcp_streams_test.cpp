@@ -18,6 +18,7 @@
 #include "harness/checks.hpp"
 #include "harness/errors.hpp"
 #include "harness/ranks.hpp"
+#include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -25,7 +26,6 @@ namespace braid::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using Bytes = std::vector<std::uint8_t>;
 
 struct Streams {
   int threads;
@@ -50,72 +50,19 @@ Deadline after(Clock::duration d) {
   return Clock::now() + d;
 }
 
-std::uint8_t pattern(int from, int to, std::size_t i, std::size_t salt = 0) {
-  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8) + (i >> 16) + salt);
-}
-
-Bytes payload(int from, int to, std::size_t bytes, std::size_t salt = 0) {
-  Bytes b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i, salt);
-  return b;
-}
-
-long firstWrong(const Bytes& got, int from, int to, std::size_t salt = 0) {
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != pattern(from, to, i, salt)) return static_cast<long>(i);
-  return -1;
-}
-
+using test::Bytes;
 using test::codeOf;
 using test::errorOf;
+using test::exchangeAll;
+using test::firstWrong;
+using test::makePayload;
+using test::pattern;
 
 // Runs body(rank, transport) on `size` threads, each with its own transport.
 void runRanks(int size, const TcpOptions& options,
               const std::function<void(int, Transport&)>& body) {
-  MemoryStore store;
-  std::vector<std::string> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      errors[static_cast<std::size_t>(r)] = errorOf([&] {
-        auto t = createTcpTransport(store, r, size, options);
-        ASSERT_EQ(t->rank(), r);
-        ASSERT_EQ(t->size(), size);
-        body(r, *t);
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
-}
-
-// Every rank sends `bytes` to every other rank and receives from each, all posted at once.
-void exchangeAll(int rank, Transport& t, std::size_t bytes, std::uint64_t tag) {
-  const int n = t.size();
-  const auto un = static_cast<std::size_t>(n);
-  std::vector<Bytes> out(un), in(un);
-  std::vector<Request> sends(un), recvs(un);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
-    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
-               recvs[static_cast<std::size_t>(p)]);
-  }
-  for (int k = 1; k < n; ++k) {
-    const int p = (rank + k) % n;
-    out[static_cast<std::size_t>(p)] = payload(rank, p, bytes);
-    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
-               sends[static_cast<std::size_t>(p)]);
-  }
-  const Deadline deadline = after(60s);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    t.wait(sends[static_cast<std::size_t>(p)], deadline);
-    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
-    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
-        << bytes << " bytes from rank " << p << " to rank " << rank;
-  }
+  test::runTransportRanks(
+      size, [&](Store& store, int r) { return createTcpTransport(store, r, size, options); }, body);
 }
 
 TEST(TcpStreams, StripedSizesArriveIntact) {
@@ -158,7 +105,7 @@ TEST(TcpStreams, SmallAndLargeMessagesKeepTheirOrder) {
         std::vector<Request> reqs(n);
         if (rank == 0) {
           for (std::size_t i = 0; i < n; ++i) {
-            bufs[i] = payload(0, 1, sizes[i], i);
+            bufs[i] = makePayload(0, 1, sizes[i], i);
             t.postSend(peer, bufs[i].data(), sizes[i], tag, reqs[i]);
           }
         } else {
@@ -181,7 +128,7 @@ TEST(TcpStreams, SmallAndLargeMessagesKeepTheirOrder) {
 
 TEST(TcpStreams, TestAloneCompletesAStripedMessage) {
   runRanks(2, streamOptions({2, 2}, 1000), [&](int rank, Transport& t) {
-    Bytes buf = rank == 0 ? payload(0, 1, 500009) : Bytes(500009, 0);
+    Bytes buf = rank == 0 ? makePayload(0, 1, 500009) : Bytes(500009, 0);
     Request req;
     if (rank == 0)
       t.postSend(1, buf.data(), buf.size(), 9, req);
@@ -205,7 +152,7 @@ TEST(TcpStreams, SizeMismatchIsAMismatchNotAHang) {
     SCOPED_TRACE(std::to_string(sent) + " bytes sent, " + std::to_string(expected) + " expected");
     runRanks(2, streamOptions({2, 2}, 4096), [&](int rank, Transport& t) {
       if (rank == 0) {
-        Bytes buf = payload(0, 1, sent);
+        Bytes buf = makePayload(0, 1, sent);
         Request req;
         t.postSend(1, buf.data(), buf.size(), 5, req);
         // The receiver fails and closes every stream: the send completes or sees it lost.
@@ -301,8 +248,8 @@ TEST(TcpStreams, PiecesTravelOnTheirStreams) {
   // directions.
   MemoryStore store;
   std::string error0, error1;
-  const Bytes big = payload(0, 1, 10001);
-  const Bytes small = payload(0, 1, 100, 3);
+  const Bytes big = makePayload(0, 1, 10001);
+  const Bytes small = makePayload(0, 1, 100, 3);
   std::thread r0([&] {
     error0 = errorOf([&] {
       auto t = createTcpTransport(store, 0, 2, streamOptions({2, 1}, 4096));

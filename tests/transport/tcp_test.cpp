@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/errors.hpp"
+#include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_transport.hpp"
@@ -27,7 +28,6 @@ namespace braid::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using Bytes = std::vector<std::uint8_t>;
 
 Deadline after(Clock::duration d) {
   return Clock::now() + d;
@@ -39,25 +39,13 @@ TcpOptions testOptions() {
   return o;
 }
 
-std::uint8_t pattern(int from, int to, std::size_t i) {
-  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8));
-}
-
-Bytes makePayload(int from, int to, std::size_t bytes) {
-  Bytes b(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i);
-  return b;
-}
-
-// First index where `got` differs from what `from` sends to `to`, or -1.
-long firstWrong(const Bytes& got, int from, int to) {
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (got[i] != pattern(from, to, i)) return static_cast<long>(i);
-  return -1;
-}
-
+using test::Bytes;
 using test::codeOf;
 using test::errorOf;
+using test::exchangeAll;
+using test::firstWrong;
+using test::makePayload;
+using test::pattern;
 
 // std::latch with a bound: a rank that failed before arriving fails the test instead of hanging it.
 class Rendezvous {
@@ -76,53 +64,11 @@ class Rendezvous {
   int left_;
 };
 
-// Runs body(rank, transport) on `size` threads, each with its own transport; every exception is
-// reported as a failure naming the rank.
+// Runs body(rank, transport) on `size` threads, each with its own TCP transport.
 void runRanks(int size, const std::function<void(int, Transport&)>& body,
               const TcpOptions& options = testOptions()) {
-  MemoryStore store;
-  std::vector<std::string> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      errors[static_cast<std::size_t>(r)] = errorOf([&] {
-        auto t = createTcpTransport(store, r, size, options);
-        ASSERT_EQ(t->rank(), r);
-        ASSERT_EQ(t->size(), size);
-        body(r, *t);
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
-}
-
-// Every rank sends `bytes` to every other rank and receives from each, all posted at once.
-void exchangeAll(int rank, Transport& t, std::size_t bytes, std::uint64_t tag) {
-  const int n = t.size();
-  std::vector<Bytes> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
-  std::vector<Request> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
-    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
-               recvs[static_cast<std::size_t>(p)]);
-  }
-  for (int k = 1; k < n; ++k) {  // staggered so not every rank hammers rank 0 first
-    const int p = (rank + k) % n;
-    out[static_cast<std::size_t>(p)] = makePayload(rank, p, bytes);
-    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
-               sends[static_cast<std::size_t>(p)]);
-  }
-  const Deadline deadline = after(20s);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    t.wait(sends[static_cast<std::size_t>(p)], deadline);
-    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
-    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
-        << bytes << " bytes from rank " << p << " to rank " << rank;
-  }
+  test::runTransportRanks(
+      size, [&](Store& store, int r) { return createTcpTransport(store, r, size, options); }, body);
 }
 
 TEST(TcpTransport, PairSizes) {

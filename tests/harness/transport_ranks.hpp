@@ -1,0 +1,94 @@
+// Transport tests: ranks as threads of this process, each with its own transport, meeting
+// through a MemoryStore; the byte pattern every test message carries; an all-to-all exchange.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/errors.hpp"
+#include "store/memory_store.hpp"
+#include "transport/transport.hpp"
+
+namespace braid::test {
+
+using Bytes = std::vector<std::uint8_t>;
+
+/// Byte i of what rank `from` sends to rank `to` (`salt` tells messages of one pair apart).
+inline std::uint8_t pattern(int from, int to, std::size_t i, std::size_t salt = 0) {
+  return static_cast<std::uint8_t>(from * 131 + to * 31 + i * 7 + (i >> 8) + (i >> 16) + salt);
+}
+
+inline Bytes makePayload(int from, int to, std::size_t bytes, std::size_t salt = 0) {
+  Bytes b(bytes);
+  for (std::size_t i = 0; i < bytes; ++i) b[i] = pattern(from, to, i, salt);
+  return b;
+}
+
+/// First index where `got` differs from what `from` sends to `to`, or -1.
+inline long firstWrong(const Bytes& got, int from, int to, std::size_t salt = 0) {
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != pattern(from, to, i, salt)) return static_cast<long>(i);
+  return -1;
+}
+
+/// Runs body(rank, transport) on `size` threads, each with the transport make(store, rank)
+/// returns; every exception is reported as a failure naming the rank.
+inline void runTransportRanks(
+    int size, const std::function<std::unique_ptr<transport::Transport>(Store&, int)>& make,
+    const std::function<void(int, transport::Transport&)>& body) {
+  MemoryStore store;
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      errors[static_cast<std::size_t>(r)] = errorOf([&] {
+        auto t = make(store, r);
+        ASSERT_EQ(t->rank(), r);
+        ASSERT_EQ(t->size(), size);
+        body(r, *t);
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r)
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
+}
+
+/// Every rank sends `bytes` to every other rank and receives from each, all posted at once
+/// (sends staggered so not every rank hammers rank 0 first); checks what arrived.
+inline void exchangeAll(int rank, transport::Transport& t, std::size_t bytes, std::uint64_t tag,
+                        std::chrono::seconds bound = std::chrono::seconds(60)) {
+  const int n = t.size();
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<Bytes> out(un), in(un);
+  std::vector<transport::Request> sends(un), recvs(un);
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
+    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
+               recvs[static_cast<std::size_t>(p)]);
+  }
+  for (int k = 1; k < n; ++k) {
+    const int p = (rank + k) % n;
+    out[static_cast<std::size_t>(p)] = makePayload(rank, p, bytes);
+    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
+               sends[static_cast<std::size_t>(p)]);
+  }
+  const transport::Deadline deadline = transport::Clock::now() + bound;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    t.wait(sends[static_cast<std::size_t>(p)], deadline);
+    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
+    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
+        << bytes << " bytes from rank " << p << " to rank " << rank;
+  }
+}
+
+}  // namespace braid::test
