@@ -377,8 +377,9 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                             core::kTagSeqMask, 0x74756e65 /* "tune" */, impl->commHash),
         opts.connectTimeout);
   }
-  impl->model = std::make_unique<tuning::CostModel>(
-      std::move(costParams), impl->topo, size, std::min(opts.chunkBytes, opts.bufferBytes / 2));
+  impl->model = std::make_unique<tuning::CostModel>(std::move(costParams), impl->topo, size,
+                                                    std::min(opts.chunkBytes, opts.bufferBytes / 2),
+                                                    opts.hierPieceBytes);
   if (opts.logLevel >= 2) {
     std::string paths;
     for (int p = 0; p < size; ++p)

@@ -66,6 +66,34 @@ TEST(CostModel, HierarchicalAllreduceTwoHostsByHand) {
             predicted(m, Collective::Allreduce, "ring", 64 << 20));
 }
 
+TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
+  // 4 MiB in pieces of 1 MiB (the default): 4 pieces, each costing the longer of its network
+  // phase and its in-node phases (here the network), plus one piece's in-node phases.
+  const auto topo = uniformTopology(2, 2);
+  const CostModel m(handParams(), topo, 4, 1 << 20);
+  const double p = 1 << 20;
+  const double half = p / 2;
+  const double q = p / 4;
+  const double rs = 1e-6 + half * 0.1e-9 + half * 0.5e-9;
+  const double ag = 1e-6 + half * 0.1e-9;
+  const double net = (10e-6 + 2 * q * 1e-9 + q * 0.5e-9) + (10e-6 + 2 * q * 1e-9);
+  ASSERT_GT(net, rs + ag);
+  const double want = rs + ag + 4 * net;
+  EXPECT_NEAR(predicted(m, Collective::Allreduce, "hierarchical", 4 << 20), want, want * 1e-12);
+  // 64 KiB pieces: 64 of them for 4 MiB.
+  const CostModel small(handParams(), topo, 4, 1 << 20, 64 << 10);
+  const double ps = 64 << 10;
+  const double rs2 = 1e-6 + ps / 2 * 0.1e-9 + ps / 2 * 0.5e-9;
+  const double ag2 = 1e-6 + ps / 2 * 0.1e-9;
+  const double net2 =
+      (10e-6 + 2 * (ps / 4) * 1e-9 + (ps / 4) * 0.5e-9) + (10e-6 + 2 * (ps / 4) * 1e-9);
+  const double want2 = rs2 + ag2 + 64 * std::max(net2, rs2 + ag2);
+  EXPECT_NEAR(predicted(small, Collective::Allreduce, "hierarchical", 4 << 20), want2,
+              want2 * 1e-12);
+  // Pipelining only hides in-node time: never below the network's share of the unpipelined sum.
+  EXPECT_GE(predicted(m, Collective::Allreduce, "hierarchical", 4 << 20), 4 * net);
+}
+
 TEST(CostModel, RecursiveDoublingAndBruckByHand) {
   // 4 hosts x 1 rank: every step crosses, one rank per host.
   const auto topo = uniformTopology(4, 1);
