@@ -55,7 +55,7 @@ struct Context {
   const topology::Topology* topo = nullptr;
   /// Pipelining unit of the hierarchical allreduce in bytes (> 0; Options::hierPieceBytes): the
   /// in-node phases of one piece overlap the network phase of another.
-  std::size_t pieceBytes = 1024 * 1024;
+  std::size_t pieceBytes = 512 * 1024;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

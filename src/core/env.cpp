@@ -72,7 +72,7 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
-    {"BRAID_HIER_PIECE_SIZE", "1M",
+    {"BRAID_HIER_PIECE_SIZE", "512K",
      "hierarchical allreduce: pieces this big overlap their in-host and network phases"},
 };
 

@@ -86,7 +86,7 @@ class CostModel {
   /// host of `worldSize` ranks. `pieceBytes`: the hierarchical allreduce's pipelining unit
   /// (Options::hierPieceBytes).
   CostModel(CostParams params, const topology::Topology& topo, int worldSize,
-            std::size_t chunkBytes, std::size_t pieceBytes = std::size_t{1} << 20);
+            std::size_t chunkBytes, std::size_t pieceBytes = std::size_t{512} << 10);
   CostModel(const CostModel&) = delete;
   CostModel& operator=(const CostModel&) = delete;
 

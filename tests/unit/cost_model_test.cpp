@@ -52,9 +52,10 @@ TEST(CostModel, RingAllreduceTwoHostsByHand) {
 TEST(CostModel, HierarchicalAllreduceTwoHostsByHand) {
   // L = 2, M = 2, slice S/2: reduce-scatter in the host (1 shm step of S/2, reduced), allreduce
   // of each slice across the hosts (2 net steps of S/4 per rank, both local ranks at once: the
-  // host link carries 2 x S/4), allgather in the host (1 shm step of S/2).
+  // host link carries 2 x S/4), allgather in the host (1 shm step of S/2). Pieces of 1 MiB:
+  // one piece, so the phases add up.
   const auto topo = uniformTopology(2, 2);
-  const CostModel m(handParams(), topo, 4, 1 << 20);
+  const CostModel m(handParams(), topo, 4, 1 << 20, 1 << 20);
   const double s = 1 << 20;
   const double half = s / 2;
   const double q = s / 4;
@@ -67,10 +68,10 @@ TEST(CostModel, HierarchicalAllreduceTwoHostsByHand) {
 }
 
 TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
-  // 4 MiB in pieces of 1 MiB (the default): 4 pieces, each costing the longer of its network
-  // phase and its in-node phases (here the network), plus one piece's in-node phases.
+  // 4 MiB in pieces of 1 MiB: 4 pieces, each costing the longer of its network phase and its
+  // in-node phases (here the network), plus one piece's in-node phases.
   const auto topo = uniformTopology(2, 2);
-  const CostModel m(handParams(), topo, 4, 1 << 20);
+  const CostModel m(handParams(), topo, 4, 1 << 20, 1 << 20);
   const double p = 1 << 20;
   const double half = p / 2;
   const double q = p / 4;

@@ -184,7 +184,7 @@ TEST_F(EnvTest, EveryVariableIsDocumented) {
 }
 
 TEST_F(EnvTest, HierarchicalPieceSize) {
-  EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{1} << 20);
+  EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{512} << 10);
   setenv("BRAID_HIER_PIECE_SIZE", "64K", 1);
   EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{64} << 10);
   for (const char* bad : {"0", "big"}) {
