@@ -138,8 +138,8 @@ constexpr std::array kAlgorithms{
              "~(N/2) log2 N blocks per rank; for small messages"},
     AlgoInfo{"hierarchical", Collective::Allreduce, hierarchicalAllreduce,
              "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
-             "across nodes (all local ranks in parallel), ring allgather in the node; "
-             "2(M-1)/M x bytes per host over the network for M hosts"},
+             "across nodes (all local ranks in parallel), ring allgather in the node, "
+             "pipelined by pieces; 2(M-1)/M x bytes per host over the network for M hosts"},
     AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
              "one host: from 64 KiB blocks each rank reads its block straight from every peer's "
              "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk"},

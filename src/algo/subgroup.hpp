@@ -61,15 +61,17 @@ class SubgroupTransport final : public transport::Transport {
 /// and tag, the sub-group's rank and size, and `topo` (the sub-group's topology, or nullptr).
 inline Context subgroupContext(const Context& parent, SubgroupTransport& view,
                                const topology::Topology* topo) {
-  return Context{view,
-                 view.rank(),
-                 view.size(),
-                 parent.chunkBytes,
-                 parent.scratch,
-                 parent.deadline,
-                 parent.tag,
-                 parent.deterministic,
-                 topo};
+  Context c{view,
+            view.rank(),
+            view.size(),
+            parent.chunkBytes,
+            parent.scratch,
+            parent.deadline,
+            parent.tag,
+            parent.deterministic,
+            topo};
+  c.pieceBytes = parent.pieceBytes;
+  return c;
 }
 
 }  // namespace braid::algo

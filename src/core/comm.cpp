@@ -149,6 +149,7 @@ void Comm::Impl::run(Op& op) {
   const auto deadline = op.startedAt + op.timeout;
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
+  ctx.pieceBytes = opts.hierPieceBytes;
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   algorithm->run(ctx, op.args);
@@ -468,6 +469,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   }
   if (opts.chunkBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
+  if (opts.hierPieceBytes == 0)
+    throw Error(ErrorCode::InvalidArgument, "Options::hierPieceBytes must be positive");
   if (opts.bufferBytes < 64)
     throw Error(ErrorCode::InvalidArgument, "Options::bufferBytes must be at least 64 bytes");
   if (!opts.kernelIsa.empty() && opts.kernelIsa != "auto") {
@@ -532,8 +535,9 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                             core::kTagSeqMask, 0x74756e65 /* "tune" */, impl->commHash),
         opts.connectTimeout);
   }
-  impl->model = std::make_unique<tuning::CostModel>(
-      std::move(costParams), impl->topo, size, std::min(opts.chunkBytes, opts.bufferBytes / 2));
+  impl->model = std::make_unique<tuning::CostModel>(std::move(costParams), impl->topo, size,
+                                                    std::min(opts.chunkBytes, opts.bufferBytes / 2),
+                                                    opts.hierPieceBytes);
   if (opts.logLevel >= 2) {
     std::string paths;
     for (int p = 0; p < size; ++p)

@@ -220,10 +220,11 @@ std::size_t CostModel::classBytes(int sizeClass) noexcept {
 }
 
 CostModel::CostModel(CostParams params, const topology::Topology& topo, int worldSize,
-                     std::size_t chunkBytes)
+                     std::size_t chunkBytes, std::size_t pieceBytes)
     : params_(std::move(params)),
       n_(std::max(1, worldSize)),
-      chunk_(std::max<std::size_t>(1, chunkBytes)) {
+      chunk_(std::max<std::size_t>(1, chunkBytes)),
+      piece_(std::max<std::size_t>(1, pieceBytes)) {
   for (auto& c : choice_) c.store(0, std::memory_order_relaxed);
   for (auto& l : logged_) l.store(0, std::memory_order_relaxed);
   const bool useTopo = topo.size() == n_;
@@ -375,11 +376,25 @@ std::optional<double> CostModel::allreduce(std::string_view algo, double s,
   }
   if (algo == "hierarchical") {
     if (!hierarchical()) return ring();
+    // Pipelined by pieces (src/algo/allreduce/hierarchical.cpp): each piece's network phase
+    // overlaps the in-node phases of its neighbours, so a piece costs the longer of the two,
+    // plus one piece's in-node phases to fill and drain the pipeline.
     const int l = perNode_;
     const int m = nodes_;
-    const double slice = s / l;
-    return ringSteps(l - 1, 0, slice, slice, why) + ringSteps(m - 1, l, slice / m, slice / m, why) +
-           ringSteps(m - 1, l, slice / m, 0, why) + ringSteps(l - 1, 0, slice, 0, why);
+    const double pieces = std::max(1.0, std::ceil(s / static_cast<double>(piece_)));
+    const double slice = s / pieces / l;
+    std::string per;
+    const double rs = ringSteps(l - 1, 0, slice, slice, per);
+    const double net =
+        ringSteps(m - 1, l, slice / m, slice / m, per) + ringSteps(m - 1, l, slice / m, 0, per);
+    const double ag = ringSteps(l - 1, 0, slice, 0, per);
+    if (pieces == 1) {
+      why += (why.empty() ? "" : " + ") + per;
+      return rs + net + ag;
+    }
+    why += (why.empty() ? "" : " + ") + std::to_string(static_cast<long long>(pieces)) +
+           " overlapped pieces of (" + per + ")";
+    return rs + ag + pieces * std::max(net, rs + ag);
   }
   return std::nullopt;
 }

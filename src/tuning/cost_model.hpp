@@ -83,9 +83,10 @@ class CostModel {
  public:
   /// `chunkBytes`: the pipelining unit the algorithms use (min of Options::chunkBytes and half
   /// the scratch buffer). A topology of another size than `worldSize` (or none) counts as one
-  /// host of `worldSize` ranks.
+  /// host of `worldSize` ranks. `pieceBytes`: the hierarchical allreduce's pipelining unit
+  /// (Options::hierPieceBytes).
   CostModel(CostParams params, const topology::Topology& topo, int worldSize,
-            std::size_t chunkBytes);
+            std::size_t chunkBytes, std::size_t pieceBytes = std::size_t{512} << 10);
   CostModel(const CostModel&) = delete;
   CostModel& operator=(const CostModel&) = delete;
 
@@ -141,6 +142,7 @@ class CostModel {
   int perNode_ = 1;
   bool uniform_ = true;
   std::size_t chunk_;
+  std::size_t piece_;
   // Crossing counts of each algorithm's steps on this topology.
   int ringCross_ = 0;
   int foldCross_ = 0;

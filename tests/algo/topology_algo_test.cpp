@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,8 +29,10 @@ std::string describe(const Layout& l) {
          (l.cyclic ? " cyclic" : " blocked");
 }
 
+/// pieceBytes: Context::pieceBytes of every rank (0: the Context's default).
 void checkAllreduce(const algo::AlgoInfo& algo, const topology::Topology& topo, std::size_t count,
-                    DataType dt, ReduceOp op, bool inPlace) {
+                    DataType dt, ReduceOp op, bool inPlace, std::size_t pieceBytes = 0,
+                    RankSetup setup = {}) {
   const int n = topo.size();
   std::vector<double> expected(count);
   std::vector<double> v(static_cast<std::size_t>(n));
@@ -37,11 +40,11 @@ void checkAllreduce(const algo::AlgoInfo& algo, const topology::Topology& topo, 
     for (int r = 0; r < n; ++r) v[static_cast<std::size_t>(r)] = testValue(dt, op, r, i);
     expected[i] = expectedReduce(dt, op, v);
   }
-  RankSetup setup;
   setup.size = n;
   setup.topo = &topo;
   std::vector<std::string> reports(static_cast<std::size_t>(n));
   auto errors = runRanks(setup, [&](algo::Context& ctx) {
+    if (pieceBytes > 0) ctx.pieceBytes = pieceBytes;
     Buffer in(dt, count);
     Buffer out(dt, count);
     for (std::size_t i = 0; i < count; ++i) {
@@ -109,6 +112,110 @@ TEST(TopologyAlgorithms, HierarchicalAllreduceOnFabricatedHosts) {
     SCOPED_TRACE(describe(l));
     checkAllreduce(*algo, topology::uniformTopology(l.nodes, l.perNode, l.cyclic), 1031,
                    DataType::Int32, ReduceOp::Max, false);
+  }
+}
+
+TEST(TopologyAlgorithms, HierarchicalAllreducePipelinedByPieces) {
+  // Tiny pieces, so a buffer makes many of them (and pieces smaller than one element per local
+  // rank, leaving some slices and network segments empty): every overlap of one piece's network
+  // phase with the in-node phases of its neighbours runs, with both request pairs in turn.
+  const algo::AlgoInfo* algo = algo::findAlgorithm(Collective::Allreduce, "hierarchical");
+  ASSERT_NE(algo, nullptr);
+  const Layout layouts[] = {{2, 2, false}, {3, 2, false}, {2, 3, true}, {4, 2, true}};
+  for (const Layout& l : layouts) {
+    const auto topo = topology::uniformTopology(l.nodes, l.perNode, l.cyclic);
+    for (std::size_t piece : {std::size_t{1}, std::size_t{12}, std::size_t{100}}) {
+      for (std::size_t count : {0, 1, 2, 3, 7, 13, 31, 257, 1031}) {
+        for (auto [dt, op] : {std::pair{DataType::Float32, ReduceOp::Sum},
+                              std::pair{DataType::Int32, ReduceOp::Max}}) {
+          for (bool inPlace : {false, true}) {
+            SCOPED_TRACE(describe(l) + " piece " + std::to_string(piece) + " bytes, count " +
+                         std::to_string(count) + " " + toString(dt) + " " + toString(op) +
+                         (inPlace ? " in place" : ""));
+            checkAllreduce(*algo, topo, count, dt, op, inPlace, piece);
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  // Every dtype and op over 2x2 and 4x2, 7 elements per piece (1031 = 147 pieces + 2).
+  for (const Layout& l : {Layout{2, 2, false}, Layout{4, 2, true}}) {
+    for (DataType dt : kAllDataTypes) {
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max}) {
+        for (bool inPlace : {false, true}) {
+          SCOPED_TRACE(describe(l) + " 1031 " + std::string(toString(dt)) + " " + toString(op) +
+                       (inPlace ? " in place" : ""));
+          checkAllreduce(*algo, topology::uniformTopology(l.nodes, l.perNode, l.cyclic), 1031, dt,
+                         op, inPlace, 7 * dataTypeSize(dt));
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  // Pieces capped by the scratch: 128 bytes of scratch leave 64 for the network's receive
+  // buffer, so a piece holds at most 64 x L x M bytes whatever pieceBytes says; the in-node
+  // rings get the other 64 (four 16-byte chunk slots).
+  RankSetup small;
+  small.scratchBytes = 128;
+  small.chunkBytes = 16;
+  for (const Layout& l : {Layout{2, 2, false}, Layout{3, 2, true}}) {
+    for (std::size_t count : {1, 5, 997, 5003}) {
+      SCOPED_TRACE(describe(l) + " 128-byte scratch, count " + std::to_string(count));
+      checkAllreduce(*algo, topology::uniformTopology(l.nodes, l.perNode, l.cyclic), count,
+                     DataType::Float32, ReduceOp::Sum, count % 2 == 1, std::size_t{1} << 20, small);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(TopologyAlgorithms, HierarchicalAllreduceRanksAgreeBitwise) {
+  // Float sums of values whose rounding depends on the order: every rank must still end with
+  // the same bits (each element is reduced by one chain, then copied).
+  const algo::AlgoInfo* algo = algo::findAlgorithm(Collective::Allreduce, "hierarchical");
+  ASSERT_NE(algo, nullptr);
+  for (const Layout& l : {Layout{2, 2, false}, Layout{3, 2, false}, Layout{2, 3, true}}) {
+    const auto topo = topology::uniformTopology(l.nodes, l.perNode, l.cyclic);
+    const int n = topo.size();
+    const std::size_t count = 4099;
+    std::vector<std::vector<float>> results(static_cast<std::size_t>(n));
+    RankSetup setup;
+    setup.size = n;
+    setup.topo = &topo;
+    auto errors = runRanks(setup, [&](algo::Context& ctx) {
+      ctx.pieceBytes = 52;
+      std::vector<float> buf(count);
+      for (std::size_t i = 0; i < count; ++i)
+        buf[i] = 1.0f / static_cast<float>(
+                            1 + ((i * 7919 + static_cast<std::size_t>(ctx.rank) * 104729) % 977));
+      algo::CollArgs a;
+      a.coll = Collective::Allreduce;
+      a.count = count;
+      a.dtype = DataType::Float32;
+      a.op = ReduceOp::Sum;
+      a.send = buf.data();
+      a.recv = buf.data();
+      algo->run(ctx, a);
+      results[static_cast<std::size_t>(ctx.rank)] = std::move(buf);
+    });
+    SCOPED_TRACE(describe(l));
+    for (int r = 0; r < n; ++r) {
+      ASSERT_FALSE(errors[static_cast<std::size_t>(r)])
+          << "rank " << r << ": " << errorText(errors[static_cast<std::size_t>(r)]);
+      ASSERT_EQ(std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(),
+                            count * sizeof(float)),
+                0)
+          << "rank " << r << " differs from rank 0";
+    }
+    // And close to the sum computed here in double.
+    for (std::size_t i = 0; i < count; i += 97) {
+      double want = 0;
+      for (int r = 0; r < n; ++r)
+        want += static_cast<double>(
+            1.0f /
+            static_cast<float>(1 + ((i * 7919 + static_cast<std::size_t>(r) * 104729) % 977)));
+      ASSERT_NEAR(results[0][i], want, 1e-5 * want) << "element " << i;
+    }
   }
 }
 

@@ -34,7 +34,8 @@ class EnvTest : public ::testing::Test {
                           "BRAID_DEBUG",
                           "BRAID_STORE_EXTERNAL",
                           "BRAID_DETERMINISTIC",
-                          "BRAID_SHM_STAGING"})
+                          "BRAID_SHM_STAGING",
+                          "BRAID_HIER_PIECE_SIZE"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
@@ -180,6 +181,25 @@ TEST_F(EnvTest, EveryVariableIsDocumented) {
     if (std::string(v.name) == "BRAID_ALGO") found = true;
   }
   EXPECT_TRUE(found);
+}
+
+TEST_F(EnvTest, HierarchicalPieceSize) {
+  EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{512} << 10);
+  setenv("BRAID_HIER_PIECE_SIZE", "64K", 1);
+  EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{64} << 10);
+  for (const char* bad : {"0", "big"}) {
+    setenv("BRAID_HIER_PIECE_SIZE", bad, 1);
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BRAID_HIER_PIECE_SIZE"), std::string::npos);
+    }
+  }
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || std::string(v.name) == "BRAID_HIER_PIECE_SIZE";
+  EXPECT_TRUE(listed);
 }
 
 }  // namespace
