@@ -209,9 +209,12 @@ void Comm::Impl::runBlocking(Op op) {
   std::unique_lock<std::mutex> lk(queueMu);
   if (!running && queue.empty()) {
     running = true;
+    // Nothing can be listed while this thread runs (posting needs !running), so an empty list
+    // stays empty: skip the drain and its lock on the small-message path.
+    const bool drain = !inflight.empty();
     lk.unlock();
     RunningScope scope{this};
-    drainInflight();  // a collective waits for the send/recv issued before it
+    if (drain) drainInflight();  // a collective waits for the send/recv issued before it
     execute(op);
     return;
   }
