@@ -12,7 +12,7 @@
 #
 # Without CTEST ARGS it builds only the test programs of the fast subset and runs
 #   ctest -L 'unit|transport|multiproc'
-#   ctest -L comm -R '^(Errors|SubComm|Concurrency|Async)\.'
+#   ctest -L comm -R '(^|/)(Errors|SubComm|Concurrency|Async|P2PThreads)\.'
 # With CTEST ARGS it builds everything and runs one ctest with exactly those arguments, e.g.
 #   scripts/sanitize.sh thread -L algo -R Ring
 #
@@ -39,7 +39,7 @@
 # Environment: JOBS (parallel build jobs, default 2), BRAID_SANITIZE_BUILD (the build folder,
 # default build-asan or build-tsan), BRAID_SANITIZE_SUITES (the suites of the default subset,
 # default "unit transport multiproc" under ASan, "unit transport" under TSan; the comm error,
-# subcommunicator, concurrency and async tests always run).
+# subcommunicator, concurrency, async and thread-rank point-to-point tests always run).
 #
 # CI: .ci/run calls `BRAID_SANITIZE_SUITES="unit transport" scripts/sanitize.sh address` after
 # `make test` (the fast subset); the build folder is kept between runs, so only what changed is
@@ -85,7 +85,7 @@ else
   default_suites="unit transport"
   [ "$kind" = address ] && default_suites+=" multiproc"
   read -r -a suites <<< "${BRAID_SANITIZE_SUITES:-$default_suites}"
-  targets=(braid_comm_errors_test braid_comm_subcomm_test)
+  targets=(braid_comm_errors_test braid_comm_subcomm_test braid_comm_p2p_test)
   for suite in "${suites[@]}"; do
     for src in tests/"$suite"/*_test.cpp; do
       [ -e "$src" ] && targets+=("braid_${suite}_$(basename "$src" .cpp)")
@@ -123,7 +123,7 @@ else
     exclude='^TcpStore\.PipelinedRequestsAndSlowReaders$|^TcpStreams\.EveryCollectiveOver|KernelSweep\.'
   ctest --output-on-failure -j "$jobs" --timeout 600 -L "$labels" -E "$exclude" || status=$?
   ctest --output-on-failure -j "$jobs" --timeout 600 -L comm \
-    -R '^(Errors|SubComm|Concurrency|Async)\.' || status=$?
+    -R '(^|/)(Errors|SubComm|Concurrency|Async|P2PThreads)\.' || status=$?
 fi
 end=$(date +%s)
 echo "sanitize.sh $kind: build $((built - start)) s, tests $((end - built)) s, total $((end - start)) s: $([ $status -eq 0 ] && echo passed || echo FAILED)"
