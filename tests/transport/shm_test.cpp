@@ -61,6 +61,7 @@ std::string name(Path p) {
 using test::Bytes;
 using test::codeOf;
 using test::errorOf;
+using test::exchangeAll;
 using test::firstWrong;
 using test::makePayload;
 using test::pattern;
@@ -93,33 +94,6 @@ void runRanks(int size, const std::function<void(int, ShmTransport&)>& body,
   for (auto& t : threads) t.join();
   for (int r = 0; r < size; ++r)
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
-}
-
-// Every rank sends `bytes` to every other rank and receives from each, all posted at once.
-void exchangeAll(int rank, Transport& t, std::size_t bytes, std::uint64_t tag) {
-  const int n = t.size();
-  std::vector<Bytes> out(static_cast<std::size_t>(n)), in(static_cast<std::size_t>(n));
-  std::vector<Request> sends(static_cast<std::size_t>(n)), recvs(static_cast<std::size_t>(n));
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    in[static_cast<std::size_t>(p)].assign(bytes, 0xEE);
-    t.postRecv(p, in[static_cast<std::size_t>(p)].data(), bytes, tag,
-               recvs[static_cast<std::size_t>(p)]);
-  }
-  for (int k = 1; k < n; ++k) {
-    const int p = (rank + k) % n;
-    out[static_cast<std::size_t>(p)] = makePayload(rank, p, bytes);
-    t.postSend(p, out[static_cast<std::size_t>(p)].data(), bytes, tag,
-               sends[static_cast<std::size_t>(p)]);
-  }
-  const Deadline deadline = after(20s);
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    t.wait(sends[static_cast<std::size_t>(p)], deadline);
-    t.wait(recvs[static_cast<std::size_t>(p)], deadline);
-    EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
-        << bytes << " bytes from rank " << p << " to rank " << rank;
-  }
 }
 
 std::vector<std::string> braidShmEntries() {
