@@ -1,0 +1,244 @@
+// Communicator creation: the bootstrap (options checked, store namespace, transports, topology,
+// cost model) behind Comm::create / Comm::fromEnv, and sub-communicators (split, subgroup), which
+// run the same bootstrap for a subset of ranks. Execution is in comm.cpp.
+#include <algorithm>
+#include <braid/comm.hpp>
+#include <cstdio>
+
+#include "core/calibrate.hpp"
+#include "core/comm_impl.hpp"
+#include "core/tag.hpp"
+#include "core/topology_setup.hpp"
+#include "kernels/reduce.hpp"
+#include "store/memory_store.hpp"
+#include "transport/factory.hpp"
+#include "transport/tcp/interfaces.hpp"
+
+namespace braid {
+
+// ---------------------------------------------------------------- bootstrap
+
+namespace {
+
+std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
+                                     std::shared_ptr<TcpStoreServer> server, int rank, int size,
+                                     std::string id, const Options& opts,
+                                     const topology::Topology* parentTopology = nullptr,
+                                     std::span<const int> members = {},
+                                     const tuning::CostParams* parentParams = nullptr) {
+  auto impl = std::make_unique<Comm::Impl>();
+  impl->driverLink = std::make_shared<Comm::Impl::DriverLink>();
+  impl->driverLink->impl = impl.get();
+  impl->rank = rank;
+  impl->size = size;
+  impl->id = std::move(id);
+  impl->opts = opts;
+  impl->commHash = core::commIdHash(impl->id);
+  impl->origin = core::Clock::now();
+  impl->rules = tuning::parseRules(opts.algo, "BRAID_ALGO");
+  if (opts.deterministic) tuning::checkDeterministicRules(impl->rules, "BRAID_ALGO");
+  // The tuning file: parameters, and rules applied after BRAID_ALGO's.
+  tuning::CostParams costParams;
+  if (!opts.tuneFile.empty()) {
+    std::vector<tuning::Rule> fileRules;
+    costParams = tuning::loadCostParams(opts.tuneFile, "BRAID_TUNE_FILE", &fileRules);
+    if (opts.deterministic)
+      tuning::checkDeterministicRules(fileRules, "BRAID_TUNE_FILE=" + opts.tuneFile);
+    impl->rules.insert(impl->rules.end(), fileRules.begin(), fileRules.end());
+  }
+  if (opts.chunkBytes == 0)
+    throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
+  if (opts.hierPieceBytes == 0)
+    throw Error(ErrorCode::InvalidArgument, "Options::hierPieceBytes must be positive");
+  if (opts.bufferBytes < 64)
+    throw Error(ErrorCode::InvalidArgument, "Options::bufferBytes must be at least 64 bytes");
+  if (!opts.kernelIsa.empty() && opts.kernelIsa != "auto") {
+    // Process-wide (kernels are stateless and every level gives bit-identical results).
+    auto isa = kernels::parseIsa(opts.kernelIsa);
+    if (!isa)
+      throw Error(ErrorCode::InvalidArgument,
+                  "Options::kernelIsa (BRAID_KERNEL_ISA) '" + opts.kernelIsa +
+                      "' is not one of auto, scalar, avx2, avx512, avx512bf16");
+    kernels::setActiveIsa(*isa);
+  }
+  impl->storeServer = std::move(server);
+  impl->store = std::move(store);
+  impl->commStore = std::make_shared<PrefixStore>(impl->store, "braid/" + impl->id + "/");
+  transport::TcpOptions tcp;
+  {
+    // BRAID_LISTEN_ADDR, else BRAID_SOCKET_IFNAME, else the address reaching the store
+    // (restricted to BRAID_SOCKET_FAMILY); see transport/tcp/interfaces.hpp.
+    std::string storeLocal;
+    if (auto* ts = dynamic_cast<TcpStore*>(impl->store.get())) storeLocal = ts->localAddress();
+    const transport::tcp::ListenChoice choice = transport::tcp::chooseListenAddress(
+        {opts.listenAddress, opts.socketIfname, opts.socketFamily},
+        opts.socketIfname.empty() && opts.socketFamily == 0
+            ? std::vector<transport::tcp::InterfaceAddress>{}
+            : transport::tcp::localInterfaceAddresses(),
+        storeLocal, rank);
+    tcp.listenAddress = choice.address;
+    tcp.portLow = opts.portRangeLow;
+    tcp.portHigh = opts.portRangeHigh;
+    impl->log(2, "rank " + std::to_string(rank) + ": tcp data listener address " + choice.address +
+                     " (" + choice.reason + ")" +
+                     (opts.portRangeLow != 0 ? ", ports " + std::to_string(opts.portRangeLow) +
+                                                   "-" + std::to_string(opts.portRangeHigh)
+                                             : std::string()));
+  }
+  tcp.connectTimeout = opts.connectTimeout;
+  tcp.spin = opts.spin;
+  tcp.security = opts.security;
+  tcp.socketThreads = opts.socketThreads;
+  tcp.socketsPerThread = opts.socketsPerThread;
+  tcp.stripeMinBytes = opts.socketStripeMinBytes;
+  transport::TransportOptions transportOptions;
+  transportOptions.tcp = tcp;
+  transportOptions.shmDisable = opts.shmDisable;
+  transportOptions.shm.slots = opts.shmSlots;
+  transportOptions.shm.slotBytes = opts.shmSlotBytes;
+  transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;
+  transportOptions.shm.cmaThresholdBytes = opts.shmCmaThresholdBytes;
+  transportOptions.shm.cmaDisable = opts.shmCmaDisable;
+  transportOptions.shm.stagingBytes = opts.shmStagingBytes;
+  impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
+  impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
+  impl->startDiagnosis();
+  impl->scratch.resize(opts.bufferBytes);
+  impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
+  if (parentParams != nullptr) {
+    costParams = *parentParams;  // measured or loaded once, for the world communicator
+  } else if (opts.tune && size > 1) {
+    costParams = core::calibrate(
+        *impl->transport, *impl->commStore, impl->topo, rank, size, costParams,
+        core::collectiveTag(Collective::Barrier, DataType::Uint8, ReduceOp::Sum, 0,
+                            core::kTagSeqMask, 0x74756e65 /* "tune" */, impl->commHash),
+        opts.connectTimeout);
+  }
+  impl->model = std::make_unique<tuning::CostModel>(std::move(costParams), impl->topo, size,
+                                                    std::min(opts.chunkBytes, opts.bufferBytes / 2),
+                                                    opts.hierPieceBytes);
+  if (opts.logLevel >= 2) {
+    std::string paths;
+    for (int p = 0; p < size; ++p)
+      paths += (p ? " " : "") + std::to_string(p) + ":" + transport::pathTo(*impl->transport, p);
+    impl->log(2, "joined: rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                     ", paths to peers [" + paths + "], tcp listen " +
+                     (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
+                     ", kernels " + kernels::selectedIsa());
+    impl->log(2, core::describeTopology(impl->topo, rank));
+    if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
+      // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).
+      std::string lines = impl->model->params().format();
+      lines = lines.substr(lines.find('\n') + 1);
+      for (auto nl = lines.find('\n'); nl != std::string::npos; nl = lines.find('\n', nl))
+        lines.replace(nl, 1, nl + 1 == lines.size() ? "" : "; ");
+      impl->log(2, "BRAID_TUNE measured: " + lines);
+    }
+    impl->log(2, "cost model: " + impl->model->params().summary() +
+                     (impl->model->decides() ? ", selects algorithms"
+                                             : ", predictions only (one host, fixed policy)"));
+  }
+  return impl;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::fromEnv(const Options& options) {
+  return create(LaunchInfo::fromEnv(), options);
+}
+
+std::unique_ptr<Comm> Comm::create(const LaunchInfo& launch, const Options& options) {
+  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size)
+    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launch.rank) +
+                                                " is outside world size " +
+                                                std::to_string(launch.size));
+  if (launch.size == 1 && launch.storePort == 0)
+    return create(std::make_shared<MemoryStore>(), 0, 1, options);
+  std::shared_ptr<TcpStoreServer> server;
+  if (launch.rank == 0 && !launch.storeExternal)
+    server = std::make_shared<TcpStoreServer>(launch.storeHost, launch.storePort, options.security);
+  auto store =
+      std::make_shared<TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout,
+                                 TcpStore::kDefaultOpTimeout, options.security);
+  auto gen = store->add("braid/generation/" + std::to_string(launch.rank), 1) - 1;
+  return std::unique_ptr<Comm>(new Comm(makeImpl(std::move(store), std::move(server), launch.rank,
+                                                 launch.size, std::to_string(gen), options)));
+}
+
+std::unique_ptr<Comm> Comm::create(std::shared_ptr<Store> store, int rank, int size,
+                                   const Options& options) {
+  if (store == nullptr) throw Error(ErrorCode::InvalidArgument, "Comm::create: store is null");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(rank) +
+                                                " is outside world size " + std::to_string(size));
+  // Each rank counts the communicators it created through this store, so the k-th world
+  // communicator of every rank gets the same id (and its own key namespace).
+  auto gen = store->add("braid/generation/" + std::to_string(rank), 1) - 1;
+  return std::unique_ptr<Comm>(
+      new Comm(makeImpl(std::move(store), nullptr, rank, size, std::to_string(gen), options)));
+}
+
+// ---------------------------------------------------------------- sub-communicators
+
+std::unique_ptr<Comm> Comm::split(int color, int key) {
+  std::int32_t mine[2] = {color, key};
+  std::vector<std::int32_t> all(2 * static_cast<std::size_t>(impl_->size));
+  allgather(mine, all.data(), 2, DataType::Int32);
+  // Validate on every rank from the same gathered data, so every rank fails the same way.
+  for (int r = 0; r < impl_->size; ++r) {
+    if (all[2 * r] < 0 && all[2 * r] != kUndefinedColor)
+      throw Error(ErrorCode::InvalidArgument,
+                  "split on rank " + std::to_string(impl_->rank) + " of communicator " + impl_->id +
+                      ": rank " + std::to_string(r) + " passed color " +
+                      std::to_string(all[2 * r]) + " (colors are >= 0 or kUndefinedColor)");
+  }
+  const int seq = ++impl_->splitSeq;
+  if (color == kUndefinedColor) return nullptr;
+  std::vector<int> members;
+  for (int r = 0; r < impl_->size; ++r)
+    if (all[2 * r] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), impl_->rank) - members.begin());
+  std::string id = impl_->id + "/s" + std::to_string(seq) + "c" + std::to_string(color);
+  return std::unique_ptr<Comm>(new Comm(
+      makeImpl(impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()),
+               std::move(id), impl_->opts, &impl_->topo, members, &impl_->model->params())));
+}
+
+std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {
+  // FNV-1a over the list: every rank must pass the same one.
+  std::uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) {
+    h ^= static_cast<std::uint32_t>(r);
+    h *= 1099511628211ull;
+  }
+  h ^= ranks.size();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(impl_->size));
+  allgather(&h, all.data(), 1, DataType::Int64);
+  const std::string where =
+      "subgroup on rank " + std::to_string(impl_->rank) + " of communicator " + impl_->id;
+  for (int r = 0; r < impl_->size; ++r)
+    if (all[r] != all[0])
+      throw Error(ErrorCode::InvalidArgument,
+                  where + ": rank " + std::to_string(r) +
+                      " passed a different rank list than rank 0 (every rank must pass the same)");
+  std::vector<bool> seen(static_cast<std::size_t>(impl_->size), false);
+  int position = -1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    int r = ranks[i];
+    if (r < 0 || r >= impl_->size)
+      throw Error(ErrorCode::InvalidArgument, where + ": ranks[" + std::to_string(i) +
+                                                  "] = " + std::to_string(r) + " is outside [0, " +
+                                                  std::to_string(impl_->size) + ")");
+    if (seen[r])
+      throw Error(ErrorCode::InvalidArgument,
+                  where + ": rank " + std::to_string(r) + " appears twice in ranks");
+    seen[r] = true;
+    if (r == impl_->rank) position = static_cast<int>(i);
+  }
+  return split(position >= 0 ? 0 : kUndefinedColor, position);
+}
+
+}  // namespace braid
