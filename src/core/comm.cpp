@@ -219,6 +219,7 @@ void Comm::Impl::runBlocking(Op op) {
 }
 
 Work Comm::Impl::runAsync(Op op) {
+  opQueued(op);
   auto state = std::make_shared<detail::WorkState>();
   op.work = state;
   std::unique_lock<std::mutex> lk(queueMu);

@@ -144,7 +144,8 @@ struct Comm::Impl {
   void log(int level, const std::string& msg) const;
 
   // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.
-  void opIssued(Op& op);
+  void opIssued(Op& op);  // the deadline's clock read and the timeout; nothing recorded yet
+  void opQueued(Op& op);  // into the flight recorder as queued (async, or behind another op)
   void opStarted(Op& op, const char* algorithm);
   void opDone(Op& op);
   /// Records the failure; an error that fails the communicator (Timeout, PeerLost, Mismatch) is

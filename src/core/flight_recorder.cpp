@@ -55,11 +55,13 @@ std::string callText(const OpDesc& d, bool withOp) {
 }
 
 FlightRecorder::FlightRecorder(std::size_t capacity, Clock::time_point origin)
-    : ring_(capacity), origin_(origin) {}
+    : ring_(capacity), origin_(origin) {
+  if (capacity > 0 && (capacity & (capacity - 1)) == 0) mask_ = capacity - 1;
+}
 
 FlightEntry* FlightRecorder::slot(std::uint64_t serial) {
   if (ring_.empty() || serial == 0) return nullptr;
-  FlightEntry& e = ring_[serial % ring_.size()];
+  FlightEntry& e = ring_[indexOf(serial)];
   return e.serial == serial ? &e : nullptr;  // overwritten by a newer operation
 }
 
@@ -67,7 +69,7 @@ std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock
   std::lock_guard<SpinLock> lk(mu_);
   const std::uint64_t serial = next_++;
   if (!ring_.empty()) {
-    FlightEntry& e = ring_[serial % ring_.size()];
+    FlightEntry& e = ring_[indexOf(serial)];
     e.serial = serial;
     e.desc = d;
     e.bytes = bytes;
@@ -80,10 +82,32 @@ std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock
   return serial;
 }
 
+std::uint64_t FlightRecorder::begin(const OpDesc& d, std::uint64_t bytes, const char* algorithm,
+                                    Clock::time_point at) {
+  std::lock_guard<SpinLock> lk(mu_);
+  const std::uint64_t serial = next_++;
+  FlightEntry* e = ring_.empty() ? nullptr : &ring_[indexOf(serial)];
+  if (e != nullptr) {
+    e->serial = serial;
+    e->desc = d;
+    e->bytes = bytes;
+    e->issued = at;
+    e->finished = Clock::time_point{};
+    e->error[0] = '\0';
+  }
+  markStarted(e, serial, d, algorithm, at);
+  return serial;
+}
+
 void FlightRecorder::started(std::uint64_t serial, const OpDesc& d, const char* algorithm,
                              Clock::time_point at) {
   std::lock_guard<SpinLock> lk(mu_);
-  if (FlightEntry* e = slot(serial)) {
+  markStarted(slot(serial), serial, d, algorithm, at);
+}
+
+void FlightRecorder::markStarted(FlightEntry* e, std::uint64_t serial, const OpDesc& d,
+                                 const char* algorithm, Clock::time_point at) {
+  if (e != nullptr) {  // null: no ring, or overwritten by a newer operation
     e->algorithm = algorithm;
     e->state = OpState::Running;
     e->started = at;
@@ -125,7 +149,7 @@ std::vector<OpDesc> FlightRecorder::recentCollectives(std::size_t n) const {
   std::lock_guard<SpinLock> lk(mu_);
   std::vector<OpDesc> out;
   for (std::uint64_t s = next_ - 1; s >= 1 && out.size() < n; --s) {
-    const FlightEntry* e = ring_.empty() ? nullptr : &ring_[s % ring_.size()];
+    const FlightEntry* e = ring_.empty() ? nullptr : &ring_[indexOf(s)];
     if (e == nullptr || e->serial != s) break;
     if (!isPointToPoint(e->desc.coll)) out.push_back(e->desc);
   }

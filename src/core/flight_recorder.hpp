@@ -1,6 +1,7 @@
 // The flight recorder: each communicator keeps its last K operations (BRAID_FLIGHT_RECORDER=K)
 // in a ring allocated once, so that a failed or hung job can say what every rank was doing.
-// Recording an operation costs three clock reads and three short critical sections; nothing is
+// Recording an operation costs two clock reads and two short critical sections when it starts
+// as it is issued (a blocking call), three of each when it waits in the queue first; nothing is
 // allocated per operation. The ring is dumped as text (dump()) when an operation fails the
 // communicator and on SIGUSR1 (core/signal_dump.hpp). docs/troubleshooting.md reads a dump.
 #pragma once
@@ -61,6 +62,10 @@ class FlightRecorder {
 
   /// Records an operation as queued; returns its serial.
   std::uint64_t issued(const OpDesc& d, std::uint64_t bytes, Clock::time_point at);
+  /// Records an operation that starts as it is issued (a blocking call run inline): issued()
+  /// and started() under one lock; returns its serial.
+  std::uint64_t begin(const OpDesc& d, std::uint64_t bytes, const char* algorithm,
+                      Clock::time_point at);
   void started(std::uint64_t serial, const OpDesc& d, const char* algorithm, Clock::time_point at);
   /// error == nullptr: done.
   void finished(std::uint64_t serial, const OpDesc& d, const char* error, Clock::time_point at);
@@ -82,6 +87,14 @@ class FlightRecorder {
 
  private:
   FlightEntry* slot(std::uint64_t serial);
+  // The ring index of a serial: a mask when the capacity is a power of two (the default 128),
+  // which keeps a 64-bit division off the per-operation path.
+  std::size_t indexOf(std::uint64_t serial) const {
+    return mask_ != 0 ? static_cast<std::size_t>(serial & mask_)
+                      : static_cast<std::size_t>(serial % ring_.size());
+  }
+  void markStarted(FlightEntry* e, std::uint64_t serial, const OpDesc& d, const char* algorithm,
+                   Clock::time_point at);
 
   // Every operation takes this lock three times (issued, started, finished), for a few stores
   // each: a spin lock costs a few instructions where a mutex costs about fifty. Readers (dumps,
@@ -102,6 +115,7 @@ class FlightRecorder {
 
   mutable SpinLock mu_;
   std::vector<FlightEntry> ring_;
+  std::uint64_t mask_ = 0;  // capacity - 1 when the capacity is a power of two, else 0
   std::uint64_t next_ = 1;
   Clock::time_point origin_;
   Position position_;

@@ -46,8 +46,10 @@ std::uint64_t collectiveTag(Collective c, DataType t, ReduceOp op, int root, std
   if (fingerprint) {
     // The count's low bits enter unhashed: two counts that differ by less than 2^20 (the usual
     // mistake) always give different tags; other differences are missed with odds 2^-20.
-    const std::uint64_t h = mix(
-        mix(mix(commHash, countKey >> 20), static_cast<std::uint32_t>(root)), seq >> kTagSeqBits);
+    // One mix over the inputs combined injectively (root in the low half, the sequence's high
+    // part in the high half): three chained mixes cost ~15 ns of an 8 B call's ~200.
+    const std::uint64_t h = mix(commHash + (countKey >> 20) * 0x9e3779b97f4a7c15ull,
+                                static_cast<std::uint32_t>(root) | ((seq >> kTagSeqBits) << 32));
     tag |= ((h ^ countKey) & 0xfffffull) << 43;
   }
   return tag;

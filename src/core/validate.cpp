@@ -74,7 +74,9 @@ std::size_t Validator::bytes(const char* name, std::size_t count, DataType t,
                              std::size_t multiplier) {
   const std::size_t esz = dataTypeSize(t);
   if (esz == 0) dtype(t);
-  if (multiplier != 0 && count > kMaxBytes / esz / multiplier)
+  // count * esz * multiplier > kMaxBytes, without the two divisions (per-call path).
+  const unsigned __int128 total = static_cast<unsigned __int128>(count) * esz * multiplier;
+  if (total > kMaxBytes)
     fail(std::string("argument '") + name + "' = " + std::to_string(count) +
          " overflows: the buffer would exceed 2^56 bytes");
   return count * esz * multiplier;

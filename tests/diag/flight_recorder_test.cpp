@@ -103,6 +103,49 @@ TEST(FlightRecorder, KeepsTheLastKOperationsWithStateAndTimes) {
   EXPECT_EQ(recent.back().seq, 5u);
 }
 
+TEST(FlightRecorder, BeginRecordsIssueAndStartAtOnceAtAnyCapacity) {
+  // begin() (a blocking call run inline) mixed with issued()/started() (queued ones); capacity 3
+  // takes the modulo path, 4 the mask path, 1 and 0 the edges. Both wrap the same way.
+  for (std::size_t cap : {0u, 1u, 3u, 4u}) {
+    const auto origin = Clock::now();
+    core::FlightRecorder rec(cap, origin);
+    for (std::uint64_t i = 0; i < 7; ++i) {
+      const auto d = allreduceDesc(i, 200 + i);
+      std::uint64_t s = 0;
+      if (i % 2 == 0) {
+        s = rec.begin(d, 8, "shm_ll", Clock::now());
+      } else {
+        s = rec.issued(d, 8, Clock::now());
+        rec.started(s, d, "ring", Clock::now());
+      }
+      EXPECT_EQ(s, i + 1) << "capacity " << cap;
+      if (i < 6) rec.finished(s, d, nullptr, Clock::now());
+    }
+    const std::string text = rec.dump("begin");
+    const std::size_t kept = std::min<std::size_t>(cap, 7);
+    if (cap > 0)
+      EXPECT_NE(text.find("last " + std::to_string(kept) + " of 7 operations (capacity " +
+                          std::to_string(cap) + ")"),
+                std::string::npos)
+          << text;
+    for (std::uint64_t i = 0; i < 7; ++i) {
+      const bool inRing = cap > 0 && i >= 7 - kept;
+      EXPECT_EQ(text.find("count=" + std::to_string(200 + i) + ",") != std::string::npos, inRing)
+          << "capacity " << cap << " op " << i << "\n"
+          << text;
+    }
+    if (cap > 0) {
+      EXPECT_EQ(countOf(text, " running "), 1) << text;           // op 6 (begin)
+      EXPECT_EQ(countOf(text, " done "), int(kept) - 1) << text;  // the others
+      EXPECT_NE(text.find("shm_ll"), std::string::npos) << text;
+    }
+    const auto pos = rec.position();
+    EXPECT_TRUE(pos.any) << cap;
+    EXPECT_EQ(pos.desc.seq, 6u) << cap;
+    EXPECT_EQ(pos.state, core::OpState::Running) << cap;
+  }
+}
+
 TEST(FlightRecorder, ZeroCapacityKeepsOnlyThePosition) {
   core::FlightRecorder rec(0, Clock::now());
   const auto d = allreduceDesc(0, 1);
