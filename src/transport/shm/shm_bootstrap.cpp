@@ -17,12 +17,14 @@
 #include "transport/shm/shm_bootstrap.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <braid/error.hpp>
 #include <cerrno>
@@ -99,6 +101,8 @@ class Setup {
            std::to_string(options_.setupTimeout.count()) + " ms waiting for " + who + " to " + step;
   }
   std::string get(const std::string& name, std::size_t owner, const std::string& step);
+  static std::string affinityText();
+  std::size_t hostCpus();
   void waitForAll(const std::string& name, const std::string& step);
 
   void createMemfd(Attachment& a, UniqueFd& fd);
@@ -310,9 +314,34 @@ Attachment Setup::run() {
     guard.unlink();  // normally gone already: the last rank to map it unlinked it
   }
   probe(a);
+  store_.setString(key("cpus/" + std::to_string(local_)), affinityText());
   store_.setString(key("probed/" + std::to_string(local_)), "1");
   waitForAll("probed/", "probe the shared-memory segment");
+  a.hostCpus = hostCpus();
   return a;
+}
+
+// This process's affinity mask as a list of CPU numbers ("0 1 5").
+std::string Setup::affinityText() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : " ") + std::to_string(c);
+  return out;
+}
+
+// The union of every local rank's published affinity (after all have published).
+std::size_t Setup::hostCpus() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (std::size_t i = 0; i < localRanks_.size(); ++i) {
+    std::istringstream in(get("cpus/" + std::to_string(i), i, "publish its CPUs"));
+    for (int c = 0; in >> c;)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &all);
+  }
+  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&all)));
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ struct Attachment {
   std::size_t local = 0;        // this rank's index in localRanks
   std::vector<int> localRanks;  // global ranks of this host, ascending
   std::string hostName;         // for describing peers
+  // CPUs the host's ranks may run on together: the union of their affinity masks (each rank
+  // may be bound to a CPU of its own, e.g. by braid-run --bind, so its own mask says little).
+  std::size_t hostCpus = 1;
 };
 
 /// Attaches this rank to the segment of `localRanks` (protocol in shm_bootstrap.cpp). On return

@@ -145,6 +145,8 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
     return next == last;
   };
   if (advance()) return;
+  RankSlot& self = seg_.rank(local_);
+  if (busyPoll_.count() > 0) publishWaitCpu(self);
   // A peer usually arrives within a few hundred nanoseconds when the host is not
   // oversubscribed: poll without reading the clock first (a clock read costs about as much as
   // the arrival it would delay noticing).
@@ -153,11 +155,11 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
       cpuRelax();
       if (advance()) return;
     }
-  RankSlot& self = seg_.rank(local_);
   const auto start = Clock::now();
   auto lastLiveness = start;
   for (;;) {
     if (advance()) return;
+    const bool beside = busyPoll_.count() > 0 && besidePeer(self, seg_.rank(next));
     const auto now = Clock::now();
     const bool probe = now - lastLiveness >= liveness_;
     if (probe) lastLiveness = now;
@@ -170,7 +172,7 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
                                     descriptions_[next] + " runs " + other);
     }
     if (now >= deadline) fail(ErrorCode::Timeout, "timed out waiting for " + descriptions_[next]);
-    if (now - start < busyPoll_) {
+    if (now - start < busyPoll_ && !beside) {
       cpuRelax();
       continue;
     }

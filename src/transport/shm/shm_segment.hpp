@@ -26,6 +26,7 @@
 // 256 MiB), so 24 ranks get 32 KiB slots. Memory is only committed where rings are used.
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -38,7 +39,7 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 4;
+inline constexpr std::uint32_t kSegmentVersion = 5;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -83,7 +84,29 @@ struct alignas(kCacheLine) RankSlot {
   // with process_vm_readv to learn whether single-copy reads from this rank work.
   std::atomic<std::uint64_t> probeAddress;
   std::atomic<std::uint64_t> probeCookie;
+  // 1 + the CPU this rank last waited on (0: not yet), see besidePeer().
+  std::atomic<std::uint32_t> waitCpu;
 };
+
+/// Publishes the CPU this rank runs on as it starts to wait (a store only when it changed, so
+/// the line peers read to ring the doorbell stays in their caches); called on every wait.
+inline void publishWaitCpu(RankSlot& self) {
+  const int cpu = ::sched_getcpu();
+  const std::uint32_t mine = cpu < 0 ? 0 : static_cast<std::uint32_t>(cpu) + 1;
+  if (self.waitCpu.load(std::memory_order_relaxed) != mine)
+    self.waitCpu.store(mine, std::memory_order_relaxed);
+}
+
+/// Whether `peer` last waited on the CPU this rank waits on. Two ranks on one CPU cannot answer
+/// each other while either polls: a 2-rank 8 B broadcast took 11 us instead of 0.3 for as long
+/// as Linux kept both ranks on one of this VM's two vCPUs (each wait polled its 5 us first),
+/// 5 us when a waiter beside its peer yields at once, as it now does. (Sleeping instead was
+/// worse, 8-10 us: the wake-up lands on the same vCPU. Only binding, braid-run --bind, or the
+/// scheduler's load balancing, after tens of ms, separates the two.)
+inline bool besidePeer(const RankSlot& self, const RankSlot& peer) {
+  const std::uint32_t mine = self.waitCpu.load(std::memory_order_relaxed);
+  return mine != 0 && peer.waitCpu.load(std::memory_order_relaxed) == mine;
+}
 
 /// Written only by the sending side of a pair.
 struct alignas(kCacheLine) ProducerLine {

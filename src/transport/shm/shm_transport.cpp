@@ -55,14 +55,6 @@ using State = Request::State;
 constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
 constexpr int kPausesPerPoll = 1;
 
-// CPUs this process may run on.
-std::size_t usableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
-}
-
 using shm::cpuRelax;
 using shm::ShmGroup;
 
@@ -151,8 +143,9 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     : rank_(rank), size_(size), options_(options), att_(std::move(attachment)) {
   const std::size_t count = att_.localRanks.size();
   self_ = &att_.segment.rank(att_.local);
-  // Polling without yielding only pays when the peer is likely on a CPU at the same time.
-  if (count <= usableCpus()) busyPoll_ = options.busyPoll;
+  // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
+  // the host's ranks have at least a CPU each (of those their affinity masks allow together).
+  if (count <= att_.hostCpus) busyPoll_ = options.busyPoll;
   localOf_.assign(static_cast<std::size_t>(size), -1);
   for (std::size_t i = 0; i < count; ++i) localOf_[att_.localRanks[i]] = static_cast<int>(i);
   const pid_t me = ::getpid();
@@ -410,7 +403,15 @@ void ShmTransportImpl::wait(Request& req, Deadline deadline) {
   } leave{this};
   const auto start = Clock::now();
   const auto spinUntil = start + options_.spin;
-  const auto busyUntil = start + std::min<Clock::duration>(options_.spin, busyPoll_);
+  // Beside the peer (shm::besidePeer): no busy polling, yield to it at once.
+  bool beside = false;
+  if (busyPoll_.count() > 0) {
+    shm::publishWaitCpu(*self_);
+    beside =
+        shm::besidePeer(*self_, att_.segment.rank(static_cast<std::size_t>(localOf_[req.peer])));
+  }
+  const auto busyUntil =
+      beside ? start : start + std::min<Clock::duration>(options_.spin, busyPoll_);
   for (;;) {
     progressAll();
     s = req.state.load(std::memory_order_acquire);
