@@ -8,6 +8,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -210,6 +211,123 @@ TEST(BraidRun, UsageErrorsAndHelp) {
   r = braidRun({"--help"});
   EXPECT_EQ(r.exitCode(), 0) << describe(r);
   EXPECT_NE(r.out.find("usage: braid-run"), std::string::npos);
+}
+
+// ---- --bind: ranks bound to a core of their own (checked against /proc and /sys)
+
+/// "0-2,5" -> {0, 1, 2, 5}.
+std::set<int> parseCpuList(const std::string& text) {
+  std::set<int> out;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (part.empty()) continue;
+    const auto dash = part.find('-');
+    const int lo = std::stoi(part.substr(0, dash));
+    const int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; ++c) out.insert(c);
+  }
+  return out;
+}
+
+std::set<int> ownCpus() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return parseCpuList(line.substr(18));
+  return {};
+}
+
+/// (package, core id) of a CPU from /sys, or (-1, cpu) when unreadable.
+std::pair<int, int> coreOf(int cpu) {
+  auto read = [&](const char* file) {
+    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + file);
+    int v = -1;
+    return (f >> v) ? v : -1;
+  };
+  const int package = read("physical_package_id"), core = read("core_id");
+  return package < 0 || core < 0 ? std::pair{-1, cpu} : std::pair{package, core};
+}
+
+std::size_t ownCores() {
+  std::set<std::pair<int, int>> cores;
+  for (int c : ownCpus()) cores.insert(coreOf(c));
+  return cores.size();
+}
+
+/// Each rank's CPU list, by rank, from ranks printing their /proc/self/status line.
+std::map<int, std::set<int>> rankCpus(std::vector<std::string> args, int* exitCode = nullptr) {
+  args.insert(args.end(), {"--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"});
+  const auto r = braidRun(args);
+  if (exitCode != nullptr) *exitCode = r.exitCode();
+  std::map<int, std::set<int>> out;
+  for (const std::string& line : r.outLines()) {
+    std::smatch m;
+    if (std::regex_match(line, m, std::regex(R"(\[(\d+)\] Cpus_allowed_list:\s*(\S+))")))
+      out[std::stoi(m[1].str())] = parseCpuList(m[2].str());
+  }
+  return out;
+}
+
+TEST(BraidRun, BindsEachRankToACoreOfItsOwn) {
+  const std::set<int> mine = ownCpus();
+  ASSERT_FALSE(mine.empty());
+  const int n = static_cast<int>(std::min<std::size_t>(ownCores(), 4));
+  for (const char* mode : {"auto", "core"}) {
+    int rc = -1;
+    const auto cpus = rankCpus({"-n", std::to_string(n), "--bind", mode}, &rc);
+    ASSERT_EQ(rc, 0) << mode;
+    ASSERT_EQ(cpus.size(), static_cast<std::size_t>(n)) << mode;
+    std::set<std::pair<int, int>> coresSeen;
+    for (const auto& [rank, set] : cpus) {
+      ASSERT_FALSE(set.empty()) << mode << " rank " << rank;
+      std::set<std::pair<int, int>> cores;
+      for (int c : set) {
+        EXPECT_TRUE(mine.count(c))
+            << mode << ": rank " << rank << " got CPU " << c << " outside braid-run's own mask";
+        cores.insert(coreOf(c));
+      }
+      EXPECT_EQ(cores.size(), 1u) << mode << ": rank " << rank << " spans several cores";
+      EXPECT_TRUE(coresSeen.insert(*cores.begin()).second)
+          << mode << ": rank " << rank << " shares its core with another rank";
+    }
+  }
+}
+
+TEST(BraidRun, LeavesRanksUnboundWhenToldOrWhenTheyDoNotFit) {
+  const std::set<int> mine = ownCpus();
+  const int tooMany = static_cast<int>(ownCores()) + 1;
+  // --bind none; auto with more ranks than cores; auto on a multi-node job (its nodes may be
+  // namespaces of one machine): every rank keeps braid-run's own mask.
+  const std::vector<std::vector<std::string>> cases = {
+      {"-n", "2", "--bind", "none"},
+      {"-n", std::to_string(tooMany)},
+      {"-n", "1", "--nnodes", "2", "--node-rank", "1", "--master", "127.0.0.1:9"}};
+  for (const auto& args : cases) {
+    int rc = -1;
+    const auto cpus = rankCpus(args, &rc);
+    ASSERT_EQ(rc, 0) << args[1];
+    ASSERT_FALSE(cpus.empty());
+    for (const auto& [rank, set] : cpus) EXPECT_EQ(set, mine) << args[1] << " rank " << rank;
+  }
+  // --bind core insists: too few cores is a usage error naming both numbers.
+  const auto r = braidRun({"-n", std::to_string(tooMany), "--bind", "core", "true"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  EXPECT_NE(r.err.find(std::to_string(tooMany) + " ranks but only"), std::string::npos)
+      << describe(r);
+  const auto bad = braidRun({"-n", "1", "--bind", "socket", "true"});
+  EXPECT_EQ(bad.exitCode(), 2) << describe(bad);
+  EXPECT_NE(bad.err.find("--bind: expected auto, core or none, got 'socket'"), std::string::npos)
+      << describe(bad);
+}
+
+TEST(BraidRun, ReportBindingsSaysWhereEachRankRuns) {
+  const auto r = braidRun({"-n", "1", "--report-bindings", "true"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_TRUE(std::regex_search(r.err, std::regex(R"(braid-run: rank 0: bound to CPU [0-9,]+)")))
+      << describe(r);
+  const auto none = braidRun({"-n", "1", "--bind", "none", "--report-bindings", "true"});
+  EXPECT_NE(none.err.find("rank 0: --bind none"), std::string::npos) << describe(none);
 }
 
 }  // namespace

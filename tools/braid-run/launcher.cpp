@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -195,6 +196,11 @@ void Supervisor::spawn(const RankSpec& spec, Rank& rank) {
   // reading the terminal would be stopped by SIGTTIN.
   const int stdinFd = spec.rank == 0 && !::isatty(STDIN_FILENO) ? STDIN_FILENO : devNull_.get();
   const std::string execFailure = "braid-run: cannot execute '" + spec.argv[0] + "': ";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : spec.cpus) CPU_SET(c, &cpus);
+  const std::string bindFailure =
+      "braid-run: warning: rank " + std::to_string(spec.rank) + " could not be bound: ";
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
@@ -208,6 +214,13 @@ void Supervisor::spawn(const RankSpec& spec, Rank& rank) {
     ::dup2(writeEnds[1].get(), STDERR_FILENO);
     ::signal(SIGPIPE, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &signals_.previousMask(), nullptr);
+    if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+      const char* reason = std::strerror(errno);
+      [[maybe_unused]] ssize_t ignored =
+          ::write(STDERR_FILENO, bindFailure.data(), bindFailure.size());
+      ignored = ::write(STDERR_FILENO, reason, std::strlen(reason));
+      ignored = ::write(STDERR_FILENO, "\n", 1);
+    }
     ::execvpe(argv[0], argv.data(), envp.data());
     const int err = errno;
     const char* reason = std::strerror(err);

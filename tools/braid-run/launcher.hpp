@@ -16,6 +16,7 @@ struct RankSpec {
   int rank = 0;
   std::vector<std::string> argv;
   std::vector<std::string> env;
+  std::vector<int> cpus;  // the CPUs it is bound to (sched_setaffinity before exec); empty: none
 };
 
 struct LaunchSettings {

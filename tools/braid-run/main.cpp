@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "binding.hpp"
 #include "common/crypto.hpp"
 #include "launcher.hpp"
 
@@ -56,6 +57,12 @@ options:
                           M > 1. Default on one node: 127.0.0.1 and a free port.
   --timeout SECONDS       stop every rank and exit 124 after this long
   --grace SECONDS         wait between SIGTERM and SIGKILL when stopping ranks (default 3)
+  --bind MODE             auto (default): on one node, bind each rank to a core of its own
+                          when there are enough cores in braid-run's CPU affinity mask (as
+                          Open MPI does); core: always (fails with too few cores); none: never.
+                          Unbound ranks that wait for each other can share one CPU for tens
+                          of ms before Linux separates them
+  --report-bindings       print each rank's CPUs (or why none are bound) to stderr
   --no-prefix             relay output lines without the "[RANK] " prefix
   --no-auth               do not generate BRAID_AUTH_KEY (connections are then authenticated
                           only if BRAID_AUTH_KEY is already set)
@@ -82,6 +89,8 @@ struct Args {
   std::string masterHost;
   int masterPort = 0;
   bool generateKey = true;
+  BindMode bind = BindMode::Auto;
+  bool reportBindings = false;
   LaunchSettings settings;
   std::vector<std::string> program;
 };
@@ -165,6 +174,14 @@ Args parseArgs(int argc, char** argv) {
     } else if (auto v = value(arg, "-n")) {
       args.nproc = parseInt("-n", *v, 1, 4096);
       haveN = true;
+    } else if (arg == "--report-bindings") {
+      args.reportBindings = true;
+    } else if (auto vb = value(arg, "--bind")) {
+      try {
+        args.bind = parseBindMode(*vb);
+      } catch (const std::invalid_argument& e) {
+        throw UsageError(e.what());
+      }
     } else if (auto v2 = value(arg, "--nproc-per-node")) {
       args.nproc = parseInt("--nproc-per-node", *v2, 1, 4096);
       haveN = true;
@@ -268,6 +285,12 @@ int run(int argc, char** argv) {
     }
   }
 
+  BindingPlan binding;
+  try {
+    binding = planBinding(args.bind, args.nproc, args.nnodes, allowedCores());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   std::vector<RankSpec> specs;
   for (int local = 0; local < args.nproc; ++local) {
     const int rank = args.nodeRank * args.nproc + local;
@@ -290,7 +313,14 @@ int run(int argc, char** argv) {
     };
     std::vector<std::pair<std::string, std::string>> all = vars;
     all.insert(all.end(), common.begin(), common.end());
-    specs.push_back(RankSpec{rank, args.program, makeEnvironment(all)});
+    specs.push_back(RankSpec{rank, args.program, makeEnvironment(all),
+                             binding.cpus[static_cast<std::size_t>(local)]});
+    if (args.reportBindings) {
+      std::string cpus;
+      for (int c : specs.back().cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+      std::cerr << "braid-run: rank " << rank << ": "
+                << (cpus.empty() ? binding.note : "bound to CPU " + cpus) << "\n";
+    }
   }
   return launch(specs, args.settings);
 }
