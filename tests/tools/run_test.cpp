@@ -269,29 +269,40 @@ std::map<int, std::set<int>> rankCpus(std::vector<std::string> args, int* exitCo
   return out;
 }
 
-TEST(BraidRun, BindsEachRankToACoreOfItsOwn) {
+TEST(BraidRun, BindsEachRankToCoresOfItsOwn) {
   const std::set<int> mine = ownCpus();
   ASSERT_FALSE(mine.empty());
-  const int n = static_cast<int>(std::min<std::size_t>(ownCores(), 4));
-  for (const char* mode : {"auto", "core"}) {
-    int rc = -1;
-    const auto cpus = rankCpus({"-n", std::to_string(n), "--bind", mode}, &rc);
-    ASSERT_EQ(rc, 0) << mode;
-    ASSERT_EQ(cpus.size(), static_cast<std::size_t>(n)) << mode;
-    std::set<std::pair<int, int>> coresSeen;
-    for (const auto& [rank, set] : cpus) {
-      ASSERT_FALSE(set.empty()) << mode << " rank " << rank;
-      std::set<std::pair<int, int>> cores;
-      for (int c : set) {
-        EXPECT_TRUE(mine.count(c))
-            << mode << ": rank " << rank << " got CPU " << c << " outside braid-run's own mask";
-        cores.insert(coreOf(c));
+  for (const int n : {1, static_cast<int>(std::min<std::size_t>(ownCores(), 4))})
+    for (const char* mode : {"auto", "core"}) {
+      int rc = -1;
+      const auto cpus = rankCpus({"-n", std::to_string(n), "--bind", mode}, &rc);
+      ASSERT_EQ(rc, 0) << mode;
+      ASSERT_EQ(cpus.size(), static_cast<std::size_t>(n)) << mode;
+      // Whole cores, disjoint between ranks, split evenly: cores/n each, cores%n ranks one more.
+      const std::size_t all = ownCores(), per = all / n, extra = all % n;
+      std::set<std::pair<int, int>> coresSeen;
+      std::size_t withExtra = 0;
+      for (const auto& [rank, set] : cpus) {
+        ASSERT_FALSE(set.empty()) << mode << " rank " << rank;
+        std::set<std::pair<int, int>> cores;
+        for (int c : set) {
+          EXPECT_TRUE(mine.count(c))
+              << mode << ": rank " << rank << " got CPU " << c << " outside braid-run's own mask";
+          cores.insert(coreOf(c));
+        }
+        for (const auto& core : cores) {
+          EXPECT_TRUE(coresSeen.insert(core).second)
+              << mode << ": rank " << rank << " shares a core with another rank";
+          for (int c : mine)  // every CPU of that core that braid-run may use
+            if (coreOf(c) == core)
+              EXPECT_TRUE(set.count(c)) << mode << " rank " << rank << " " << c;
+        }
+        EXPECT_TRUE(cores.size() == per || cores.size() == per + 1)
+            << mode << ": rank " << rank << " has " << cores.size() << " cores of " << all;
+        if (cores.size() == per + 1) ++withExtra;
       }
-      EXPECT_EQ(cores.size(), 1u) << mode << ": rank " << rank << " spans several cores";
-      EXPECT_TRUE(coresSeen.insert(*cores.begin()).second)
-          << mode << ": rank " << rank << " shares its core with another rank";
+      EXPECT_EQ(withExtra, extra) << mode;
     }
-  }
 }
 
 TEST(BraidRun, LeavesRanksUnboundWhenToldOrWhenTheyDoNotFit) {

@@ -74,7 +74,15 @@ BindingPlan planBinding(BindMode mode, int nproc, int nnodes, const std::vector<
                 " cores (oversubscribed)";
     return plan;
   }
-  for (int i = 0; i < nproc; ++i) plan.cpus[static_cast<std::size_t>(i)] = cores[i];
+  // Blocks of consecutive cores, as even as possible (the first cores % nproc ranks get one
+  // more): a rank keeps room for its own threads (PyTorch's intra-op pool, braid's worker).
+  const int per = available / nproc, extra = available % nproc;
+  int next = 0;
+  for (int i = 0; i < nproc; ++i) {
+    std::vector<int>& mine = plan.cpus[static_cast<std::size_t>(i)];
+    for (int k = 0; k < per + (i < extra ? 1 : 0); ++k, ++next)
+      mine.insert(mine.end(), cores[next].begin(), cores[next].end());
+  }
   return plan;
 }
 

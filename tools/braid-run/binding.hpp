@@ -1,7 +1,7 @@
-// Where braid-run binds its local ranks (--bind): one core each, like Open MPI's default for
-// small jobs. Unbound ranks that wait for each other can end up on one CPU: in this VM a 2-rank
-// 8 B broadcast then took 5-11 us instead of 0.3 until Linux moved one of them, tens of ms later
-// (docs/benchmarks.md, "Binding").
+// Where braid-run binds its local ranks (--bind): cores of their own, like Open MPI's default
+// for small jobs, split evenly so that each rank keeps room for its threads. Unbound ranks that
+// wait for each other can end up on one CPU: in this VM a 2-rank 8 B broadcast then took 5-11 us
+// instead of 0.3 until Linux moved one of them, tens of ms later (docs/benchmarks.md, "Binding").
 #pragma once
 
 #include <string>
@@ -29,8 +29,9 @@ struct BindingPlan {
   std::string note;                    // why nothing is bound (auto), for --report-bindings
 };
 
-/// Auto binds local rank i to core i when the job has one node and the node's ranks fit on
-/// distinct cores; else nothing (several nodes may be emulated on one machine, e.g. by
+/// Auto binds each local rank to a block of consecutive cores of its own (cores / nproc each,
+/// the first cores % nproc ranks one more) when the job has one node and every rank gets at
+/// least one core; else nothing (several nodes may be emulated on one machine, e.g. by
 /// scripts/emucluster.sh, and would pile onto the same cores). Core always binds and throws
 /// std::invalid_argument when there are fewer cores than ranks. None binds nothing.
 BindingPlan planBinding(BindMode mode, int nproc, int nnodes, const std::vector<Core>& cores);

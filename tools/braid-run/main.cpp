@@ -57,9 +57,10 @@ options:
                           M > 1. Default on one node: 127.0.0.1 and a free port.
   --timeout SECONDS       stop every rank and exit 124 after this long
   --grace SECONDS         wait between SIGTERM and SIGKILL when stopping ranks (default 3)
-  --bind MODE             auto (default): on one node, bind each rank to a core of its own
-                          when there are enough cores in braid-run's CPU affinity mask (as
-                          Open MPI does); core: always (fails with too few cores); none: never.
+  --bind MODE             auto (default): on one node, bind each rank to cores of its own
+                          (braid-run's CPU affinity mask split evenly, whole cores, at least
+                          one per rank; Open MPI binds too); core: always (fails with fewer
+                          cores than ranks); none: never.
                           Unbound ranks that wait for each other can share one CPU for tens
                           of ms before Linux separates them
   --report-bindings       print each rank's CPUs (or why none are bound) to stderr
