@@ -157,7 +157,7 @@ void usage(std::FILE* out) {
       "...\n"
       "Forwards IP packets between the TUN devices NAME (default emu0) of the network namespaces\n"
       "NETNS (names under /run/netns, or paths), each packet to the namespace owning its\n"
-      "destination address, D (1ms, 250us, 0) after it was read. At least two hosts. Prints\n"
+      "destination address, D (1ms, 250us, 0) after it was read. Prints\n"
       "'braid-netdelay: ready ...' once attached and a summary on SIGTERM/SIGINT.\n"
       "--parent-pid PID: exit (with the summary) when process PID, the caller, exits.\n",
       out);
@@ -208,7 +208,7 @@ Args parseArgs(int argc, char** argv) {
     }
   }
   if (args.delayNs < 0) throw UsageError("--delay: missing (e.g. --delay 1ms)");
-  if (args.hosts.size() < 2) throw UsageError("NETNS=ADDR: at least two hosts are needed");
+  if (args.hosts.empty()) throw UsageError("NETNS=ADDR: no host given");
   std::vector<std::pair<Address, const Host*>> seen;
   for (const auto& h : args.hosts)
     for (const auto& x : h.addresses) {
