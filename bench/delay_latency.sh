@@ -47,13 +47,11 @@ for k in $(seq 1 "$rounds"); do
   done
 done
 
-echo "== cost model at 8 B (BRAID_DEBUG=INFO)"
+echo "== cost model (BRAID_DEBUG=INFO), default and measured (BRAID_TUNE=1) parameters"
 for tune in 0 1; do
   "$emu" "${common[@]}" --out "$out/emu_info_tune$tune" --env BRAID_DEBUG=INFO \
-    --env BRAID_TUNE=$tune -- "$BIN/braid-perf" allreduce -b 8 -e 8 -n 2 -w 1 --reps 1 \
+    --env BRAID_TUNE=$tune -- "$BIN/braid-perf" allreduce -b 8 -e 64K -f 8 -n 2 -w 1 --reps 1 \
     2>"$out/emu_info_tune$tune.err" || { cat "$out/emu_info_tune$tune.err" >&2; exit 1; }
-  grep -E "INFO rank 0 comm 0\] (allreduce 8 B|  candidate|  chosen)|rank 0.*cost model:" \
-    "$out/emu_info_tune$tune/h0.log" | sed 's/^\[0\] //' | head -12 >"$out/costmodel_tune$tune.txt"
 done
 
 echo "== forwarder latency: veth vs TUN with --delay 0ms"
@@ -101,12 +99,52 @@ for s in sizes:
     print("| %s | %s | %s | %s, ring/%s = %.2fx |" % (fmt(s), " | ".join(cells), auto, best,
           best, forced["ring"] / forced[best]))
 print()
-for tune in (0, 1):
-    p = os.path.join(out, "costmodel_tune%d.txt" % tune)
-    print("cost model at 8 B, BRAID_TUNE=%d:" % tune)
-    print("```")
-    print(open(p).read().rstrip())
-    print("```")
+# The cost model's INFO lines of rank 0: per size class its candidates' predictions and choice.
+def model(tune):
+    params, pred, chosen, block8, cur = "", {}, {}, [], None
+    for line in open(os.path.join(out, "emu_info_tune%d" % tune, "h0.log")):
+        line = re.sub(r"^\[0\] ", "", line.rstrip())
+        if "INFO rank 0 comm 0]" not in line:
+            continue
+        m = re.search(r"cost model: (.*), selects", line)
+        if m:
+            params = m.group(1)
+        m = re.search(r"\] allreduce (\d+) (B|KiB|MiB) \(size class", line)
+        if m:
+            cur = int(m.group(1)) << {"B": 0, "KiB": 10, "MiB": 20}[m.group(2)]
+        elif not line.split("] ", 1)[1].startswith("  "):
+            cur = None
+        if cur is None:
+            continue
+        if cur == 8:
+            block8.append(line.split("] ", 1)[1])
+        m = re.search(r"candidate (\S+) +predicted ([0-9.e+]+) (us|ms)", line)
+        if m:
+            pred[(cur, m.group(1))] = float(m.group(2)) * (1000 if m.group(3) == "ms" else 1)
+        m = re.search(r"  chosen (\S+):", line)
+        if m:
+            chosen[cur] = m.group(1)
+            cur = None  # the block ends with its choice
+    return params, pred, chosen, block8
+m0, m1 = model(0), model(1)
+print("The cost model (rank 0's BRAID_DEBUG=INFO lines), parameters: defaults `%s`; BRAID_TUNE=1"
+      " `%s`." % (m0[0], m1[0]))
+print()
+print("At 8 B with BRAID_TUNE=1:")
+print("```")
+print("\n".join(m1[3]))
+print("```")
+print()
+print("| size | chosen (defaults) | chosen (BRAID_TUNE=1) | BRAID_TUNE=1 predicted us: "
+      + " / ".join(algos[:-1]) + " | measured us (table above) | fastest measured |")
+print("|---:|---|---|---|---|---|")
+for s in sizes:
+    med = {a: statistics.median(times[(a, s)]) for a in algos[:-1] if (a, s) in times}
+    best = min(med, key=med.get)
+    preds = " / ".join("%.0f" % m1[1][(s, a)] if (s, a) in m1[1] else "-" for a in algos[:-1])
+    meas = " / ".join("%.0f" % med[a] for a in algos[:-1] if a in med)
+    print("| %s | %s | %s | %s | %s | %s |" % (fmt(s), m0[2].get(s, "?"), m1[2].get(s, "?"),
+          preds, meas, best))
 def rtt(pattern):
     mins, meds = [], []
     for d in sorted(glob.glob(os.path.join(out, pattern))):
