@@ -324,7 +324,7 @@ if [ "$tun" = 1 ]; then
   fwd_log="$outdir/netdelay.log"
   fwd_hosts=()
   for ((k = 0; k < hosts; k++)); do fwd_hosts+=("${host_ns[$k]}=198.18.0.$((k + 1))"); done
-  "$netdelay" --delay "$delay" --ifname emu0 --parent-pid $$ "${fwd_hosts[@]}" \
+  "$netdelay" --delay "$delay" --ifname emu0 --parent-pid $$ --realtime "${fwd_hosts[@]}" \
     </dev/null >"$fwd_log" 2>&1 &
   fwd_pid=$!
   for _ in $(seq 1 300); do

@@ -1,6 +1,7 @@
 // braid-netdelay: a fixed one-way delay between emulated hosts without the netem qdisc.
 //
-//   braid-netdelay --delay D [--ifname emu0] [--parent-pid PID] NETNS=ADDR[,ADDR...] ...
+//   braid-netdelay --delay D [--ifname emu0] [--parent-pid PID] [--realtime]
+//                  NETNS=ADDR[,ADDR...] ...
 //
 // Test and benchmark infrastructure for scripts/emucluster.sh (docs/topology.md, "Emulated
 // cluster"), not a braid tool: it does not link braid and uses only the standard library and
@@ -18,8 +19,12 @@
 // at the head's due time with a timer slack of 1 ns (prctl), so the hold is D plus the wake-up
 // latency, tens of microseconds on an idle core; the summary reports the measured lateness.
 // A packet to an address of no host (broadcast, multicast, IPv6 neighbour discovery, ...) is
-// dropped and counted. SIGTERM/SIGINT (or the death of --parent-pid, through PR_SET_PDEATHSIG)
-// end it: one summary line on stdout, exit 0. Usage errors exit 2, setup errors 1.
+// dropped and counted. --realtime runs the thread under SCHED_FIFO (priority 1): it is the
+// emulated wire, and on a machine whose cores the ranks keep busy a normal thread wakes late
+// (measured on 2 shared cores, 4 ranks: mean lateness 30-500 us, max several ms); the kernel's
+// real-time throttling still leaves the others their share if it ever spins. SIGTERM/SIGINT (or the
+// death of --parent-pid, through PR_SET_PDEATHSIG) end it: one summary line on stdout, exit 0.
+// Usage errors exit 2, setup errors 1.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/if.h>
@@ -108,6 +113,7 @@ struct Args {
   std::string delayText;
   std::string ifname = "emu0";
   long parentPid = 0;
+  bool realtime = false;
   std::vector<Host> hosts;
 };
 
@@ -153,13 +159,15 @@ Address parseAddress(const std::string& text, const std::string& arg) {
 
 void usage(std::FILE* out) {
   std::fputs(
-      "usage: braid-netdelay --delay D [--ifname NAME] [--parent-pid PID] NETNS=ADDR[,ADDR...] "
-      "...\n"
+      "usage: braid-netdelay --delay D [--ifname NAME] [--parent-pid PID] [--realtime]\n"
+      "                      NETNS=ADDR[,ADDR...] ...\n"
       "Forwards IP packets between the TUN devices NAME (default emu0) of the network namespaces\n"
       "NETNS (names under /run/netns, or paths), each packet to the namespace owning its\n"
       "destination address, D (1ms, 250us, 0) after it was read. Prints\n"
       "'braid-netdelay: ready ...' once attached and a summary on SIGTERM/SIGINT.\n"
-      "--parent-pid PID: exit (with the summary) when process PID, the caller, exits.\n",
+      "--parent-pid PID: exit (with the summary) when process PID, the caller, exits.\n"
+      "--realtime: run under SCHED_FIFO priority 1 (wakes on time on busy cores); if that is\n"
+      "not permitted, say so on the ready line and run as a normal thread.\n",
       out);
 }
 
@@ -181,6 +189,8 @@ Args parseArgs(int argc, char** argv) {
       args.ifname = value("--ifname");
       if (args.ifname.empty() || args.ifname.size() >= IFNAMSIZ)
         throw UsageError("--ifname: '" + args.ifname + "' is not an interface name (1-15 chars)");
+    } else if (a == "--realtime") {
+      args.realtime = true;
     } else if (a == "--parent-pid") {
       std::string v = value("--parent-pid");
       long pid = 0;
@@ -479,14 +489,23 @@ int main(int argc, char** argv) {
     }
   }
   ::prctl(PR_SET_TIMERSLACK, 1UL);  // hrtimer expiry as exact as the scheduler allows
+  std::string sched = "normal scheduling";
+  if (args.realtime) {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    if (::sched_setscheduler(0, SCHED_FIFO, &sp) == 0)
+      sched = "SCHED_FIFO 1";
+    else
+      sched = std::string("normal scheduling (SCHED_FIFO: ") + std::strerror(errno) + ")";
+  }
   std::string ifname = args.ifname;
   std::size_t hosts = args.hosts.size();
   std::string delay = args.delayText;
   try {
     Forwarder fwd(std::move(args));
     fwd.attach();
-    std::printf("braid-netdelay: ready: %zu hosts (%s), delay %s\n", hosts, ifname.c_str(),
-                delay.c_str());
+    std::printf("braid-netdelay: ready: %zu hosts (%s), delay %s, %s\n", hosts, ifname.c_str(),
+                delay.c_str(), sched.c_str());
     std::fflush(stdout);
     std::string line = fwd.run();
     std::printf("%s\n", line.c_str());
