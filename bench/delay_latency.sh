@@ -8,7 +8,7 @@
 # 1. ROUNDS interleaved rounds; in each, one scripts/emucluster.sh --hosts HOSTS --ranks 1
 #    --delay DELAY run per algorithm (ring, recursive_doubling, halving_doubling,
 #    double_binary_tree forced with --algo allreduce:NAME, then automatic selection) of
-#    braid-perf allreduce 8 B - 64 KiB (x8), 10 iterations x 3 repetitions per size, checked.
+#    braid-perf allreduce 8 B - 64 KiB (x8), 20 iterations x 3 repetitions per size, checked.
 #    Table: median over the rounds of braid-perf's time (itself the median of 3 repetitions).
 # 2. The cost model's view at 8 B (BRAID_DEBUG=INFO, automatic selection): its candidates and
 #    predictions, with the default parameters and with BRAID_TUNE=1 (measured links).
@@ -28,7 +28,7 @@ out="$repo/results/delay"
 rm -rf "$out"
 mkdir -p "$out"
 algos=(ring recursive_doubling halving_doubling double_binary_tree auto)
-perf=("$BIN/braid-perf" allreduce -b 8 -e 64K -f 8 -n 10 -w 3 --reps 3 -c 1)
+perf=("$BIN/braid-perf" allreduce -b 8 -e 64K -f 8 -n 20 -w 3 --reps 3 -c 1)
 common=(--bin "$BIN" --hosts "$hosts" --ranks 1 --delay "$delay" --timeout 600 --quiet)
 
 {
@@ -83,7 +83,7 @@ def fmt(b):
 print(open(os.path.join(out, "meta.txt")).read().strip())
 print()
 print("allreduce fp32 sum, time per operation in us (median of %d rounds; each the median of 3"
-      " repetitions of 10 operations)" % rounds)
+      " repetitions of 20 operations)" % rounds)
 print()
 print("| size | " + " | ".join(algos[:-1]) + " | automatic (its choice) | fastest forced |")
 print("|---:|" + "---:|" * (len(algos) - 1) + "---|---|")
