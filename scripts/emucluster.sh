@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # emucluster.sh: an emulated cluster on one machine. Creates H "hosts" as network namespaces
 # joined by veth pairs to a bridge that lives in a namespace of its own (nothing is added to the
-# caller's namespace), optionally shapes every host's link with tc, runs
+# caller's namespace), optionally shapes every host's link with tc (rate; delay with netem, or,
+# where the kernel has no netem, TUN links and the userspace forwarder braid-netdelay), runs
 #   braid-run -n R --nnodes H --node-rank k --master 198.18.0.1:PORT -- COMMAND...
 # in each host k, collects every host's output, and tears everything down on every exit path.
 # Docs: docs/topology.md, "Emulated cluster".
@@ -25,6 +26,8 @@ options:
                     in --bin DIR): the hosts' links are then TUN devices (emu0, same
                     addresses, MTU 65535) and the forwarder, in the caller's namespace,
                     holds each packet D before writing it to the destination host's TUN
+                    (SCHED_FIFO; its summary, with packets, bytes, drops and lateness, is
+                    printed at the end; it is stopped and checked on every exit path)
   --delay-by MECH   auto (default: netem if the kernel has it, else tun), netem or tun
   --port P          store port on host 0 (default 29500)
   --bin DIR         directory of braid-run (default: build/bin beside this script's repo)
