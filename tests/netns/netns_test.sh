@@ -11,6 +11,13 @@
 #           and leaves no namespace, link or process behind
 #   signal  SIGTERM to the script while its hosts run: exit 143, nothing left behind
 #   skip    run as an unprivileged user: exit 77 with the reason, nothing created
+#   delay   --delay through the userspace TUN forwarder (braid-netdelay, --delay-by tun):
+#           2 hosts, 5 ms: every TCP round trip (rtt_probe.py) takes at least 2 x 5 ms and
+#           the forwarder reports the packets it moved; 3 hosts x 1 rank, 1 ms and 1 Gbit/s:
+#           every collective with data checking, 8 B allreduce and sendrecv at least 1 ms; a
+#           run killed with SIGKILL: its forwarder exits by itself (--parent-pid), the next
+#           run removes its namespaces and processes
+#   delay_args  braid-netdelay's bad arguments: exit 2 and a message naming the argument
 # usage: netns_test.sh CASE BUILD_DIR
 set -uo pipefail
 case_name=${1:?case: 2x2, 3x1, fail, signal or skip}
@@ -145,6 +152,95 @@ case "$case_name" in
     check_teardown
     if pgrep -f "^$marker" >/dev/null; then fail "processes left: $(pgrep -af "^$marker")"; fi
     echo "signal ok: exit 143, nothing left"
+    ;;
+  delay)
+    # A round trip crosses the forwarder twice, each time held >= 5 ms: a lower bound that
+    # load cannot break (load only adds).
+    emu --hosts 2 --ranks 1 --delay 5ms --delay-by tun -- /usr/bin/python3 "$here/rtt_probe.py" 20
+    [ "$rc" = 0 ] || fail "the round-trip probe exited $rc"
+    grep -q "emucluster: delay by userspace TUN forwarder" "$log" || fail "no mechanism line"
+    line=$(grep -o "rtt: connect .*" "$log")
+    [ -n "$line" ] || fail "no round-trip line"
+    read -r connect min < <(echo "$line" | sed 's/rtt: connect \([0-9.]*\) us, min \([0-9.]*\) us.*/\1 \2/')
+    awk -v c="$connect" -v m="$min" 'BEGIN { exit !(c >= 10000 && m >= 10000) }' ||
+      fail "a round trip took less than 2 x 5 ms: $line"
+    fwd=$(grep -o "forwarder: braid-netdelay: delay 5ms: forwarded [0-9]* packets" "$log")
+    [ -n "$fwd" ] || fail "no forwarder summary"
+    [ "$(echo "$fwd" | awk '{print $6}')" -ge 43 ] || fail "the forwarder moved too few packets: $fwd"
+    check_teardown
+    tag=$(sed -n 's/^emucluster: \(bcl[0-9]*\): .*/\1/p' "$log" | head -1)
+    if pgrep -f -- "braid-netdelay .* ${tag}_h0=" >/dev/null; then fail "forwarder left running"; fi
+    echo "delay ok: $line (one way 5 ms)"
+
+    # Every collective, checked, over delayed and shaped links; 8 B allreduce and sendrecv need
+    # a packet from another host per operation, so each takes at least the 1 ms delay.
+    emu --hosts 3 --ranks 1 --delay 1ms --delay-by tun --rate 1gbit --timeout 240 -- \
+      "$bin/braid-perf" all -b 8 -e 64K -f 8 -n 2 -w 1 --reps 1
+    [ "$rc" = 0 ] || fail "braid-perf over delayed links exited $rc"
+    grep -q "wrong elements: 0 (OK)" "$log" || fail "braid-perf did not report 0 wrong elements"
+    for coll in allreduce sendrecv; do
+      t=$(awk -v c="$coll" '/^\[h0\] \[0\] # [a-z]+$/ { sec = $NF } sec == c && $3 == 8 { print $(NF-3); exit }' "$log")
+      [ -n "$t" ] || fail "no 8 B $coll row"
+      awk -v t="$t" 'BEGIN { exit !(t >= 1000) }' || fail "8 B $coll took $t us, less than the 1 ms delay"
+      echo "8 B $coll: $t us (>= 1000)"
+    done
+    check_teardown
+
+    # SIGKILL: nothing can clean up at once. The forwarder goes by itself (--parent-pid);
+    # the ranks stay until the next run removes the namespaces of runs whose script is gone.
+    marker="sleep 597.$$"
+    "$emu" --bin "$bin" --hosts 2 --ranks 1 --delay 1ms --delay-by tun -- sh -c "exec $marker" >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do
+      [ "$(pgrep -fc "^$marker")" = 2 ] && break
+      sleep 0.1
+    done
+    [ "$(pgrep -fc "^$marker")" = 2 ] || { kill -TERM "$pid"; wait "$pid"; cat "$log"; fail "hosts did not start"; }
+    tag="bcl$pid"
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null
+    for _ in $(seq 1 100); do
+      pgrep -f -- "braid-netdelay .* ${tag}_h0=" >/dev/null || break
+      sleep 0.1
+    done
+    if pgrep -f -- "braid-netdelay .* ${tag}_h0=" >/dev/null; then fail "the forwarder of $tag survived its script"; fi
+    ip netns list | grep -q "^${tag}_" || fail "the killed run left no namespaces (nothing to test)"
+    emu --hosts 2 --ranks 1 --delay 1ms --delay-by tun -- true
+    [ "$rc" = 0 ] || fail "the run after the killed one exited $rc"
+    grep -q "removed ${tag}_h0, left by a run that was killed" "$log" || fail "$tag's namespaces were not removed"
+    if ip netns list | grep -q "^${tag}_"; then fail "namespaces of $tag left"; fi
+    if pgrep -f "^$marker" >/dev/null; then fail "processes left: $(pgrep -af "^$marker")"; fi
+    check_teardown
+    echo "SIGKILL ok: forwarder gone by itself, $tag removed by the next run"
+    ;;
+  delay_args)
+    nd="$bin/braid-netdelay"
+    [ -x "$nd" ] || fail "no $nd"
+    # expect RC PATTERN ARGS...: braid-netdelay ARGS exits RC and says PATTERN.
+    expect() {
+      local want=$1 pattern=$2 out got
+      shift 2
+      out=$("$nd" "$@" 2>&1)
+      got=$?
+      [ "$got" = "$want" ] || fail "braid-netdelay $*: exit $got, expected $want ($out)"
+      echo "$out" | grep -qF -- "$pattern" || fail "braid-netdelay $*: no '$pattern' in: $out"
+      echo "ok: braid-netdelay $* -> $got: $(echo "$out" | head -1)"
+    }
+    expect 2 "--delay: missing" a=198.18.0.1
+    expect 2 "--delay: expected a duration" --delay 5 a=198.18.0.1
+    expect 2 "--delay: expected a duration" --delay -1ms a=198.18.0.1
+    expect 2 "--delay: expected a duration" --delay 1 a=198.18.0.1
+    expect 2 "--delay: at most 60s" --delay 61s a=198.18.0.1
+    expect 2 "--delay: missing value" --delay
+    expect 2 "NETNS=ADDR: no host given" --delay 1ms
+    expect 2 "host 'a': expected NETNS=ADDR" --delay 1ms a
+    expect 2 "'198.18.0' is not an IPv4 or IPv6 address" --delay 1ms a=198.18.0
+    expect 2 "address 198.18.0.1 is given twice (hosts 'a' and 'b')" --delay 1ms a=198.18.0.1 b=fd00::1,198.18.0.1
+    expect 2 "--ifname: 'x234567890123456'" --delay 1ms --ifname x234567890123456 a=198.18.0.1
+    expect 2 "--parent-pid: expected a process id" --delay 1ms --parent-pid x a=198.18.0.1
+    expect 2 "unknown option '--bogus'" --bogus
+    expect 1 "host 'bclnone_h9': cannot open /run/netns/bclnone_h9" --delay 1ms bclnone_h9=198.18.0.1
+    expect 0 "usage: braid-netdelay" --help
     ;;
   skip)
     # Without root the script skips (77) and says why, creating nothing.
