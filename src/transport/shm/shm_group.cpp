@@ -118,8 +118,10 @@ void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
 }
 
 std::uint64_t ShmGroup::lineSeqOf(std::size_t p) const {
-  return std::max(seg_.latencyLine(p, 0).seq.load(std::memory_order_seq_cst),
-                  seg_.latencyLine(p, 1).seq.load(std::memory_order_seq_cst));
+  std::uint64_t newest = 0;
+  for (std::size_t slot = 0; slot < kLineDepth; ++slot)
+    newest = std::max(newest, seg_.latencyLine(p, slot).seq.load(std::memory_order_seq_cst));
+  return newest;
 }
 
 std::string ShmGroup::otherSequence(std::size_t p, bool waitingInLines) const {
@@ -134,7 +136,7 @@ std::string ShmGroup::otherSequence(std::size_t p, bool waitingInLines) const {
   }
   const std::uint64_t seq = lineSeqOf(p);
   if (seq <= lineSeq_) return {};
-  return tagText_(seg_.latencyLine(p, seq % 2).tag.load(std::memory_order_relaxed));
+  return tagText_(seg_.latencyLine(p, seq % kLineDepth).tag.load(std::memory_order_relaxed));
 }
 
 template <class Ready>
@@ -220,17 +222,25 @@ void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, 
   if (bytes > kLineBytes)
     throw Error(ErrorCode::Internal, "rank " + std::to_string(local_) + ": " + where() + ": " +
                                          std::to_string(bytes) + " bytes do not fit a line");
-  // Every peer must have entered exchange k - 1 before this rank overwrites its line of k - 2.
-  if (k > 2) {
-    const std::size_t prev = (k - 1) % 2;
+  // Every peer must have entered exchange k - D + 1 (D = kLineDepth), i.e. finished reading
+  // exchange k - D, before this rank overwrites its line of k - D. What was seen stays true:
+  // peers are looked at again only once the last look no longer covers k.
+  if (k >= kLineDepth && peersEntered_ < k - kLineDepth + 1) {
+    const std::uint64_t need = k - kLineDepth + 1;
+    const std::size_t slot = need % kLineDepth;
+    std::uint64_t least = ~std::uint64_t{0};  // the slot may already hold a later exchange
     await(
         0, count_,
         [&](std::size_t p) {
-          return seg_.latencyLine(p, prev).seq.load(std::memory_order_acquire) >= k - 1;
+          const std::uint64_t seq = seg_.latencyLine(p, slot).seq.load(std::memory_order_acquire);
+          if (seq < need) return false;
+          least = std::min(least, seq);
+          return true;
         },
         deadline);
+    peersEntered_ = count_ > 1 ? least : k;
   }
-  LatencyLine& line = seg_.latencyLine(local_, k % 2);
+  LatencyLine& line = seg_.latencyLine(local_, k % kLineDepth);
   if (bytes > 0) std::memcpy(line.payload, data, bytes);
   line.tag.store(tag, std::memory_order_relaxed);
   line.seq.store(k, std::memory_order_release);
@@ -241,7 +251,7 @@ void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, 
 const std::uint8_t* ShmGroup::lineWait(int peer, Deadline deadline) {
   const std::uint64_t k = lineSeq_;
   const auto p = static_cast<std::size_t>(peer);
-  const LatencyLine& line = seg_.latencyLine(p, k % 2);
+  const LatencyLine& line = seg_.latencyLine(p, k % kLineDepth);
   await(
       p, p + 1, [&](std::size_t) { return line.seq.load(std::memory_order_acquire) >= k; },
       deadline);

@@ -2,16 +2,18 @@
 // (transport::SharedMemoryGroup over the segment's group part, see shm_segment.hpp).
 //
 // barrier() publishes this rank's count in its GroupLine, rings the peers that sleep, then waits
-// for every peer's count. linePost() writes this rank's LatencyLine of the exchange's parity
+// for every peer's count. linePost() writes this rank's LatencyLine k % kLineDepth of exchange k
 // (payload, tag, then the sequence number with release), rings sleeping peers; lineWait() polls
 // one peer's line until it carries the sequence number. Every wait polls (busily while the host
 // is not oversubscribed), then yields, then sleeps on this rank's doorbell, rechecking peers'
 // liveness every livenessInterval.
 //
-// Why two line parities suffice: a rank writes its line of exchange k (parity k % 2) only after
-// every peer entered exchange k - 1, i.e. finished reading exchange k - 2 (payloads are read
-// only during their exchange). For allreduce-like exchanges that wait is free (each rank saw
-// every peer's k - 1 line); it only ever waits where a rank reads nothing (a broadcast root).
+// Why kLineDepth lines suffice: a rank writes its line of exchange k (line k % kLineDepth) only
+// after every peer entered exchange k - kLineDepth + 1, i.e. finished reading exchange
+// k - kLineDepth, the line's previous content (payloads are read only during their exchange).
+// For allreduce-like exchanges that wait is free (each rank saw every peer's k - 1 line); it only
+// ever waits where a rank reads nothing (a broadcast root, a reduce non-root), which may thus run
+// kLineDepth - 1 exchanges ahead before it waits for the slowest reader.
 #pragma once
 
 #include <sys/types.h>
@@ -82,11 +84,12 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen_;
   std::vector<pid_t> pids_;
   bool canReadPeers_ = false;
-  std::uint64_t epoch_ = 0;    // barriers entered
-  std::uint64_t tag_ = 0;      // the tag of the current barrier
-  std::uint64_t lineSeq_ = 0;  // line exchanges entered
-  std::uint64_t lineTag_ = 0;  // the tag of the current line exchange
-  bool inLines_ = false;       // the last wait was a line exchange (for error messages)
+  std::uint64_t epoch_ = 0;         // barriers entered
+  std::uint64_t tag_ = 0;           // the tag of the current barrier
+  std::uint64_t lineSeq_ = 0;       // line exchanges entered
+  std::uint64_t lineTag_ = 0;       // the tag of the current line exchange
+  std::uint64_t peersEntered_ = 0;  // every peer is known to have entered this line exchange
+  bool inLines_ = false;            // the last wait was a line exchange (for error messages)
   std::size_t step_ = 0;
   std::atomic<bool> aborted_{false};
   std::mutex abortMu_;

@@ -28,13 +28,14 @@ std::size_t controlBytes(std::size_t ranks) {
   return sizeof(SegmentHeader) + ranks * sizeof(RankSlot) + ranks * ranks * sizeof(ChannelControl);
 }
 
-// The group part's control lines: GroupLine[ranks], LatencyLine[ranks][2], padded to a page.
+// The group part's control lines: GroupLine[ranks], LatencyLine[ranks][kLineDepth], padded to a
+// page.
 std::size_t groupLinesBytes(std::size_t ranks) {
-  return alignUp(ranks * (sizeof(GroupLine) + 2 * sizeof(LatencyLine)), kPage);
+  return alignUp(ranks * (sizeof(GroupLine) + kLineDepth * sizeof(LatencyLine)), kPage);
 }
 
-// Appends the group part (GroupLine[ranks], LatencyLine[ranks][2], staging[ranks]) to a geometry
-// whose rings end at totalBytes.
+// Appends the group part (GroupLine[ranks], LatencyLine[ranks][kLineDepth], staging[ranks]) to a
+// geometry whose rings end at totalBytes.
 void addGroup(Geometry& g, std::size_t stagingBytes, std::size_t maxSegmentBytes) {
   if (stagingBytes == 0 || g.ranks == 0) return;
   const std::size_t ringsEnd = g.totalBytes;
@@ -142,8 +143,8 @@ void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
   if (g.stagingBytes > 0)
     for (std::size_t r = 0; r < g.ranks; ++r) {
       std::construct_at(&groupLine(r));
-      std::construct_at(&latencyLine(r, 0));
-      std::construct_at(&latencyLine(r, 1));
+      for (std::size_t slot = 0; slot < kLineDepth; ++slot)
+        std::construct_at(&latencyLine(r, slot));
     }
 }
 
@@ -190,10 +191,10 @@ GroupLine& Segment::groupLine(std::size_t local) const {
   return reinterpret_cast<GroupLine*>(base_ + geometry_.groupOffset)[local];
 }
 
-LatencyLine& Segment::latencyLine(std::size_t local, std::size_t parity) const {
+LatencyLine& Segment::latencyLine(std::size_t local, std::size_t slot) const {
   auto* lines = reinterpret_cast<LatencyLine*>(base_ + geometry_.groupOffset +
                                                geometry_.ranks * sizeof(GroupLine));
-  return lines[2 * local + parity];
+  return lines[kLineDepth * local + slot];
 }
 
 std::uint8_t* Segment::staging(std::size_t local) const {

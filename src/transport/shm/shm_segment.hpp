@@ -10,7 +10,7 @@
 //   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
 //                                             ordered pair of distinct local ranks
 //   GroupLine[L]                 L * 64 B  direct collectives: barrier counter, gone flag
-//   LatencyLine[L][2]           L * 128 B  low-latency collectives: one line per rank and parity
+//   LatencyLine[L][kLineDepth]  L * 512 B  low-latency collectives: kLineDepth lines per rank
 //   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
@@ -130,6 +130,12 @@ struct alignas(kCacheLine) GroupLine {
   std::atomic<std::uint64_t> tags[2];
 };
 
+/// Lines per rank of the low-latency exchange: exchange k uses line k % kLineDepth, so a rank
+/// may run kLineDepth - 1 exchanges ahead of the slowest peer (a broadcast root, a reduce
+/// non-root: they read nothing). Oversubscribed, that lets such a rank post several operations
+/// per time slice instead of handing the CPU over for each.
+inline constexpr std::size_t kLineDepth = 8;
+
 /// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): payload, the
 /// operation's tag and the exchange's sequence number share one cache line, so a reader gets
 /// all three with one transfer. Written only by its rank; seq is stored last (release).
@@ -225,7 +231,7 @@ class Segment {
   GroupLine& groupLine(std::size_t local) const;
   std::uint8_t* staging(std::size_t local) const;
   /// Rank `local`'s low-latency line of parity `parity` (0 or 1; group part only).
-  LatencyLine& latencyLine(std::size_t local, std::size_t parity) const;
+  LatencyLine& latencyLine(std::size_t local, std::size_t slot) const;  // slot < kLineDepth
   const Geometry& geometry() const { return geometry_; }
 
  private:
