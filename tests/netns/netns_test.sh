@@ -41,6 +41,20 @@ emu() {
   if [ "$rc" = 77 ] && grep -q "emucluster: SKIP" "$log"; then exit 77; fi
 }
 
+# start_hosts MARKER ARGS...: starts the script in the background with ARGS, each of 2 hosts
+# running "sh -c 'exec MARKER'", and waits until both run; sets $pid (the script's).
+start_hosts() {
+  local marker=$1
+  shift
+  "$emu" --bin "$bin" "$@" -- sh -c "exec $marker" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 300); do
+    [ "$(pgrep -fc "^$marker")" = 2 ] && break
+    sleep 0.1
+  done
+  [ "$(pgrep -fc "^$marker")" = 2 ] || { kill -TERM "$pid"; wait "$pid"; cat "$log"; fail "hosts did not start"; }
+}
+
 # The emulated hosts' namespaces of the run in $log must all be gone.
 check_teardown() {
   local tag
@@ -136,13 +150,7 @@ case "$case_name" in
   signal)
     # SIGTERM to the script while its hosts run: exit 143, every process stopped, nothing left.
     marker="sleep 598.$$"
-    "$emu" --bin "$bin" --hosts 2 --ranks 1 -- sh -c "exec $marker" >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 300); do
-      [ "$(pgrep -fc "^$marker")" = 2 ] && break
-      sleep 0.1
-    done
-    [ "$(pgrep -fc "^$marker")" = 2 ] || { kill -TERM "$pid"; wait "$pid"; cat "$log"; fail "hosts did not start"; }
+    start_hosts "$marker" --hosts 2 --ranks 1
     grep -q "emucluster: SKIP" "$log" && { cat "$log"; exit 77; }
     kill -TERM "$pid"
     wait "$pid"
@@ -189,13 +197,7 @@ case "$case_name" in
     # SIGKILL: nothing can clean up at once. The forwarder goes by itself (--parent-pid);
     # the ranks stay until the next run removes the namespaces of runs whose script is gone.
     marker="sleep 597.$$"
-    "$emu" --bin "$bin" --hosts 2 --ranks 1 --delay 1ms --delay-by tun -- sh -c "exec $marker" >"$log" 2>&1 &
-    pid=$!
-    for _ in $(seq 1 300); do
-      [ "$(pgrep -fc "^$marker")" = 2 ] && break
-      sleep 0.1
-    done
-    [ "$(pgrep -fc "^$marker")" = 2 ] || { kill -TERM "$pid"; wait "$pid"; cat "$log"; fail "hosts did not start"; }
+    start_hosts "$marker" --hosts 2 --ranks 1 --delay 1ms --delay-by tun
     tag="bcl$pid"
     kill -KILL "$pid"
     wait "$pid" 2>/dev/null
