@@ -16,11 +16,12 @@
 #include "harness/checks.hpp"
 #include "harness/data.hpp"
 #include "harness/ranks.hpp"
+#include "transport/transport.hpp"
 
 namespace braid::test {
 namespace {
 
-constexpr std::size_t kLine = 48;  // SharedMemoryGroup::kLineBytes
+constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
 constexpr Collective kLowLatency[] = {Collective::Allreduce, Collective::Broadcast,
                                       Collective::Reduce, Collective::Barrier,
                                       Collective::Allgather};

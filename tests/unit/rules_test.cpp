@@ -6,6 +6,7 @@
 #include <braid/error.hpp>
 
 #include "algo/algorithm.hpp"
+#include "transport/transport.hpp"
 
 namespace braid::tuning {
 namespace {
@@ -39,20 +40,23 @@ TEST(Rules, DefaultPolicyPicksLogStepAlgorithmsForSmallAllgatherAndReduceScatter
   EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
 }
 
-// One host (a SharedMemoryGroup): shm_ll up to one 48-byte line (allgather: per rank; every
-// barrier), shm_direct above and for the collectives without a line algorithm; rules still win.
+// One host (a SharedMemoryGroup): shm_ll up to one line's 240 bytes (allgather: per rank;
+// every barrier), shm_direct above and for the collectives without a line algorithm; rules
+// still win.
 TEST(Rules, DefaultPolicyOnOneHost) {
   const std::vector<Rule> none;
+  constexpr std::size_t kLine = 240;  // SharedMemoryGroup::kLineBytes
+  static_assert(kLine == transport::SharedMemoryGroup::kLineBytes);
   auto host = [](Collective c, std::size_t bytes, int n = 4) {
     return SelectionInputs{c, bytes, n, 64 * 1024, true};
   };
   for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
     EXPECT_EQ(selectAlgorithm(none, host(c, 1)), "shm_ll");
-    EXPECT_EQ(selectAlgorithm(none, host(c, 48)), "shm_ll");
-    EXPECT_EQ(selectAlgorithm(none, host(c, 49)), "shm_direct");
+    EXPECT_EQ(selectAlgorithm(none, host(c, kLine)), "shm_ll");
+    EXPECT_EQ(selectAlgorithm(none, host(c, kLine + 1)), "shm_direct");
   }
-  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48)), "shm_ll");
-  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * 48 + 1)), "shm_direct");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine)), "shm_ll");
+  EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine + 1)), "shm_direct");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Barrier, 0)), "shm_ll");
   for (Collective c : {Collective::ReduceScatter, Collective::ReduceScatterv, Collective::Alltoall,
                        Collective::Alltoallv, Collective::Allgatherv})

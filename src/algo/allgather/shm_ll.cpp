@@ -1,8 +1,8 @@
 // Low-latency shared-memory allgather for tiny blocks (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger blocks, or no shared group, run shm_direct.
 //
-// Steps (block bytes <= SharedMemoryGroup::kLineBytes, 48):
-//   1. every rank posts its block in its own 64-byte line (data, tag, exchange number);
+// Steps (block bytes <= SharedMemoryGroup::kLineBytes, 240):
+//   1. every rank posts its block in its own line (data, tag, exchange number; one cache line up to 48 B);
 //   2. every rank polls each peer's line in turn and copies the block into its place.
 // Memory traffic per rank: one line written, N-1 lines read; no barrier, no staging.
 #include "algo/exchange.hpp"

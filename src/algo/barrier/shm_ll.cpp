@@ -1,5 +1,5 @@
 // Low-latency shared-memory barrier (transport::SharedMemoryGroup line exchange; all ranks on
-// one host; without a group the dissemination barrier runs): every rank posts an empty 64-byte
+// one host; without a group the dissemination barrier runs): every rank posts an empty
 // line carrying the exchange number, then polls every peer's line until it carries it. One line
 // written and N-1 read per rank; no system call unless a waiter sleeps.
 #include "algo/exchange.hpp"

@@ -1,8 +1,8 @@
 // Low-latency shared-memory broadcast for tiny messages (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
 //
-// Steps (bytes <= SharedMemoryGroup::kLineBytes, 48):
-//   1. the root posts the buffer in its own 64-byte line (data, tag, exchange number); every
+// Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
+//   1. the root posts the buffer in its own line (data, tag, exchange number; one cache line up to 48 B); every
 //      other rank posts an empty line (its exchange number says it entered);
 //   2. every other rank polls the root's line and copies the payload out.
 // Memory traffic: one line written by the root, read by N-1 ranks. The root's next exchange

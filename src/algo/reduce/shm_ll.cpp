@@ -1,8 +1,8 @@
 // Low-latency shared-memory reduce for tiny messages (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
 //
-// Steps (bytes <= SharedMemoryGroup::kLineBytes, 48):
-//   1. every rank posts its input in its own 64-byte line (data, tag, exchange number);
+// Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
+//   1. every rank posts its input in its own line (data, tag, exchange number; one cache line up to 48 B);
 //   2. the root polls every peer's line, reduces the N inputs in rank order into a local
 //      accumulator and copies it to its output; the other ranks return at once.
 // Memory traffic: one line written per rank, N-1 lines read by the root. A non-root's next

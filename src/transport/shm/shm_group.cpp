@@ -219,6 +219,7 @@ void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, 
   inLines_ = true;
   lineTag_ = tag;
   checkPeer(local_, false);
+  static_assert(sizeof(LatencyLine::payload) == kLineBytes);
   if (bytes > kLineBytes)
     throw Error(ErrorCode::Internal, "rank " + std::to_string(local_) + ": " + where() + ": " +
                                          std::to_string(bytes) + " bytes do not fit a line");

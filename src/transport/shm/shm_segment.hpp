@@ -10,7 +10,7 @@
 //   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
 //                                             ordered pair of distinct local ranks
 //   GroupLine[L]                 L * 64 B  direct collectives: barrier counter, gone flag
-//   LatencyLine[L][kLineDepth]  L * 512 B  low-latency collectives: kLineDepth lines per rank
+//   LatencyLine[L][kLineDepth]  L * 2 KiB  low-latency collectives: kLineDepth lines per rank
 //   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
@@ -136,13 +136,15 @@ struct alignas(kCacheLine) GroupLine {
 /// per time slice instead of handing the CPU over for each.
 inline constexpr std::size_t kLineDepth = 8;
 
-/// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): payload, the
-/// operation's tag and the exchange's sequence number share one cache line, so a reader gets
-/// all three with one transfer. Written only by its rank; seq is stored last (release).
+/// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): the exchange's
+/// sequence number, the operation's tag and up to 240 payload bytes in four cache lines. The
+/// first 48 payload bytes share the first cache line with seq and tag, so a reader of a small
+/// message gets all three with one transfer. Written only by its rank; seq is stored last
+/// (release), and a reader that saw it (acquire) reads the payload.
 struct alignas(kCacheLine) LatencyLine {
-  std::uint8_t payload[48];
-  std::atomic<std::uint64_t> tag;
   std::atomic<std::uint64_t> seq;  // the exchange whose payload this is (0: none yet)
+  std::atomic<std::uint64_t> tag;
+  std::uint8_t payload[4 * kCacheLine - 16];
 };
 
 struct ChannelControl {
@@ -153,7 +155,7 @@ struct ChannelControl {
 static_assert(sizeof(SegmentHeader) == kCacheLine);
 static_assert(sizeof(RankSlot) == kCacheLine);
 static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
-static_assert(sizeof(LatencyLine) == kCacheLine);
+static_assert(sizeof(LatencyLine) == 4 * kCacheLine);
 
 /// Sizes and offsets of a segment for `ranks` local ranks.
 struct Geometry {
