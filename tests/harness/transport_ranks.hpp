@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
@@ -88,6 +89,63 @@ inline void exchangeAll(int rank, transport::Transport& t, std::size_t bytes, st
     t.wait(recvs[static_cast<std::size_t>(p)], deadline);
     EXPECT_EQ(firstWrong(in[static_cast<std::size_t>(p)], p, rank), -1)
         << bytes << " bytes from rank " << p << " to rank " << rank;
+  }
+}
+
+/// What a receive's Timeout must say holds it up, on any transport. For each case rank 1 sends
+/// nothing, 12 bytes of another point-to-point tag, or 12 bytes of a collective tag (5); then
+/// rank 0 posts a 16-byte receive of point-to-point tag 10 and waits 300 ms. The message must
+/// name the peer ("... from rank 1 " + peerStart) and the reason: `nothingSent`, the untaken
+/// message, or the collective message ahead of it (`where`: " in the ring" or "").
+/// run2(body) runs body on 2 ranks of the transport under test.
+inline void checkTimeoutSaysWhatHoldsTheReceiveUp(
+    const std::function<void(const std::function<void(int, transport::Transport&)>&)>& run2,
+    const std::string& peerStart, const std::string& nothingSent, const std::string& where) {
+  using namespace std::chrono_literals;
+  struct Case {
+    const char* what;
+    std::uint64_t sentTag;  // 0: rank 1 sends nothing
+    std::string expected;
+  };
+  const std::uint64_t wanted = transport::kP2PTagBit | 10;
+  const std::uint64_t otherP2P = transport::kP2PTagBit | 9;
+  const Case cases[] = {
+      {"nothing sent", 0, nothingSent},
+      {"another p2p tag", otherP2P,
+       "messages from rank 1 that no receive has taken: tag " + std::to_string(otherP2P) +
+           " (12 bytes)"},
+      {"a collective message ahead", 5,
+       "ahead of it" + where +
+           " from rank 1 waits tag 5 (12 bytes), which no posted receive of this rank matches"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::latch sent(2), done(2);
+    run2([&](int rank, transport::Transport& t) {
+      Bytes buf(16, 1);
+      transport::Request req;
+      if (rank == 1) {
+        if (c.sentTag != 0) {
+          t.postSend(0, buf.data(), 12, c.sentTag, req);
+          t.wait(req, std::chrono::steady_clock::now() + 5s);
+        }
+        sent.arrive_and_wait();
+      } else {
+        sent.arrive_and_wait();
+        // Let the message arrive and be looked at before the receive is posted.
+        std::this_thread::sleep_for(50ms);
+        t.postRecv(1, buf.data(), 16, wanted, req);
+        std::string message;
+        EXPECT_EQ(codeOf([&] { t.wait(req, std::chrono::steady_clock::now() + 300ms); }, message),
+                  ErrorCode::Timeout);
+        EXPECT_NE(message.find("rank 0 timed out waiting for a recv of 16 bytes from rank 1 " +
+                               peerStart),
+                  std::string::npos)
+            << message;
+        EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+      }
+      done.arrive_and_wait();
+    });
   }
 }
 

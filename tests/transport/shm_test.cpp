@@ -358,50 +358,11 @@ TEST(ShmTransport, MismatchTellsThePeer) {
   });
 }
 
-// A timeout says what holds the receive up: a message of another tag that no receive has taken,
-// or a message for another receive waiting ahead of it in the ring, or nothing sent at all.
+// A timeout says what holds the receive up (tests/harness/transport_ranks.hpp).
 TEST(ShmTransport, TimeoutSaysWhatHoldsTheReceiveUp) {
-  struct Case {
-    const char* what;
-    std::uint64_t sentTag;  // 0: rank 1 sends nothing
-    std::string expected;
-  };
-  const std::uint64_t wanted = kP2PTagBit | 10;
-  const std::uint64_t otherP2P = kP2PTagBit | 9;
-  const Case cases[] = {
-      {"nothing sent", 0, "nothing from rank 1 waits in the ring (it has not sent it)"},
-      {"another p2p tag", otherP2P,
-       "messages from rank 1 that no receive has taken: tag " + std::to_string(otherP2P) +
-           " (12 bytes)"},
-      {"a collective message ahead", 5,
-       "ahead of it in the ring from rank 1 waits tag 5 (12 bytes), which no posted receive of "
-       "this rank matches"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    std::latch sent(2), done(2);
-    runRanks(2, [&](int rank, ShmTransport& t) {
-      Bytes buf(12, 1);
-      Request req;
-      if (rank == 1) {
-        if (c.sentTag != 0) {
-          t.postSend(0, buf.data(), buf.size(), c.sentTag, req);
-          t.wait(req, after(5s));
-        }
-        sent.arrive_and_wait();
-      } else {
-        sent.arrive_and_wait();
-        t.postRecv(1, buf.data(), 16, wanted, req);
-        std::string message;
-        EXPECT_EQ(codeOf([&] { t.wait(req, after(300ms)); }, message), ErrorCode::Timeout);
-        EXPECT_NE(message.find("rank 0 timed out waiting for a recv of 16 bytes from rank 1 (pid "),
-                  std::string::npos)
-            << message;
-        EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-      }
-      done.arrive_and_wait();
-    });
-  }
+  test::checkTimeoutSaysWhatHoldsTheReceiveUp(
+      [](const auto& body) { runRanks(2, body); }, "(pid ",
+      "nothing from rank 1 waits in the ring (it has not sent it)", " in the ring");
 }
 
 // A rank that opens a file other than the creator's segment (here: told a decoy descriptor that

@@ -293,53 +293,11 @@ TEST(TcpTransport, UnmatchedRecvTimesOutAtDeadline) {
   });
 }
 
-// A timeout says what holds the receive up: a message of another tag that no receive has taken,
-// or a message for another receive waiting ahead of it on the connection, or nothing sent.
+// A timeout says what holds the receive up (tests/harness/transport_ranks.hpp).
 TEST(TcpTransport, TimeoutSaysWhatHoldsTheReceiveUp) {
-  struct Case {
-    const char* what;
-    std::uint64_t sentTag;  // 0: rank 1 sends nothing
-    std::string expected;
-  };
-  const std::uint64_t wanted = kP2PTagBit | 10;
-  const std::uint64_t otherP2P = kP2PTagBit | 9;
-  const Case cases[] = {
-      {"nothing sent", 0, "nothing for it has arrived from rank 1"},
-      {"another p2p tag", otherP2P,
-       "messages from rank 1 that no receive has taken: tag " + std::to_string(otherP2P) +
-           " (12 bytes)"},
-      {"a collective message ahead", 5,
-       "ahead of it from rank 1 waits tag 5 (12 bytes), which no posted receive of this rank "
-       "matches"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.what);
-    Rendezvous sent(2), done(2);
-    runRanks(2, [&](int rank, Transport& t) {
-      Bytes buf(16, 1);
-      Request req;
-      if (rank == 1) {
-        if (c.sentTag != 0) {
-          t.postSend(0, buf.data(), 12, c.sentTag, req);
-          t.wait(req, after(5s));
-        }
-        sent.arriveAndWait();
-      } else {
-        sent.arriveAndWait();
-        // Let the message arrive and be looked at before the receive is posted.
-        std::this_thread::sleep_for(50ms);
-        t.postRecv(1, buf.data(), 16, wanted, req);
-        std::string message;
-        EXPECT_EQ(codeOf([&] { t.wait(req, after(300ms)); }, message), ErrorCode::Timeout);
-        EXPECT_NE(message.find("rank 0 timed out waiting for a recv of 16 bytes from rank 1 "
-                               "(127.0.0.1:"),
-                  std::string::npos)
-            << message;
-        EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-      }
-      done.arriveAndWait();
-    });
-  }
+  test::checkTimeoutSaysWhatHoldsTheReceiveUp(
+      [](const auto& body) { runRanks(2, body); },
+      "(127.0.0.1:", "nothing for it has arrived from rank 1", "");
 }
 
 TEST(TcpTransport, RankThatNeverPublishesTimesOutNamingIt) {
