@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <latch>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,23 @@ inline long firstWrong(const Bytes& got, int from, int to, std::size_t salt = 0)
     if (got[i] != pattern(from, to, i, salt)) return static_cast<long>(i);
   return -1;
 }
+
+// std::latch with a bound: a rank that failed before arriving fails the test instead of hanging it.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int count) : left_(count) {}
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (--left_ == 0) cv_.notify_all();
+    if (!cv_.wait_for(lk, std::chrono::seconds(15), [this] { return left_ <= 0; }))
+      ADD_FAILURE() << "rendezvous: another rank never arrived";
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+};
 
 /// Runs body(rank, transport) on `size` threads, each with the transport make(store, rank)
 /// returns; every exception is reported as a failure naming the rank.

@@ -150,6 +150,10 @@ TEST(TcpStreams, SizeMismatchIsAMismatchNotAHang) {
   for (auto [sent, expected] :
        {std::pair<std::size_t, std::size_t>{300001, 300000}, {300000, 1000}, {1000, 300000}}) {
     SCOPED_TRACE(std::to_string(sent) + " bytes sent, " + std::to_string(expected) + " expected");
+    // The sender stays until the receiver has seen the mismatch: were it to leave at once, its
+    // closed streams could reach the receiver before the mismatched header does, and the receiver
+    // would rightly report the lost peer instead (a 1000-byte send completes at once).
+    test::Rendezvous checked(2);
     runRanks(2, streamOptions({2, 2}, 4096), [&](int rank, Transport& t) {
       if (rank == 0) {
         Bytes buf = makePayload(0, 1, sent);
@@ -161,6 +165,7 @@ TEST(TcpStreams, SizeMismatchIsAMismatchNotAHang) {
         } catch (const Error& e) {
           EXPECT_NE(e.code(), ErrorCode::Timeout) << e.what();
         }
+        checked.arriveAndWait();
         return;
       }
       Bytes buf(expected);
@@ -168,6 +173,7 @@ TEST(TcpStreams, SizeMismatchIsAMismatchNotAHang) {
       t.postRecv(0, buf.data(), buf.size(), 5, req);
       std::string message;
       EXPECT_EQ(codeOf([&] { t.wait(req, after(60s)); }, message), ErrorCode::Mismatch) << message;
+      checked.arriveAndWait();
     });
   }
 }

@@ -46,23 +46,7 @@ using test::exchangeAll;
 using test::firstWrong;
 using test::makePayload;
 using test::pattern;
-
-// std::latch with a bound: a rank that failed before arriving fails the test instead of hanging it.
-class Rendezvous {
- public:
-  explicit Rendezvous(int count) : left_(count) {}
-  void arriveAndWait() {
-    std::unique_lock<std::mutex> lk(mu_);
-    if (--left_ == 0) cv_.notify_all();
-    if (!cv_.wait_for(lk, 15s, [this] { return left_ <= 0; }))
-      ADD_FAILURE() << "rendezvous: another rank never arrived";
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int left_;
-};
+using test::Rendezvous;
 
 // Runs body(rank, transport) on `size` threads, each with its own TCP transport.
 void runRanks(int size, const std::function<void(int, Transport&)>& body,
