@@ -14,6 +14,8 @@
 
 #include "algo/algorithm.hpp"
 #include "algo/patterns/segments.hpp"
+#include "kernels/copy.hpp"
+#include "kernels/reduce.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::algo {
@@ -126,6 +128,22 @@ inline const std::uint8_t* bytesOf(const void* p) noexcept {
 /// memmove when the buffers differ (in-place callers pass the same pointer).
 inline void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+}
+
+/// Whether a direct collective writes an output of `outputBytes` with non-temporal stores: from
+/// half the last-level cache (kernels::streamingThresholdBytes()), where it would not stay
+/// cached until it is read anyway (docs/benchmarks.md, "Streaming stores").
+inline bool streamsOutput(std::size_t outputBytes) noexcept {
+  const std::size_t threshold = kernels::streamingThresholdBytes();
+  return threshold != 0 && outputBytes >= threshold;
+}
+
+/// memcpy into an output, with non-temporal stores when `stream` (no overlap).
+inline void copyOut(bool stream, void* dst, const void* src, std::size_t bytes) noexcept {
+  if (stream)
+    kernels::copyStreaming(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 /// Elements per pipeline chunk for an algorithm that keeps `slots` chunks in scratch

@@ -268,6 +268,11 @@ void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t
   run(activeTable(), t, op, dst, dst, src, count, StoreMode::Auto);
 }
 
+void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
+             StoreMode mode) {
+  run(activeTable(), t, op, dst, a, b, count, mode);
+}
+
 void divideBy(DataType t, void* buf, std::size_t count, int divisor) {
   divide(activeTable(), t, buf, count, divisor);
 }

@@ -59,6 +59,11 @@ enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
 /// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement).
 std::size_t streamingThresholdBytes() noexcept;
 
+/// reduce3 at the active level with an explicit store mode (a direct collective streams its
+/// large output).
+void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count,
+             StoreMode mode);
+
 /// The same operations at an explicit level (tests and benchmarks run every supported level
 /// through these). Throws Error(InvalidArgument) when the CPU does not support `isa`.
 void reduce3(Isa isa, DataType t, ReduceOp op, void* dst, const void* a, const void* b,

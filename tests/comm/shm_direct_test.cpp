@@ -5,11 +5,13 @@
 // group, and an oversubscribed host (8 ranks on this machine's CPUs) making quick progress.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
+#include "kernels/reduce.hpp"
 
 namespace braid::test {
 namespace {
@@ -128,6 +130,24 @@ TEST_P(ShmDirectProcesses, LargeMessages) {
         checkVariants(c, DataType::Float32, 300000);   // blocks larger than a staging slot
       },
       std::chrono::seconds(900));
+}
+
+// Outputs larger than the streaming threshold (half the last-level cache) are written with
+// non-temporal stores: allreduce (3 ranks, in place and not), reduce at 2 and 3 ranks (the root
+// streams its reduction straight out, or sums in its stage first), allgather and broadcast; odd
+// counts, so that slices start unaligned.
+TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
+  const std::size_t threshold = kernels::streamingThresholdBytes();
+  const std::size_t count = std::max<std::size_t>(threshold, std::size_t{1} << 20) / 4 + 1031;
+  runThreads(3, testOptions("shm_direct"), [&](Comm& c) {
+    for (bool inPlace : {false, true})
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, inPlace);
+    checkReduce(c, DataType::Float32, ReduceOp::Max, count, 2, false);
+  });
+  runThreads(2, testOptions("shm_direct"), [&](Comm& c) {
+    checkReduce(c, DataType::Float32, ReduceOp::Sum, count, 1, false);
+    checkNonReducing(c, DataType::Float32, count);  // allgather, broadcast, alltoall, ...
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmDirectProcesses, ::testing::Values(1, 2, 3, 4, 5, 7, 8),

@@ -39,6 +39,7 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
   const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
+  const bool stream = streamsOutput(block * static_cast<std::size_t>(ctx.size));
   for (std::size_t off = 0; off < block; off += chunk) {
     const std::size_t c = std::min(chunk, block - off);
     const std::size_t h = g->beginStep();
@@ -47,10 +48,10 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
     for (int s = 0; s < ctx.size; ++s) {
       const int q = (me + s) % ctx.size;
       std::uint8_t* dst = out + static_cast<std::size_t>(q) * block + off;
-      if (q == me)
-        copyBytes(dst, in + off, c);
-      else
-        std::memcpy(dst, g->staging(q) + h, c);
+      if (q != me)
+        copyOut(stream, dst, g->staging(q) + h, c);
+      else if (dst != in + off)  // not in place
+        copyOut(stream, dst, in + off, c);
     }
   }
 }

@@ -73,6 +73,9 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
   }
 
   const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, half) / es);
+  // A large output is written with non-temporal stores: no read-for-ownership, and the staged
+  // chunks stay cached.
+  const bool stream = streamsOutput(bytes);
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();
@@ -90,20 +93,24 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     g->barrier(ctx.tag, ctx.deadline);
     if (mine.count > 0 && ctx.deterministic) {
       reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
-      std::memcpy(chunkOut + mine.offset * es, staged + mine.offset * es, mine.count * es);
+      copyOut(stream, chunkOut + mine.offset * es, staged + mine.offset * es, mine.count * es);
     } else if (mine.count > 0) {
-      // out = in + every peer's staged slice, then published in the own staged slice.
+      // in + every peer's staged slice, published in the own staged slice and written out.
+      // Cached: into the output, then copied to the stage; streaming: into the stage (its
+      // readers come next), then streamed out.
       std::uint8_t* dst = chunkOut + mine.offset * es;
+      std::uint8_t* pub = staged + mine.offset * es;
+      std::uint8_t* sum = stream ? pub : dst;
       auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
-      kernels::reduce3(a.dtype, a.op, dst, chunkIn + mine.offset * es, peerSlice(1), mine.count);
-      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
-      std::memcpy(staged + mine.offset * es, dst, mine.count * es);
+      kernels::reduce3(a.dtype, a.op, sum, chunkIn + mine.offset * es, peerSlice(1), mine.count);
+      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, sum, peerSlice(s), mine.count);
+      copyOut(stream, stream ? dst : pub, sum, mine.count * es);
     }
     g->barrier(ctx.tag, ctx.deadline);
     for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const patterns::Range sl = patterns::evenSplit(c, n, q);
-      std::memcpy(chunkOut + sl.offset * es, g->staging(q) + h + sl.offset * es, sl.count * es);
+      copyOut(stream, chunkOut + sl.offset * es, g->staging(q) + h + sl.offset * es, sl.count * es);
     }
   }
 }

@@ -29,12 +29,13 @@ void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
   if (ctx.size == 1 || bytes == 0) return;
   std::uint8_t* buf = bytesOf(a.recv);
   const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
+  const bool stream = streamsOutput(bytes);
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t c = std::min(chunk, bytes - off);
     const std::size_t h = g->beginStep();
     if (isRoot) std::memcpy(g->staging(a.root) + h, buf + off, c);
     g->barrier(ctx.tag, ctx.deadline);
-    if (!isRoot) std::memcpy(buf + off, g->staging(a.root) + h, c);
+    if (!isRoot) copyOut(stream, buf + off, g->staging(a.root) + h, c);
   }
 }
 

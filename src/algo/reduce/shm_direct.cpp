@@ -67,6 +67,7 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
   }
 
   const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, half) / es);
+  const bool stream = isRoot && streamsOutput(bytes) && out != in;
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();
@@ -83,20 +84,35 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
     if (mine.count > 0 && ctx.deterministic) {
       reduceStagedInRankOrder(ctx, *g, a.dtype, a.op, h + mine.offset * es, mine.count);
       if (isRoot)
-        std::memcpy(out + (off + mine.offset) * es, staged + mine.offset * es, mine.count * es);
+        copyOut(stream, out + (off + mine.offset) * es, staged + mine.offset * es, mine.count * es);
     } else if (mine.count > 0) {
       // The root reduces its slice into its output, every other rank into its staged slice.
       std::uint8_t* dst = isRoot ? out + (off + mine.offset) * es : staged + mine.offset * es;
       auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
-      kernels::reduce3(a.dtype, a.op, dst, chunkIn + mine.offset * es, peerSlice(1), mine.count);
-      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
+      const std::uint8_t* own = chunkIn + mine.offset * es;
+      if (stream && n == 2) {
+        kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count,
+                         kernels::StoreMode::Streaming);
+      } else if (stream) {
+        // A streamed output is never read back: sum in the staged slice, then stream it out.
+        std::uint8_t* sum = staged + mine.offset * es;
+        kernels::reduce3(a.dtype, a.op, sum, own, peerSlice(1), mine.count);
+        for (int s = 2; s < n; ++s)
+          kernels::reduceInto(a.dtype, a.op, sum, peerSlice(s), mine.count);
+        copyOut(true, dst, sum, mine.count * es);
+      } else {
+        kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count);
+        for (int s = 2; s < n; ++s)
+          kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
+      }
     }
     g->barrier(ctx.tag, ctx.deadline);
     if (!isRoot) continue;
     for (int s = 1; s < n; ++s) {
       const int q = (me + s) % n;
       const patterns::Range sl = patterns::evenSplit(c, n, q);
-      std::memcpy(out + (off + sl.offset) * es, g->staging(q) + h + sl.offset * es, sl.count * es);
+      copyOut(stream, out + (off + sl.offset) * es, g->staging(q) + h + sl.offset * es,
+              sl.count * es);
     }
   }
 }
