@@ -63,7 +63,8 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
     return;
   }
   const auto own = static_cast<std::size_t>(me) * block;
-  copyBytes(out + own, in + own, block);
+  const bool stream = streamsOutput(block * un);
+  if (out != in && block > 0) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;
   if (block >= kSingleCopyBytes && g->canReadPeers()) {
     // Single copy: publish the send buffer's address, read this rank's block out of every
@@ -94,8 +95,8 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
     g->barrier(ctx.tag, ctx.deadline);
     for (int s = 1; s < n; ++s) {
       const int p = (me + s) % n;
-      std::memcpy(out + static_cast<std::size_t>(p) * block + off,
-                  g->staging(p) + h + static_cast<std::size_t>(me) * c, c);
+      copyOut(stream, out + static_cast<std::size_t>(p) * block + off,
+              g->staging(p) + h + static_cast<std::size_t>(me) * c, c);
     }
   }
 }
