@@ -385,8 +385,10 @@ std::optional<double> CostModel::allreduce(std::string_view algo, double s,
     const double slice = s / pieces / l;
     std::string per;
     const double rs = ringSteps(l - 1, 0, slice, slice, per);
-    const double net =
-        ringSteps(m - 1, l, slice / m, slice / m, per) + ringSteps(m - 1, l, slice / m, 0, per);
+    // Two nodes exchange the whole slice once; more run the ring's 2(M-1) steps.
+    const double net = m == 2 ? ringSteps(1, l, slice, slice, per)
+                              : ringSteps(m - 1, l, slice / m, slice / m, per) +
+                                    ringSteps(m - 1, l, slice / m, 0, per);
     const double ag = ringSteps(l - 1, 0, slice, 0, per);
     if (pieces == 1) {
       why += (why.empty() ? "" : " + ") + per;

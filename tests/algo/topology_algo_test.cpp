@@ -154,8 +154,9 @@ TEST(TopologyAlgorithms, HierarchicalAllreducePipelinedByPieces) {
     }
   }
   // Pieces capped by the scratch: 128 bytes of scratch leave 64 for the network's receive
-  // buffer, so a piece holds at most 64 x L x M bytes whatever pieceBytes says; the in-node
-  // rings get the other 64 (four 16-byte chunk slots).
+  // buffer, so a piece holds at most 64 x L x M bytes whatever pieceBytes says (64 x L between
+  // two nodes, which exchange whole slices); the in-node rings get the other 64 (four 16-byte
+  // chunk slots).
   RankSetup small;
   small.scratchBytes = 128;
   small.chunkBytes = 16;

@@ -70,12 +70,13 @@ TEST(BraidPlan, DataParallelVolumeAndPredictionsByHand) {
   const double q = 1e6;  // S / 4
   const double ring = 3 * (10e-6 + q * 1e-9 + q * 0.5e-9) + 3 * (10e-6 + q * 1e-9);
   // hierarchical: pipelined in 8 pieces of 5e5 bytes (the default 512 KiB piece), each costing
-  // the longer of its network phase (2 steps of 5e5 / 4, two per host link) and its in-node
-  // phases (1 shm step of 5e5 / 2 each way), plus one piece's in-node phases.
+  // the longer of its network phase (one exchange of the 5e5 / 2 slice, reduced, two per host
+  // link) and its in-node phases (1 shm step of 5e5 / 2 each way), plus one piece's in-node
+  // phases.
   const double pq = q / 8;
   const double rs = 1e-6 + 2 * pq * 0.1e-9 + 2 * pq * 0.5e-9;
   const double ag = 1e-6 + 2 * pq * 0.1e-9;
-  const double net = (10e-6 + 2 * pq * 1e-9 + pq * 0.5e-9) + (10e-6 + 2 * pq * 1e-9);
+  const double net = 10e-6 + 2 * (2 * pq) * 1e-9 + 2 * pq * 0.5e-9;
   const double hier = rs + ag + 8 * std::max(net, rs + ag);
   int seen = 0;
   for (const auto& p : op.find("predictions")->items()) {

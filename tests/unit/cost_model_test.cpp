@@ -51,20 +51,33 @@ TEST(CostModel, RingAllreduceTwoHostsByHand) {
 
 TEST(CostModel, HierarchicalAllreduceTwoHostsByHand) {
   // L = 2, M = 2, slice S/2: reduce-scatter in the host (1 shm step of S/2, reduced), allreduce
-  // of each slice across the hosts (2 net steps of S/4 per rank, both local ranks at once: the
-  // host link carries 2 x S/4), allgather in the host (1 shm step of S/2). Pieces of 1 MiB:
-  // one piece, so the phases add up.
+  // of each slice across the hosts (one exchange of the whole slice per rank, reduced, both
+  // local ranks at once: the host link carries 2 x S/2), allgather in the host (1 shm step of
+  // S/2). Pieces of 1 MiB: one piece, so the phases add up.
   const auto topo = uniformTopology(2, 2);
   const CostModel m(handParams(), topo, 4, 1 << 20, 1 << 20);
   const double s = 1 << 20;
   const double half = s / 2;
-  const double q = s / 4;
-  const double want = (1e-6 + half * 0.1e-9 + half * 0.5e-9) + (10e-6 + 2 * q * 1e-9 + q * 0.5e-9) +
-                      (10e-6 + 2 * q * 1e-9) + (1e-6 + half * 0.1e-9);
+  const double want = (1e-6 + half * 0.1e-9 + half * 0.5e-9) +
+                      (10e-6 + 2 * half * 1e-9 + half * 0.5e-9) + (1e-6 + half * 0.1e-9);
   EXPECT_NEAR(predicted(m, Collective::Allreduce, "hierarchical", 1 << 20), want, want * 1e-12);
   // Cross-host bytes per host: hierarchical 2(M-1)/M x S = S, ring 2(N-1)/N x S = 1.5 S.
   EXPECT_LT(predicted(m, Collective::Allreduce, "hierarchical", 64 << 20),
             predicted(m, Collective::Allreduce, "ring", 64 << 20));
+}
+
+TEST(CostModel, HierarchicalAllreduceThreeHostsRunsTheRingAcrossByHand) {
+  // L = 2, M = 3, slice S/2: across the hosts the ring's 2 reduce-scatter steps (S/6, reduced)
+  // and 2 allgather steps (S/6), both local ranks at once: the host link carries 2 x S/6.
+  const auto topo = uniformTopology(3, 2);
+  const CostModel m(handParams(), topo, 6, 1 << 20, 4 << 20);  // one piece
+  const double s = 3 << 20;
+  const double half = s / 2;
+  const double seg = half / 3;
+  const double want = (1e-6 + half * 0.1e-9 + half * 0.5e-9) +
+                      2 * (10e-6 + 2 * seg * 1e-9 + seg * 0.5e-9) + 2 * (10e-6 + 2 * seg * 1e-9) +
+                      (1e-6 + half * 0.1e-9);
+  EXPECT_NEAR(predicted(m, Collective::Allreduce, "hierarchical", 3 << 20), want, want * 1e-12);
 }
 
 TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
@@ -74,10 +87,9 @@ TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
   const CostModel m(handParams(), topo, 4, 1 << 20, 1 << 20);
   const double p = 1 << 20;
   const double half = p / 2;
-  const double q = p / 4;
   const double rs = 1e-6 + half * 0.1e-9 + half * 0.5e-9;
   const double ag = 1e-6 + half * 0.1e-9;
-  const double net = (10e-6 + 2 * q * 1e-9 + q * 0.5e-9) + (10e-6 + 2 * q * 1e-9);
+  const double net = 10e-6 + 2 * half * 1e-9 + half * 0.5e-9;  // one exchange of the slice
   ASSERT_GT(net, rs + ag);
   const double want = rs + ag + 4 * net;
   EXPECT_NEAR(predicted(m, Collective::Allreduce, "hierarchical", 4 << 20), want, want * 1e-12);
@@ -86,8 +98,7 @@ TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
   const double ps = 64 << 10;
   const double rs2 = 1e-6 + ps / 2 * 0.1e-9 + ps / 2 * 0.5e-9;
   const double ag2 = 1e-6 + ps / 2 * 0.1e-9;
-  const double net2 =
-      (10e-6 + 2 * (ps / 4) * 1e-9 + (ps / 4) * 0.5e-9) + (10e-6 + 2 * (ps / 4) * 1e-9);
+  const double net2 = 10e-6 + 2 * (ps / 2) * 1e-9 + (ps / 2) * 0.5e-9;
   const double want2 = rs2 + ag2 + 64 * std::max(net2, rs2 + ag2);
   EXPECT_NEAR(predicted(small, Collective::Allreduce, "hierarchical", 4 << 20), want2,
               want2 * 1e-12);

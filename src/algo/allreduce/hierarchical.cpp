@@ -10,7 +10,9 @@
 //      slice l reduced over its node), on a sub-group view of the node's ranks.
 //   2. Across nodes: the M ranks with local rank l (one per node) run the ring allreduce's
 //      2(M-1) steps (patterns/ring.hpp) on slice l, all L slices in parallel on disjoint rank
-//      sets; each step is one message of 1/M of the slice.
+//      sets; each step is one message of 1/M of the slice. Between two nodes (M = 2) the pair
+//      instead exchanges the whole slice once and both reduce it: the same bytes as the ring's
+//      two steps, half the latency.
 //   3. Inside each node: ring allgatherv of the piece's slices.
 // The pieces overlap (NCCL-style): step 0 of piece k's network phase is posted, then piece
 // k+1's reduce-scatter and piece k-1's allgather run in shared memory while it crosses (the
@@ -63,16 +65,36 @@ class NetPhase {
   NetPhase(Context& net, InFlight<4>& reqs, DataType dt, ReduceOp op)
       : net_(net), reqs_(reqs), dt_(dt), op_(op), es_(dataTypeSize(dt)) {}
 
-  /// Posts step 0 (reduce-scatter) of the piece whose slice starts at `slice`.
+  /// Posts step 0 (reduce-scatter) of the piece whose slice starts at `slice`; between two
+  /// nodes, the one exchange of the whole slice.
   void start(std::size_t piece, std::uint8_t* slice, std::size_t count) {
     slice_ = slice;
+    count_ = count;
     pair_ = 2 * (piece % 2);
+    if (net_.size == 2) {
+      const int other = 1 - net_.rank;
+      reqs_.recv(pair_ + 1, other, net_.scratch.data(), count * es_);
+      reqs_.send(pair_, other, slice, count * es_);
+      return;
+    }
     layout_ = patterns::SegmentLayout::even(count, net_.size);
     postReduceScatter(0);
   }
 
-  /// Completes the reduce-scatter and runs the allgather, leaving its last step in flight.
+  /// Completes the reduce-scatter and runs the allgather, leaving its last step in flight;
+  /// between two nodes, completes the exchange and reduces (node 0's data first on both, so
+  /// that they hold bitwise the same result).
   void finish() {
+    if (net_.size == 2) {
+      reqs_.wait(pair_ + 1);
+      reqs_.wait(pair_);
+      const std::uint8_t* theirs = net_.scratch.data();
+      if (net_.rank == 0)
+        kernels::reduceInto(dt_, op_, slice_, theirs, count_);
+      else
+        kernels::reduce3(dt_, op_, slice_, theirs, slice_, count_);
+      return;
+    }
     const int steps = net_.size - 1;
     for (int s = 0; s < steps; ++s) {
       if (s > 0) postReduceScatter(s);
@@ -116,6 +138,7 @@ class NetPhase {
   ReduceOp op_;
   std::size_t es_;
   std::uint8_t* slice_ = nullptr;
+  std::size_t count_ = 0;
   std::size_t pair_ = 0;
   patterns::SegmentLayout layout_ = patterns::SegmentLayout::even(0, 1);
 };
@@ -145,8 +168,10 @@ void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
                 "rank " + std::to_string(ctx.rank) + ": hierarchical allreduce: scratch of " +
                     std::to_string(ctx.scratch.size()) + " bytes cannot hold two " +
                     std::to_string(es) + "-byte elements (raise BRAID_BUFFSIZE)");
-  // Elements per piece: at most pieceBytes, and its network segment fits the receive buffer.
-  const std::size_t maxPiece = (netBytes / es) * uL * static_cast<std::size_t>(nodes);
+  // Elements per piece: at most pieceBytes, and what the network delivers at once fits the
+  // receive buffer (a 1/M segment of the slice; between two nodes the whole slice).
+  const std::size_t maxPiece =
+      (netBytes / es) * uL * (nodes == 2 ? std::size_t{1} : static_cast<std::size_t>(nodes));
   const std::size_t pieceElems = std::clamp<std::size_t>(ctx.pieceBytes / es, 1, maxPiece);
   const std::size_t pieces = (a.count + pieceElems - 1) / pieceElems;
   if (pieces == 0) return;
