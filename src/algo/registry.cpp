@@ -48,6 +48,7 @@ void shmLowLatencyBroadcast(Context&, const CollArgs&);
 void shmLowLatencyReduce(Context&, const CollArgs&);
 void shmLowLatencyBarrier(Context&, const CollArgs&);
 void shmLowLatencyAllgather(Context&, const CollArgs&);
+void shmLowLatencyReduceScatter(Context&, const CollArgs&);
 void hierarchicalAllgather(Context&, const CollArgs&);
 void hierarchicalReduceScatter(Context&, const CollArgs&);
 void hierarchicalBroadcast(Context&, const CollArgs&);
@@ -153,19 +154,23 @@ constexpr std::array kAlgorithms{
              "one host: each rank stages its input, reduces its block of every peer's staging; "
              "1 barrier per chunk of the largest block",
              true},
-    // Low-latency shared-memory collectives: data, tag and sequence number in one 64-byte line
-    // per rank, at most 48 bytes; larger messages (or no shared group) run shm_direct.
+    // Low-latency shared-memory collectives: data, tag and sequence number in one line per
+    // rank (256 bytes: up to 240 of data, one cache line up to 48); larger messages (or no
+    // shared group) run shm_direct.
     AlgoInfo{"shm_ll", Collective::Allreduce, shmLowLatencyAllreduce,
-             "one host, <= 48 B: each rank posts its input in its cache line, all reduce the N "
-             "lines in rank order; no barrier"},
+             "one host, <= 240 B: each rank posts its input in its line, all reduce the N lines "
+             "in rank order; no barrier"},
     AlgoInfo{"shm_ll", Collective::Broadcast, shmLowLatencyBroadcast,
-             "one host, <= 48 B: the root posts the buffer in its cache line, all copy it"},
+             "one host, <= 240 B: the root posts the buffer in its line, all copy it"},
     AlgoInfo{"shm_ll", Collective::Reduce, shmLowLatencyReduce,
-             "one host, <= 48 B: each rank posts its input in its cache line, the root reduces"},
+             "one host, <= 240 B: each rank posts its input in its line, the root reduces"},
     AlgoInfo{"shm_ll", Collective::Barrier, shmLowLatencyBarrier,
-             "one host: each rank posts a sequence number in its cache line, polls the others'"},
+             "one host: each rank posts a sequence number in its line, polls the others'"},
     AlgoInfo{"shm_ll", Collective::Allgather, shmLowLatencyAllgather,
-             "one host, <= 48 B per rank: each rank posts its block in its cache line, all copy"},
+             "one host, <= 240 B per rank: each rank posts its block in its line, all copy"},
+    AlgoInfo{"shm_ll", Collective::ReduceScatter, shmLowLatencyReduceScatter,
+             "one host, <= 240 B in all: each rank posts its input in its line, each reduces "
+             "its own block of the N lines in rank order; no barrier"},
     // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
     // with the same local rank on every node; without such a topology, the classic algorithm.
     AlgoInfo{"hierarchical", Collective::Allgather, hierarchicalAllgather,

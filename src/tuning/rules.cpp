@@ -1,12 +1,11 @@
 #include "tuning/rules.hpp"
 
+#include <algorithm>
 #include <braid/error.hpp>
+#include <charconv>
 
 #include "algo/algorithm.hpp"
 #include "tuning/cost_model.hpp"
-
-#include <algorithm>
-#include <charconv>
 
 namespace braid::tuning {
 namespace {
@@ -77,8 +76,8 @@ std::optional<std::size_t> parseSize(std::string_view s) {
 std::vector<Rule> parseRules(std::string_view text, std::string_view source) {
   std::vector<Rule> rules;
   auto bad = [&](std::string_view rule, const std::string& why) {
-    return Error(ErrorCode::InvalidArgument, std::string(source) + ": rule '" +
-                                                 std::string(rule) + "' " + why);
+    return Error(ErrorCode::InvalidArgument,
+                 std::string(source) + ": rule '" + std::string(rule) + "' " + why);
   };
   while (!text.empty()) {
     auto semi = text.find(';');
@@ -145,15 +144,20 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
     switch (in.coll) {
       case Collective::Allreduce:
       case Collective::Broadcast:
-      case Collective::Reduce: return in.bytes <= kLine ? "shm_ll" : "shm_direct";
-      case Collective::Allgather: return in.bytes <= kLine * ranks ? "shm_ll" : "shm_direct";
-      case Collective::Barrier: return "shm_ll";
+      case Collective::Reduce:
       case Collective::ReduceScatter:
+        return in.bytes <= kLine ? "shm_ll" : "shm_direct";
+      case Collective::Allgather:
+        return in.bytes <= kLine * ranks ? "shm_ll" : "shm_direct";
+      case Collective::Barrier:
+        return "shm_ll";
       case Collective::Alltoall:
       case Collective::Alltoallv:
       case Collective::Allgatherv:
-      case Collective::ReduceScatterv: return "shm_direct";
-      default: break;
+      case Collective::ReduceScatterv:
+        return "shm_direct";
+      default:
+        break;
     }
   }
   if (in.model != nullptr && in.model->decides()) {
@@ -163,7 +167,8 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
     case Collective::Allreduce:
       return in.bytes <= in.smallMessageBytes ? "recursive_doubling" : "ring";
     case Collective::Reduce:
-    case Collective::Broadcast: return "binomial_tree";
+    case Collective::Broadcast:
+      return "binomial_tree";
     // Small messages are latency-bound: Bruck and recursive halving take log2(N) steps instead
     // of ring's N-1 and send the same bytes (halving only when N is a power of two; otherwise
     // its folding sends more).
@@ -175,14 +180,19 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
                  ? "halving_doubling"
                  : "ring";
     case Collective::Allgatherv:
-    case Collective::ReduceScatterv: return "ring";
+    case Collective::ReduceScatterv:
+      return "ring";
     case Collective::Gather:
-    case Collective::Scatter: return "linear";
+    case Collective::Scatter:
+      return "linear";
     case Collective::Alltoall:
-    case Collective::Alltoallv: return "pairwise";
-    case Collective::Barrier: return "dissemination";
+    case Collective::Alltoallv:
+      return "pairwise";
+    case Collective::Barrier:
+      return "dissemination";
     case Collective::Send:
-    case Collective::Recv: return "direct";
+    case Collective::Recv:
+      return "direct";
   }
   return "direct";
 }

@@ -1,5 +1,5 @@
 // The low-latency shared-memory collectives ("shm_ll": data, tag and sequence number in one
-// cache line per rank): every dtype x op at every count that fits a line (and the next counts,
+// line per rank): every dtype x op at every count that fits a line (and the next counts,
 // which fall back to shm_direct), every world size, ranks as threads and as processes; chosen by
 // default for tiny messages; 4 and 8 ranks as processes oversubscribed on 2 CPUs completing
 // thousands of operations (no timing threshold, only the harness deadline); operations that
@@ -23,8 +23,8 @@ namespace {
 
 constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
 constexpr Collective kLowLatency[] = {Collective::Allreduce, Collective::Broadcast,
-                                      Collective::Reduce, Collective::Barrier,
-                                      Collective::Allgather};
+                                      Collective::Reduce,    Collective::Barrier,
+                                      Collective::Allgather, Collective::ReduceScatter};
 
 // Counts around the line capacity of dtype t: 0, 1, 2, 3, a prime below, the largest that
 // fits, one more (falls back).
@@ -51,6 +51,13 @@ void sweepLines(Comm& c) {
       checkNonReducing(c, t, count);  // broadcast from every root, allgather (in place too)
       c.barrier();
     }
+    // reduce_scatter: the whole input (n blocks) in a line, up to one block more than fits.
+    const std::size_t fit = kLine / dataTypeSize(t) / static_cast<std::size_t>(n);
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{2}, fit, fit + 1}) {
+      if (count > fit + 1) continue;
+      for (ReduceOp op : kAllReduceOps)
+        for (bool inPlace : {false, true}) checkReduceScatter(c, t, op, count, inPlace);
+    }
   }
 }
 
@@ -70,7 +77,8 @@ TEST_P(ShmLowLatencyThreads, ChosenByDefaultForTinyMessages) {
       for (Collective k : kLowLatency) EXPECT_NE(c.selectedAlgorithm(k, 8), "shm_ll");
       return;
     }
-    for (Collective k : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
+    for (Collective k : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce,
+                         Collective::ReduceScatter}) {
       EXPECT_EQ(c.selectedAlgorithm(k, 1), "shm_ll");
       EXPECT_EQ(c.selectedAlgorithm(k, kLine), "shm_ll");
       EXPECT_EQ(c.selectedAlgorithm(k, kLine + 1), "shm_direct");

@@ -50,7 +50,8 @@ TEST(Rules, DefaultPolicyOnOneHost) {
   auto host = [](Collective c, std::size_t bytes, int n = 4) {
     return SelectionInputs{c, bytes, n, 64 * 1024, true};
   };
-  for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce}) {
+  for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce,
+                       Collective::ReduceScatter}) {
     EXPECT_EQ(selectAlgorithm(none, host(c, 1)), "shm_ll");
     EXPECT_EQ(selectAlgorithm(none, host(c, kLine)), "shm_ll");
     EXPECT_EQ(selectAlgorithm(none, host(c, kLine + 1)), "shm_direct");
@@ -58,8 +59,8 @@ TEST(Rules, DefaultPolicyOnOneHost) {
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine)), "shm_ll");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine + 1)), "shm_direct");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Barrier, 0)), "shm_ll");
-  for (Collective c : {Collective::ReduceScatter, Collective::ReduceScatterv, Collective::Alltoall,
-                       Collective::Alltoallv, Collective::Allgatherv})
+  for (Collective c : {Collective::ReduceScatterv, Collective::Alltoall, Collective::Alltoallv,
+                       Collective::Allgatherv})
     EXPECT_EQ(selectAlgorithm(none, host(c, 8)), "shm_direct");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Gather, 8)), "linear");
   EXPECT_EQ(selectAlgorithm(parseRules("allreduce:ring", "test"), host(Collective::Allreduce, 8)),
