@@ -49,6 +49,7 @@ void shmLowLatencyReduce(Context&, const CollArgs&);
 void shmLowLatencyBarrier(Context&, const CollArgs&);
 void shmLowLatencyAllgather(Context&, const CollArgs&);
 void shmLowLatencyReduceScatter(Context&, const CollArgs&);
+void shmLowLatencyAlltoall(Context&, const CollArgs&);
 void hierarchicalAllgather(Context&, const CollArgs&);
 void hierarchicalReduceScatter(Context&, const CollArgs&);
 void hierarchicalBroadcast(Context&, const CollArgs&);
@@ -171,6 +172,9 @@ constexpr std::array kAlgorithms{
     AlgoInfo{"shm_ll", Collective::ReduceScatter, shmLowLatencyReduceScatter,
              "one host, <= 240 B in all: each rank posts its input in its line, each reduces "
              "its own block of the N lines in rank order; no barrier"},
+    AlgoInfo{"shm_ll", Collective::Alltoall, shmLowLatencyAlltoall,
+             "one host, <= 240 B in all: each rank posts its send buffer in its line, each "
+             "copies its block out of every peer's line; no barrier"},
     // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
     // with the same local rank on every node; without such a topology, the classic algorithm.
     AlgoInfo{"hierarchical", Collective::Allgather, hierarchicalAllgather,

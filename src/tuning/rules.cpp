@@ -146,12 +146,12 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
       case Collective::Broadcast:
       case Collective::Reduce:
       case Collective::ReduceScatter:
+      case Collective::Alltoall:
         return in.bytes <= kLine ? "shm_ll" : "shm_direct";
       case Collective::Allgather:
         return in.bytes <= kLine * ranks ? "shm_ll" : "shm_direct";
       case Collective::Barrier:
         return "shm_ll";
-      case Collective::Alltoall:
       case Collective::Alltoallv:
       case Collective::Allgatherv:
       case Collective::ReduceScatterv:

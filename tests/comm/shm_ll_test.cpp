@@ -22,9 +22,9 @@ namespace braid::test {
 namespace {
 
 constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
-constexpr Collective kLowLatency[] = {Collective::Allreduce, Collective::Broadcast,
-                                      Collective::Reduce,    Collective::Barrier,
-                                      Collective::Allgather, Collective::ReduceScatter};
+constexpr Collective kLowLatency[] = {
+    Collective::Allreduce, Collective::Broadcast,     Collective::Reduce,  Collective::Barrier,
+    Collective::Allgather, Collective::ReduceScatter, Collective::Alltoall};
 
 // Counts around the line capacity of dtype t: 0, 1, 2, 3, a prime below, the largest that
 // fits, one more (falls back).
@@ -51,12 +51,14 @@ void sweepLines(Comm& c) {
       checkNonReducing(c, t, count);  // broadcast from every root, allgather (in place too)
       c.barrier();
     }
-    // reduce_scatter: the whole input (n blocks) in a line, up to one block more than fits.
+    // reduce_scatter and alltoall: the whole input (n blocks) in a line, up to one block more
+    // than fits.
     const std::size_t fit = kLine / dataTypeSize(t) / static_cast<std::size_t>(n);
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{2}, fit, fit + 1}) {
       if (count > fit + 1) continue;
       for (ReduceOp op : kAllReduceOps)
         for (bool inPlace : {false, true}) checkReduceScatter(c, t, op, count, inPlace);
+      checkNonReducing(c, t, count);  // alltoall (and the others) at these counts
     }
   }
 }
@@ -78,7 +80,7 @@ TEST_P(ShmLowLatencyThreads, ChosenByDefaultForTinyMessages) {
       return;
     }
     for (Collective k : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce,
-                         Collective::ReduceScatter}) {
+                         Collective::ReduceScatter, Collective::Alltoall}) {
       EXPECT_EQ(c.selectedAlgorithm(k, 1), "shm_ll");
       EXPECT_EQ(c.selectedAlgorithm(k, kLine), "shm_ll");
       EXPECT_EQ(c.selectedAlgorithm(k, kLine + 1), "shm_direct");

@@ -51,7 +51,7 @@ TEST(Rules, DefaultPolicyOnOneHost) {
     return SelectionInputs{c, bytes, n, 64 * 1024, true};
   };
   for (Collective c : {Collective::Allreduce, Collective::Broadcast, Collective::Reduce,
-                       Collective::ReduceScatter}) {
+                       Collective::ReduceScatter, Collective::Alltoall}) {
     EXPECT_EQ(selectAlgorithm(none, host(c, 1)), "shm_ll");
     EXPECT_EQ(selectAlgorithm(none, host(c, kLine)), "shm_ll");
     EXPECT_EQ(selectAlgorithm(none, host(c, kLine + 1)), "shm_direct");
@@ -59,8 +59,7 @@ TEST(Rules, DefaultPolicyOnOneHost) {
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine)), "shm_ll");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Allgather, 4 * kLine + 1)), "shm_direct");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Barrier, 0)), "shm_ll");
-  for (Collective c : {Collective::ReduceScatterv, Collective::Alltoall, Collective::Alltoallv,
-                       Collective::Allgatherv})
+  for (Collective c : {Collective::ReduceScatterv, Collective::Alltoallv, Collective::Allgatherv})
     EXPECT_EQ(selectAlgorithm(none, host(c, 8)), "shm_direct");
   EXPECT_EQ(selectAlgorithm(none, host(Collective::Gather, 8)), "linear");
   EXPECT_EQ(selectAlgorithm(parseRules("allreduce:ring", "test"), host(Collective::Allreduce, 8)),
