@@ -97,6 +97,9 @@ class SharedMemoryGroup {
   /// True when every rank can read every other rank's own memory single-copy
   /// (process_vm_readv, probed at setup): the same answer on every rank.
   virtual bool canReadPeers() const = 0;
+  /// True when the group's ranks outnumber the CPUs their affinity masks allow together, so
+  /// that they take turns on a CPU: the same answer on every rank.
+  virtual bool crowded() const = 0;
   /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
   /// keeps that memory unchanged until a barrier that follows this call. Throws
   /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is

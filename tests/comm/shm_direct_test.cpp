@@ -117,7 +117,8 @@ TEST_P(ShmDirectProcesses, ForcedSweep) {
 }
 
 // Large messages between processes with the default chunk size: several staging rounds, and
-// alltoall single-copy (process_vm_readv between processes) where the kernel allows it.
+// alltoall single-copy (process_vm_readv between processes) where the kernel allows it and the
+// ranks outnumber this machine's CPUs (3 ranks and more on 2 CPUs), staged otherwise.
 TEST_P(ShmDirectProcesses, LargeMessages) {
   Options o = testOptions("shm_direct");
   o.chunkBytes = std::size_t{256} << 10;

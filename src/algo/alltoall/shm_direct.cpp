@@ -3,7 +3,11 @@
 // the host's segment are the only intermediate memory.
 //
 // Alltoall, blocks of at least 64 KiB when every rank can read every other rank's memory
-// (SharedMemoryGroup::canReadPeers, process_vm_readv): single copy, 2 barriers. Each rank
+// (SharedMemoryGroup::canReadPeers, process_vm_readv) and the ranks outnumber their CPUs
+// (SharedMemoryGroup::crowded): single copy, 2 barriers. With a CPU per rank the staged path
+// below is faster at every block size, because its copy-out streams a large output
+// (docs/benchmarks.md: 2 ranks 1.2-1.6x from 64 KiB); crowded, its barrier per chunk costs a
+// turn on the CPU each (4 ranks on 2 CPUs, 256 KiB: single copy 2.0 against 1.5 GB/s). Each rank
 // publishes its send buffer's address in its staging half; barrier; each rank reads its block
 // straight out of every peer's send buffer into its output (N-1 process_vm_readv calls);
 // barrier (a send buffer stays untouched until every peer has read from it). Memory traffic per
@@ -66,7 +70,7 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const bool stream = streamsOutput(block * un);
   if (out != in && block > 0) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;
-  if (block >= kSingleCopyBytes && g->canReadPeers()) {
+  if (block >= kSingleCopyBytes && g->canReadPeers() && g->crowded()) {
     // Single copy: publish the send buffer's address, read this rank's block out of every
     // peer's send buffer, and keep this one untouched until every peer has read from it.
     const std::size_t h = g->beginStep();

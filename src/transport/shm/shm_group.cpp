@@ -19,7 +19,7 @@ constexpr int kTightPolls = 64;
 
 ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
                    std::vector<std::string> descriptions, const ShmOptions& options,
-                   std::chrono::microseconds busyPoll,
+                   std::chrono::microseconds busyPoll, bool crowded,
                    std::function<std::string(std::uint64_t)> tagText,
                    std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen)
     : seg_(segment),
@@ -28,6 +28,7 @@ ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
       descriptions_(std::move(descriptions)),
       spin_(options.spin),
       busyPoll_(busyPoll),
+      crowded_(crowded),
       liveness_(options.livenessInterval),
       tagText_(std::move(tagText)),
       mismatchSeen_(std::move(mismatchSeen)) {

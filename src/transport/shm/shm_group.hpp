@@ -34,7 +34,8 @@ class ShmGroup final : public SharedMemoryGroup {
  public:
   ShmGroup(Segment& segment, std::size_t local, std::size_t count,
            std::vector<std::string> descriptions, const ShmOptions& options,
-           std::chrono::microseconds busyPoll, std::function<std::string(std::uint64_t)> tagText,
+           std::chrono::microseconds busyPoll, bool crowded,
+           std::function<std::string(std::uint64_t)> tagText,
            std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen);
   ~ShmGroup() override { markGone(); }
   ShmGroup(const ShmGroup&) = delete;
@@ -52,6 +53,7 @@ class ShmGroup final : public SharedMemoryGroup {
   void linePost(std::uint64_t tag, const void* data, std::size_t bytes, Deadline deadline) override;
   const std::uint8_t* lineWait(int peer, Deadline deadline) override;
   bool canReadPeers() const override { return canReadPeers_; }
+  bool crowded() const override { return crowded_; }
   void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
 
   /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
@@ -78,6 +80,7 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::vector<std::string> descriptions_;
   const std::chrono::microseconds spin_;
   const std::chrono::microseconds busyPoll_;
+  const bool crowded_;
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
   // Told (local peer, this rank's tag, the peer's tag) before a tag Mismatch fails the group.

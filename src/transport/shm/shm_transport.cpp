@@ -189,7 +189,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     for (const Channel& c : channels_) descriptions.push_back(c.description());
     group_ = std::make_unique<ShmGroup>(
         att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_,
-        [this](std::uint64_t t) { return tagText(t); },
+        count > att_.hostCpus, [this](std::uint64_t t) { return tagText(t); },
         [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
           mismatchSeen(att_.localRanks[local], mine, theirs);
         });
