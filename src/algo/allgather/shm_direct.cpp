@@ -39,7 +39,7 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
   const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
-  const bool stream = streamsOutput(block * static_cast<std::size_t>(ctx.size));
+  const bool stream = streamsOutput(block * static_cast<std::size_t>(ctx.size), ctx.size);
   for (std::size_t off = 0; off < block; off += chunk) {
     const std::size_t c = std::min(chunk, block - off);
     const std::size_t h = g->beginStep();

@@ -67,7 +67,7 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
     return;
   }
   const auto own = static_cast<std::size_t>(me) * block;
-  const bool stream = streamsOutput(block * un);
+  const bool stream = streamsOutput(block * un, n);
   if (out != in && block > 0) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;
   if (block >= kSingleCopyBytes && g->canReadPeers() && g->crowded()) {

@@ -29,7 +29,7 @@ void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
   if (ctx.size == 1 || bytes == 0) return;
   std::uint8_t* buf = bytesOf(a.recv);
   const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
-  const bool stream = streamsOutput(bytes);
+  const bool stream = streamsOutput(bytes, ctx.size);
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t c = std::min(chunk, bytes - off);
     const std::size_t h = g->beginStep();

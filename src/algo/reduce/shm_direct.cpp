@@ -67,7 +67,7 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
   }
 
   const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, half) / es);
-  const bool stream = isRoot && streamsOutput(bytes) && out != in;
+  const bool stream = isRoot && streamsOutput(bytes, n) && out != in;
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();
