@@ -2,10 +2,11 @@
 // exchange; all ranks on one host). Bigger blocks, or no shared group, run shm_direct.
 //
 // Steps (block bytes <= SharedMemoryGroup::kLineBytes, 240):
-//   1. every rank posts its block in its own line (data, tag, exchange number; one cache line up to 48 B);
+//   1. every rank posts its block in its own line (data, tag, exchange number; one cache line up to
+//   48 B);
 //   2. every rank polls each peer's line in turn and copies the block into its place.
 // Memory traffic per rank: one line written, N-1 lines read; no barrier, no staging.
-#include "algo/exchange.hpp"
+#include "algo/line_exchange.hpp"
 
 namespace braid::algo {
 
@@ -13,9 +14,8 @@ void shmDirectAllgather(Context&, const CollArgs&);
 
 void shmLowLatencyAllgather(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size == 1 || g == nullptr || block == 0 ||
-      block > transport::SharedMemoryGroup::kLineBytes) {
+  transport::SharedMemoryGroup* g = lineGroup(ctx, block);
+  if (g == nullptr) {
     shmDirectAllgather(ctx, a);
     return;
   }

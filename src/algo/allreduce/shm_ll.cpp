@@ -9,10 +9,7 @@
 //   3. reduce the N inputs in rank order into a local accumulator, copy it to the output.
 // No barrier, no staging, no system call unless a waiter sleeps. Memory traffic per rank: one
 // line written, N-1 lines read. Every rank reduces in the same order: bitwise equal results.
-#include <algorithm>
-
-#include "algo/exchange.hpp"
-#include "kernels/reduce.hpp"
+#include "algo/line_exchange.hpp"
 
 namespace braid::algo {
 
@@ -20,21 +17,14 @@ void shmDirectAllreduce(Context&, const CollArgs&);
 
 void shmLowLatencyAllreduce(Context& ctx, const CollArgs& a) {
   const std::size_t bytes = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size == 1 || g == nullptr || bytes == 0 ||
-      bytes > transport::SharedMemoryGroup::kLineBytes) {
+  transport::SharedMemoryGroup* g = lineGroup(ctx, bytes);
+  if (g == nullptr) {
     shmDirectAllreduce(ctx, a);
     return;
   }
-  const int me = ctx.rank;
   const std::uint8_t* in = bytesOf(a.send);
   g->linePost(ctx.tag, in, bytes, ctx.deadline);
-  auto input = [&](int p) { return p == me ? in : g->lineWait(p, ctx.deadline); };
-  alignas(64) std::uint8_t acc[transport::SharedMemoryGroup::kLineBytes];
-  const std::uint8_t* x0 = input(0);
-  kernels::reduce3(a.dtype, a.op, acc, x0, input(1), a.count);
-  for (int p = 2; p < ctx.size; ++p) kernels::reduceInto(a.dtype, a.op, acc, input(p), a.count);
-  std::memcpy(a.recv, acc, bytes);
+  reduceLines(ctx, *g, a.dtype, a.op, in, 0, a.count, a.recv);
 }
 
 }  // namespace braid::algo

@@ -10,7 +10,7 @@
 //   3. copy the own block.
 // No barrier, no staging, no system call unless a waiter sleeps. Memory traffic per rank: one
 // line written, N-1 lines read.
-#include "algo/exchange.hpp"
+#include "algo/line_exchange.hpp"
 
 namespace braid::algo {
 
@@ -19,9 +19,8 @@ void shmDirectAlltoall(Context&, const CollArgs&);
 void shmLowLatencyAlltoall(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
   const std::size_t total = block * static_cast<std::size_t>(ctx.size);
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size == 1 || g == nullptr || block == 0 ||
-      total > transport::SharedMemoryGroup::kLineBytes) {
+  transport::SharedMemoryGroup* g = lineGroup(ctx, total);
+  if (g == nullptr) {
     shmDirectAlltoall(ctx, a);
     return;
   }

@@ -2,13 +2,14 @@
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
 //
 // Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
-//   1. the root posts the buffer in its own line (data, tag, exchange number; one cache line up to 48 B); every
+//   1. the root posts the buffer in its own line (data, tag, exchange number; one cache line up to
+//   48 B); every
 //      other rank posts an empty line (its exchange number says it entered);
 //   2. every other rank polls the root's line and copies the payload out.
 // Memory traffic: one line written by the root, read by N-1 ranks. The root's next exchange
 // waits until every rank entered this one (so none still reads the root's line of the one
 // before; see shm_group.hpp).
-#include "algo/exchange.hpp"
+#include "algo/line_exchange.hpp"
 
 namespace braid::algo {
 
@@ -16,9 +17,8 @@ void shmDirectBroadcast(Context&, const CollArgs&);
 
 void shmLowLatencyBroadcast(Context& ctx, const CollArgs& a) {
   const std::size_t bytes = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size == 1 || g == nullptr || bytes == 0 ||
-      bytes > transport::SharedMemoryGroup::kLineBytes) {
+  transport::SharedMemoryGroup* g = lineGroup(ctx, bytes);
+  if (g == nullptr) {
     shmDirectBroadcast(ctx, a);
     return;
   }

@@ -10,8 +10,7 @@
 // No barrier, no staging, no system call unless a waiter sleeps. Memory traffic per rank: one
 // line written, N-1 lines read. Each block is reduced by its owner alone, in rank order (the
 // order shm_ll's allreduce uses, so both give the same bits).
-#include "algo/exchange.hpp"
-#include "kernels/reduce.hpp"
+#include "algo/line_exchange.hpp"
 
 namespace braid::algo {
 
@@ -20,22 +19,15 @@ void shmDirectReduceScatter(Context&, const CollArgs&);
 void shmLowLatencyReduceScatter(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
   const std::size_t total = block * static_cast<std::size_t>(ctx.size);
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size == 1 || g == nullptr || block == 0 ||
-      total > transport::SharedMemoryGroup::kLineBytes) {
+  transport::SharedMemoryGroup* g = lineGroup(ctx, total);
+  if (g == nullptr) {
     shmDirectReduceScatter(ctx, a);
     return;
   }
-  const int me = ctx.rank;
   const std::uint8_t* in = bytesOf(a.send);
-  const std::size_t mine = static_cast<std::size_t>(me) * block;
   g->linePost(ctx.tag, in, total, ctx.deadline);
-  auto input = [&](int p) { return (p == me ? in : g->lineWait(p, ctx.deadline)) + mine; };
-  alignas(64) std::uint8_t acc[transport::SharedMemoryGroup::kLineBytes];
-  const std::uint8_t* x0 = input(0);
-  kernels::reduce3(a.dtype, a.op, acc, x0, input(1), a.count);
-  for (int p = 2; p < ctx.size; ++p) kernels::reduceInto(a.dtype, a.op, acc, input(p), a.count);
-  std::memcpy(a.recv, acc, block);
+  reduceLines(ctx, *g, a.dtype, a.op, in, static_cast<std::size_t>(ctx.rank) * block, a.count,
+              a.recv);
 }
 
 }  // namespace braid::algo
