@@ -133,10 +133,10 @@ TEST_P(ShmDirectProcesses, LargeMessages) {
       std::chrono::seconds(900));
 }
 
-// Outputs larger than the streaming threshold (half the last-level cache) are written with
-// non-temporal stores: allreduce (3 ranks, in place and not), reduce at 2 and 3 ranks (the root
-// streams its reduction straight out, or sums in its stage first), allgather and broadcast; odd
-// counts, so that slices start unaligned.
+// Outputs that each reach the streaming threshold (half the last-level cache) on their own are
+// written with non-temporal stores: allreduce (3 ranks, in place and not), reduce at 2 and 3 ranks
+// (the root streams its reduction straight out, or sums in its stage first), allgather and
+// broadcast; odd counts, so that slices start unaligned.
 TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
   const std::size_t threshold = kernels::streamingThresholdBytes();
   const std::size_t count = std::max<std::size_t>(threshold, std::size_t{1} << 20) / 4 + 1031;

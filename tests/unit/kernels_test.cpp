@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "harness/data.hpp"
-#include "kernels/copy.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::test {
@@ -530,27 +529,6 @@ TEST(Kernels, DivideMatchesReferenceAtEveryIsa) {
           const std::string bad = check(t, buf.data(), e, n);
           ASSERT_TRUE(bad.empty()) << kernels::toString(isa) << " " << toString(t) << " n=" << n
                                    << " divisor=" << divisor << ": " << bad;
-        }
-      }
-    }
-  }
-}
-
-// The non-temporal copy: every length around its 64-byte blocks and 16-byte peel, at every
-// alignment of source and destination, between guard bytes that must stay untouched.
-TEST(Kernels, StreamingCopyMatchesMemcpyAtEveryLengthAndAlignment) {
-  std::vector<std::uint8_t> src(4096 + 64), dst(4096 + 64);
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 37 + 11);
-  for (std::size_t bytes : {0, 1, 15, 16, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4001}) {
-    for (std::size_t so = 0; so < 17; so += 3) {
-      for (std::size_t d0 = 0; d0 < 17; ++d0) {
-        std::fill(dst.begin(), dst.end(), std::uint8_t{0xA5});
-        kernels::copyStreaming(dst.data() + d0, src.data() + so, bytes);
-        for (std::size_t i = 0; i < dst.size(); ++i) {
-          const bool inside = i >= d0 && i < d0 + bytes;
-          const std::uint8_t want = inside ? src[so + i - d0] : std::uint8_t{0xA5};
-          ASSERT_EQ(dst[i], want) << "bytes " << bytes << ", source offset " << so
-                                  << ", destination offset " << d0 << ", byte " << i;
         }
       }
     }
