@@ -167,16 +167,15 @@ bool isP2P(const Op& op) {
 
 // Clears `running` when an inline start or execution ends, and lets the worker start what was
 // queued meanwhile.
+// The worker checks `running` under queueMu before it sleeps: taking the lock after the store
+// makes sure it either saw the store or already sleeps when notified.
 struct RunningScope {
   Comm::Impl* self;
   ~RunningScope() {
-    bool wake;
-    {
-      std::lock_guard<std::mutex> g(self->queueMu);
-      self->running = false;
-      wake = !self->queue.empty();
-    }
-    if (wake) self->queueCv.notify_all();
+    self->running.store(false, std::memory_order_seq_cst);
+    if (self->queued.load(std::memory_order_seq_cst) == 0) return;
+    { std::lock_guard<std::mutex> g(self->queueMu); }
+    self->queueCv.notify_all();
   }
 };
 
@@ -202,19 +201,19 @@ void Comm::Impl::runBlocking(Op op) {
     runAsync(std::move(op)).wait();
     return;
   }
-  std::unique_lock<std::mutex> lk(queueMu);
-  if (!running && queue.empty()) {
-    running = true;
-    // Nothing can be listed while this thread runs (posting needs !running), so an empty list
-    // stays empty: skip the drain and its lock on the small-message path.
-    const bool drain = !inflight.empty();
-    lk.unlock();
+  // Nothing queued and nothing running: start here, claiming `running` without queueMu. An op
+  // this thread issued earlier is queued or running until it started, so it is never overtaken;
+  // one another thread queues meanwhile waits behind this one, as it would after the claim.
+  if (queued.load(std::memory_order_seq_cst) == 0 &&
+      !running.exchange(true, std::memory_order_seq_cst)) {
     RunningScope scope{this};
-    if (drain) drainInflight();  // a collective waits for the send/recv issued before it
+    // Nothing can be listed while this thread runs (posting needs `running`), so an empty list
+    // stays empty: skip the drain and its lock on the small-message path.
+    if (listed.load(std::memory_order_acquire) != 0)
+      drainInflight();  // a collective waits for the send/recv issued before it
     execute(op);
     return;
   }
-  lk.unlock();
   runAsync(std::move(op)).wait();
 }
 
@@ -230,9 +229,8 @@ Work Comm::Impl::runAsync(Op op) {
                 ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted"))));
     return Work(state);
   }
-  if (isP2P(op) && !running && queue.empty()) {
+  if (isP2P(op) && queue.empty() && !running.exchange(true, std::memory_order_seq_cst)) {
     // Nothing issued earlier is still to start: post it now, on this thread.
-    running = true;
     Finished finished = finishedInflight();
     lk.unlock();
     RunningScope scope{this};
@@ -241,6 +239,7 @@ Work Comm::Impl::runAsync(Op op) {
     return Work(state);
   }
   queue.push_back(std::move(op));
+  queued.store(queue.size(), std::memory_order_seq_cst);
   if (!worker.joinable()) worker = std::thread([this] { workerLoop(); });
   lk.unlock();
   queueCv.notify_all();
@@ -250,10 +249,10 @@ Work Comm::Impl::runAsync(Op op) {
 void Comm::Impl::workerLoop() {
   std::unique_lock<std::mutex> lk(queueMu);
   while (true) {
-    if (!running && !queue.empty()) {
+    if (!queue.empty() && !running.exchange(true, std::memory_order_seq_cst)) {
       Op op = std::move(queue.front());
       queue.pop_front();
-      running = true;
+      queued.store(queue.size(), std::memory_order_seq_cst);
       lk.unlock();
       if (isP2P(op)) {
         postInflight(op);  // its Work completes when its waiter (or a later collective) drives it
@@ -268,11 +267,13 @@ void Comm::Impl::workerLoop() {
         op.work->finish(error);
       }
       lk.lock();
-      running = false;
+      running.store(false, std::memory_order_seq_cst);
       continue;
     }
     if (stopping && queue.empty()) return;
-    queueCv.wait(lk, [&] { return stopping || (!running && !queue.empty()); });
+    queueCv.wait(lk, [&] {
+      return stopping || (!running.load(std::memory_order_seq_cst) && !queue.empty());
+    });
   }
 }
 
@@ -298,6 +299,7 @@ void Comm::Impl::postInflight(Op& op) {
   {
     std::lock_guard<std::mutex> lk(queueMu);
     e->pos = inflight.insert(inflight.end(), e);
+    listed.store(inflight.size(), std::memory_order_release);
   }
   e->op.work->setDriver(e);  // a thread already waiting on the Work drives it from now on
 }
@@ -361,6 +363,7 @@ void Comm::Impl::completeInflight(Inflight& e, std::exception_ptr error) {
     std::lock_guard<std::mutex> lk(queueMu);
     keep = std::move(*e.pos);
     inflight.erase(e.pos);
+    listed.store(inflight.size(), std::memory_order_release);
   }
   e.op.work->finish(error);
 }
