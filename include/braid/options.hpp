@@ -65,6 +65,9 @@ struct Options {
   /// kernel allows it (BRAID_SHM_CMA_THRESHOLD); BRAID_SHM_CMA_DISABLE=1 never uses it.
   std::size_t shmCmaThresholdBytes = 64 * 1024;
   bool shmCmaDisable = false;
+  /// Wakers skip their memory fence and sleepers pay for it with membarrier(2) where every rank
+  /// of the host could register for it (BRAID_SHM_LIGHT_WAKE=0: always the fence).
+  bool shmLightWake = true;
   /// Staging memory per rank in the host's segment for the direct shared-memory collectives
   /// (two halves; the pipelining unit of shm_direct is at most one half, or half / N where
   /// each rank stages one slot per peer). Rounded up to 4 KiB, at least 16 KiB, halved while

@@ -99,6 +99,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;
   transportOptions.shm.cmaThresholdBytes = opts.shmCmaThresholdBytes;
   transportOptions.shm.cmaDisable = opts.shmCmaDisable;
+  transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });

@@ -41,6 +41,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
     {"BRAID_SHM_CMA_THRESHOLD", "64K", "same-host messages this big go single-copy (CMA)"},
     {"BRAID_SHM_CMA_DISABLE", "0", "1: never use process_vm_readv (everything via the ring)"},
+    {"BRAID_SHM_LIGHT_WAKE", "1",
+     "0: shm wakers always fence (1: sleepers use membarrier instead, where available)"},
     {"BRAID_SHM_STAGING", "2M",
      "staging bytes per rank for the direct shm collectives (two halves; 0: none)"},
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
@@ -156,6 +158,7 @@ Options Options::fromEnv() {
   o.shmMaxSegmentBytes = sizeVar("BRAID_SHM_MAX_SEGMENT", o.shmMaxSegmentBytes);
   o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", o.shmCmaThresholdBytes);
   o.shmCmaDisable = intVar("BRAID_SHM_CMA_DISABLE", 0) != 0;
+  o.shmLightWake = intVar("BRAID_SHM_LIGHT_WAKE", 1) != 0;
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);
   if (const char* v = get("BRAID_DEBUG")) {
     std::string_view s(v);

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "harness/checks.hpp"
@@ -199,6 +201,56 @@ TEST_P(ShmLowLatencyOversubscribed, ProcessesOnTwoCpusMakeProgress) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ShmLowLatencyOversubscribed, ::testing::Values(4, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// A rank that reads nothing (a broadcast root, a reduce non-root) runs ahead of its readers until
+// it would overwrite a line one of them has not read, then waits for their published progress
+// (GroupLine::linesEntered, every kLineHalf exchanges). Thousands of operations whose readers
+// stall now and then, so that writers reach that limit; spin 0, so that every wait longer than
+// a few microseconds sleeps on the futex and is woken by a writer, with the light wake-ups
+// (membarrier, BRAID_SHM_LIGHT_WAKE=1) and with the writer's fence. Every value is checked: a
+// line overwritten too early shows up as a wrong value, a missed wake-up as a run that only
+// ends at the harness deadline.
+class ShmLowLatencyRunAhead : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(ShmLowLatencyRunAhead, WritersWaitForSlowReaders) {
+  const auto [n, light] = GetParam();
+  Options o = testOptions("shm_ll");
+  o.spin = std::chrono::microseconds(0);
+  o.shmLightWake = light;
+  runProcesses(
+      n, o,
+      [](Comm& c) {
+        constexpr int kOps = 3000;
+        const int me = c.rank();
+        const int n = c.size();
+        auto stall = [] { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
+        for (int i = 0; i < kOps; ++i) {
+          if (me != 0 && i % 101 == me * 13 % 101) stall();
+          std::int64_t b = me == 0 ? 3 * i + 1 : -1;
+          c.broadcast(&b, 1, DataType::Int64, 0);
+          if (b != 3 * i + 1)
+            throw Error(ErrorCode::Internal,
+                        "broadcast " + std::to_string(i) + ": got " + std::to_string(b));
+        }
+        for (int i = 0; i < kOps; ++i) {
+          if (me == 0 && i % 97 == 0) stall();
+          std::int32_t x = me + i;
+          std::int32_t sum = -1;
+          c.reduce(&x, &sum, 1, DataType::Int32, ReduceOp::Sum, 0);
+          if (me == 0 && sum != n * i + n * (n - 1) / 2)
+            throw Error(ErrorCode::Internal,
+                        "reduce " + std::to_string(i) + ": got " + std::to_string(sum));
+        }
+      },
+      std::chrono::seconds(300));
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndWakeUps, ShmLowLatencyRunAhead,
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_light" : "_fenced");
+                         });
 
 // Ranks that disagree fail with Error(Mismatch) naming both operations, whether both sides are
 // in line exchanges, or one is in a line exchange and the other in a staged collective.

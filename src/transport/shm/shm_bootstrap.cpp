@@ -156,6 +156,8 @@ void Setup::registerRank(Attachment& a) const {
   slot.probeCookie.store(cookie_, std::memory_order_relaxed);
   slot.probeAddress.store(reinterpret_cast<std::uintptr_t>(&slot.probeCookie),
                           std::memory_order_relaxed);
+  slot.lightWake.store(options_.lightWake && registerLightWake() ? 1 : 0,
+                       std::memory_order_relaxed);
   slot.attached.store(1, std::memory_order_release);
 }
 
@@ -318,6 +320,9 @@ Attachment Setup::run() {
   store_.setString(key("probed/" + std::to_string(local_)), "1");
   waitForAll("probed/", "probe the shared-memory segment");
   a.hostCpus = hostCpus();
+  a.lightWake = true;
+  for (std::size_t i = 0; i < localRanks_.size(); ++i)
+    a.lightWake = a.lightWake && a.segment.rank(i).lightWake.load(std::memory_order_acquire) == 1;
   return a;
 }
 

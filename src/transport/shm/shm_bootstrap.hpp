@@ -21,6 +21,9 @@ struct Attachment {
   // CPUs the host's ranks may run on together: the union of their affinity masks (each rank
   // may be bound to a CPU of its own, e.g. by braid-run --bind, so its own mask says little).
   std::size_t hostCpus = 1;
+  // Every local rank registered for the global expedited membarrier (and ShmOptions::lightWake
+  // is on): wakers skip their fence (notify() in shm_segment.hpp).
+  bool lightWake = false;
 };
 
 /// Attaches this rank to the segment of `localRanks` (protocol in shm_bootstrap.cpp). On return

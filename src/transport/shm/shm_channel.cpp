@@ -138,7 +138,7 @@ void Channel::closeFlags() {
   if (cfg_.out == nullptr) return;
   cfg_.out->producer.closed.store(1, std::memory_order_release);
   cfg_.in->consumer.closed.store(1, std::memory_order_release);
-  notify(*cfg_.peerSlot);
+  notify(*cfg_.peerSlot, cfg_.lightWake);
 }
 
 void Channel::finishAll(bool channelError) {
@@ -274,7 +274,7 @@ bool Channel::writeSends() {
   };
   auto publish = [&] {
     cfg_.out->producer.head.store(head_, std::memory_order_release);
-    notify(*cfg_.peerSlot);
+    notify(*cfg_.peerSlot, cfg_.lightWake);
     moved = true;
   };
   while (sendHead_ != nullptr) {
@@ -332,7 +332,7 @@ bool Channel::reapSingleCopies() {
 
 void Channel::publishTail() {
   cfg_.in->consumer.tail.store(tail_, std::memory_order_release);
-  notify(*cfg_.peerSlot);
+  notify(*cfg_.peerSlot, cfg_.lightWake);
 }
 
 void Channel::completeRx() {

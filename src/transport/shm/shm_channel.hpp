@@ -55,6 +55,7 @@ struct ChannelConfig {
   /// Messages of at least this many bytes go single-copy (the peer's probe could read us);
   /// SIZE_MAX when the peer cannot read us.
   std::size_t singleCopyBytes = SIZE_MAX;
+  bool lightWake = false;  // notify() without a fence (Attachment::lightWake)
 };
 
 /// Not thread-safe: the transport calls it with its lock held.

@@ -19,7 +19,7 @@ constexpr int kTightPolls = 64;
 
 ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
                    std::vector<std::string> descriptions, const ShmOptions& options,
-                   std::chrono::microseconds busyPoll, bool crowded,
+                   std::chrono::microseconds busyPoll, bool crowded, bool lightWake,
                    std::function<std::string(std::uint64_t)> tagText,
                    std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen)
     : seg_(segment),
@@ -29,6 +29,7 @@ ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
       spin_(options.spin),
       busyPoll_(busyPoll),
       crowded_(crowded),
+      lightWake_(lightWake),
       liveness_(options.livenessInterval),
       tagText_(std::move(tagText)),
       mismatchSeen_(std::move(mismatchSeen)) {
@@ -184,10 +185,13 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
       continue;
     }
     self.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const auto bound = announced(lightWake_);
     const std::uint32_t bell = self.bell.load(std::memory_order_seq_cst);
     if (!ready(next) && seg_.groupLine(next).gone.load(std::memory_order_seq_cst) == 0 &&
         !aborted_.load(std::memory_order_seq_cst))
-      futexWait(self.bell, bell, std::min(deadline, lastLiveness + liveness_) - now);
+      futexWait(self.bell, bell,
+                std::min<std::chrono::nanoseconds>(
+                    std::min(deadline, lastLiveness + liveness_) - now, bound));
     self.sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
 }
@@ -200,7 +204,7 @@ void ShmGroup::barrier(std::uint64_t tag, Deadline deadline) {
   seg_.groupLine(local_).tags[target % 2].store(tag, std::memory_order_relaxed);
   seg_.groupLine(local_).arrived.store(target, std::memory_order_seq_cst);
   for (std::size_t p = 0; p < count_; ++p)
-    if (p != local_) notify(seg_.rank(p));
+    if (p != local_) notify(seg_.rank(p), lightWake_);
   auto arrived = [&](std::size_t p) {
     const GroupLine& line = seg_.groupLine(p);
     if (line.arrived.load(std::memory_order_seq_cst) < target) return false;
@@ -224,19 +228,24 @@ void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, 
   if (bytes > kLineBytes)
     throw Error(ErrorCode::Internal, "rank " + std::to_string(local_) + ": " + where() + ": " +
                                          std::to_string(bytes) + " bytes do not fit a line");
+  // Entering k, this rank has read every line of the exchanges before: say so every kLineHalf
+  // exchanges (a peer never waits for more, see below).
+  if (k % kLineHalf == 0) seg_.groupLine(local_).linesEntered.store(k, std::memory_order_release);
   // Every peer must have entered exchange k - D + 1 (D = kLineDepth), i.e. finished reading
   // exchange k - D, before this rank overwrites its line of k - D. What was seen stays true:
-  // peers are looked at again only once the last look no longer covers k.
+  // peers are looked at again only once the last look no longer covers k. A peer that entered
+  // exchange j published at least j - kLineHalf + 1: a peer at k (the furthest one waiting for
+  // this rank can be) published at least k - D + 1, so this wait cannot deadlock.
   if (k >= kLineDepth && peersEntered_ < k - kLineDepth + 1) {
     const std::uint64_t need = k - kLineDepth + 1;
-    const std::size_t slot = need % kLineDepth;
-    std::uint64_t least = ~std::uint64_t{0};  // the slot may already hold a later exchange
+    std::uint64_t least = ~std::uint64_t{0};
     await(
         0, count_,
         [&](std::size_t p) {
-          const std::uint64_t seq = seg_.latencyLine(p, slot).seq.load(std::memory_order_acquire);
-          if (seq < need) return false;
-          least = std::min(least, seq);
+          const std::uint64_t entered =
+              seg_.groupLine(p).linesEntered.load(std::memory_order_acquire);
+          if (entered < need) return false;
+          least = std::min(least, entered);
           return true;
         },
         deadline);
@@ -247,7 +256,7 @@ void ShmGroup::linePost(std::uint64_t tag, const void* data, std::size_t bytes, 
   line.tag.store(tag, std::memory_order_relaxed);
   line.seq.store(k, std::memory_order_release);
   for (std::size_t p = 0; p < count_; ++p)
-    if (p != local_) notify(seg_.rank(p));
+    if (p != local_) notify(seg_.rank(p), lightWake_);
 }
 
 const std::uint8_t* ShmGroup::lineWait(int peer, Deadline deadline) {

@@ -34,7 +34,7 @@ class ShmGroup final : public SharedMemoryGroup {
  public:
   ShmGroup(Segment& segment, std::size_t local, std::size_t count,
            std::vector<std::string> descriptions, const ShmOptions& options,
-           std::chrono::microseconds busyPoll, bool crowded,
+           std::chrono::microseconds busyPoll, bool crowded, bool lightWake,
            std::function<std::string(std::uint64_t)> tagText,
            std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen);
   ~ShmGroup() override { markGone(); }
@@ -81,6 +81,7 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::chrono::microseconds spin_;
   const std::chrono::microseconds busyPoll_;
   const bool crowded_;
+  const bool lightWake_;  // notify() without a fence; sleepers run heavyFence() (shm_segment.hpp)
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
   // Told (local peer, this rank's tag, the peer's tag) before a tag Mismatch fails the group.

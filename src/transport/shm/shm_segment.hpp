@@ -9,12 +9,13 @@
 //   (padding to 4 KiB)
 //   rings[L * (L - 1)]      L * (L-1) * R B   one single-producer single-consumer byte ring per
 //                                             ordered pair of distinct local ranks
-//   GroupLine[L]                 L * 64 B  direct collectives: barrier counter, gone flag
-//   LatencyLine[L][kLineDepth]  L * 2 KiB  low-latency collectives: kLineDepth lines per rank
+//   GroupLine[L]                L * 128 B  direct collectives: barrier counter, gone flag, lines
+//                                          entered
+//   LatencyLine[L][kLineDepth]  L * 4 KiB  low-latency collectives: kLineDepth lines per rank
 //   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
-//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(192 L) + L G when G > 0]
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(4224 L) + L G when G > 0]
 //
 // The group part (GroupLine, staging) exists when G (ShmOptions::stagingBytes, default 2 MiB:
 // 2 x 1 MiB per rank) is not 0; G is halved (down to kMinStagingBytes) when the segment would
@@ -39,7 +40,7 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 5;
+inline constexpr std::uint32_t kSegmentVersion = 6;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -86,6 +87,9 @@ struct alignas(kCacheLine) RankSlot {
   std::atomic<std::uint64_t> probeCookie;
   // 1 + the CPU this rank last waited on (0: not yet), see besidePeer().
   std::atomic<std::uint32_t> waitCpu;
+  // 1: this rank's process registered for the kernel's global expedited membarrier, so a
+  // sleeper's heavyFence() reaches it (see notify()).
+  std::atomic<std::uint32_t> lightWake;
 };
 
 /// Publishes the CPU this rank runs on as it starts to wait (a store only when it changed, so
@@ -122,19 +126,27 @@ struct alignas(kCacheLine) ConsumerLine {
   std::atomic<std::uint32_t> canReadSender;   // the receiver's probe read the sender's memory
 };
 
-/// One local rank's line of the direct-collective group (written only by that rank).
+/// One local rank's lines of the direct-collective group (written only by that rank).
 struct alignas(kCacheLine) GroupLine {
   std::atomic<std::uint64_t> arrived;  // group barriers this rank has entered
   std::atomic<std::uint32_t> gone;     // its transport closed or failed: it arrives no more
   // The operation tag of barrier e, at [e % 2] (a peer is at most one barrier ahead).
   std::atomic<std::uint64_t> tags[2];
+  // The low-latency exchange this rank entered last, published every kLineHalf exchanges (so
+  // it has read every line of the exchanges before): the writers' flow control reads this, in
+  // a cache line of its own, instead of the rank's lines, which thus stay in its cache when
+  // nobody reads their payload (a broadcast non-root's, a reduce root's).
+  alignas(kCacheLine) std::atomic<std::uint64_t> linesEntered;
 };
 
-/// Lines per rank of the low-latency exchange: exchange k uses line k % kLineDepth, so a rank
-/// may run kLineDepth - 1 exchanges ahead of the slowest peer (a broadcast root, a reduce
-/// non-root: they read nothing). Oversubscribed, that lets such a rank post several operations
-/// per time slice instead of handing the CPU over for each.
-inline constexpr std::size_t kLineDepth = 8;
+/// Lines per rank of the low-latency exchange: exchange k uses line k % kLineDepth. A rank
+/// overwrites a line only once every peer published that it entered a later exchange, which
+/// peers do every kLineHalf exchanges, so a rank may run kLineDepth - kLineHalf exchanges ahead
+/// of the slowest peer (a broadcast root, a reduce non-root: they read nothing). Oversubscribed,
+/// that lets such a rank post several operations per time slice instead of handing the CPU over
+/// for each.
+inline constexpr std::size_t kLineDepth = 16;
+inline constexpr std::size_t kLineHalf = kLineDepth / 2;
 
 /// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): the exchange's
 /// sequence number, the operation's tag and up to 240 payload bytes in four cache lines. The
@@ -254,10 +266,39 @@ void futexWait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
 /// Wakes every thread sleeping on `word`.
 void futexWakeAll(std::atomic<std::uint32_t>& word);
 
+/// Registers this process for the global expedited membarrier (the kernel keeps it for the
+/// process's lifetime; registering again is harmless). False where the kernel or a seccomp
+/// filter refuses it.
+bool registerLightWake();
+/// membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED): every running thread of every registered
+/// process passes a full memory barrier before it returns. False when the call failed.
+bool heavyFence();
+
+/// The sleeper's half of notify(): called after announcing itself in `sleepers`, before its last
+/// look. Returns the longest it may then sleep: unbounded, or 1 ms where a light waker may have
+/// missed it (heavyFence() failed, which registered processes do not see in practice), so that
+/// a missed ring costs a millisecond, never a hang.
+inline std::chrono::nanoseconds announced(bool light) {
+  if (!light || heavyFence()) return std::chrono::nanoseconds::max();
+  return std::chrono::milliseconds(1);
+}
+
 /// Rings the doorbell of `slot` if a thread of that rank sleeps (or is about to). The caller
 /// has published the change the sleeper waits for before calling.
-inline void notify(RankSlot& slot) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+///
+/// The sleeper announces itself (a seq_cst RMW of `sleepers`), then looks at what it waits for
+/// once more; the waker stores the change, then reads `sleepers`. One of the two must see the
+/// other, which a store followed by a load does not give without a barrier between them. The
+/// plain way is a full fence here, on every notify: about 50 ns on this VM when the store is
+/// to a line a peer polls (the fence waits for that line's ownership). With `light` (every rank
+/// of the segment registered, see registerLightWake()), the waker only keeps the compiler from
+/// reordering, and the sleeper, which goes to sleep rarely and then pays microseconds anyway,
+/// runs heavyFence() after its announcement: the asymmetric pairing of membarrier(2).
+inline void notify(RankSlot& slot, bool light = false) {
+  if (light)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   if (slot.sleepers.load(std::memory_order_relaxed) != 0) {
     slot.bell.fetch_add(1, std::memory_order_seq_cst);
     futexWakeAll(slot.bell);

@@ -171,6 +171,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     c.slotBytes = att_.geometry.slotBytes;
     c.peerSlot = &att_.segment.rank(p);
     c.peerPid = pid;
+    c.lightWake = att_.lightWake;
     const bool peerReadsUs = c.out->consumer.canReadSender.load(std::memory_order_relaxed) != 0;
     c.singleCopyBytes = !options.cmaDisable && peerReadsUs ? options.cmaThresholdBytes : SIZE_MAX;
     channels_.emplace_back(std::move(c), sink);
@@ -189,7 +190,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     for (const Channel& c : channels_) descriptions.push_back(c.description());
     group_ = std::make_unique<ShmGroup>(
         att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_,
-        count > att_.hostCpus, [this](std::uint64_t t) { return tagText(t); },
+        count > att_.hostCpus, att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
         [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
           mismatchSeen(att_.localRanks[local], mine, theirs);
         });
@@ -296,7 +297,7 @@ void ShmTransportImpl::finish(Request& req, State state, bool channelError) {
 void ShmTransportImpl::notifyCompletions() {
   if (!completed_) return;
   completed_ = false;
-  shm::notify(*self_);
+  shm::notify(*self_, att_.lightWake);
 }
 
 void ShmTransportImpl::failTransport(Error error) {
@@ -373,6 +374,7 @@ bool ShmTransportImpl::test(Request& req) {
 void ShmTransportImpl::sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until,
                                    const Request* req) {
   self_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const auto bound = shm::announced(att_.lightWake);
   const std::uint32_t bell = self_->bell.load(std::memory_order_seq_cst);
   progressAll();  // the last look, with the sleeper announced
   const bool still = req == nullptr ? !failed_ && !stopping_ && waiters_ == 0 && backgroundWork()
@@ -381,7 +383,7 @@ void ShmTransportImpl::sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time
     const auto now = Clock::now();
     const auto wake = std::min(until, lastLiveness_ + options_.livenessInterval);
     lk.unlock();
-    shm::futexWait(self_->bell, bell, wake - now);
+    shm::futexWait(self_->bell, bell, std::min<std::chrono::nanoseconds>(wake - now, bound));
     self_->sleepers.fetch_sub(1, std::memory_order_relaxed);
     lk.lock();
   } else {

@@ -62,6 +62,10 @@ struct ShmOptions {
   std::size_t cmaThresholdBytes = 64 * 1024;
   /// Never use process_vm_readv (no probe, everything through the ring).
   bool cmaDisable = false;
+  /// Light wake-ups where every local rank can register for membarrier(2): a writer checks for
+  /// sleepers without a fence, a sleeper runs the global membarrier after announcing itself
+  /// (shm_segment.hpp, notify()). false: the writer's fence, always.
+  bool lightWake = true;
   /// A waiter polls this long before sleeping on its futex...
   std::chrono::microseconds spin{50};
   /// ... the first busyPoll of it without yielding the CPU, but only when the communicator's
