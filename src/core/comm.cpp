@@ -142,7 +142,7 @@ void Comm::Impl::run(Op& op) {
     memo = {op.bytes, algorithm};
   }
   opStarted(op, algorithm->name);
-  const auto deadline = op.startedAt + op.timeout;
+  const auto deadline = this->deadline(op);
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
   ctx.pieceBytes = opts.hierPieceBytes;
@@ -293,7 +293,7 @@ void Comm::Impl::postInflight(Op& op) {
     op.work->finish(opFailed(op, std::current_exception()));
     return;
   }
-  e->deadline = op.startedAt + op.timeout;
+  e->deadline = deadline(op);
   e->op = std::move(op);
   e->link = driverLink;
   {

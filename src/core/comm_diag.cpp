@@ -68,8 +68,7 @@ core::Clock::time_point Comm::Impl::stamp() const {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return core::Clock::time_point(std::chrono::seconds(ts.tv_sec) +
-                                 std::chrono::nanoseconds(ts.tv_nsec)) +
-         coarseSlack;
+                                 std::chrono::nanoseconds(ts.tv_nsec));
 }
 
 void Comm::Impl::opIssued(Op& op) {

@@ -94,10 +94,10 @@ struct Comm::Impl {
   std::uint64_t commHash = 0;                 // core::commIdHash(id), for tags
   std::atomic<std::int64_t> opTimeoutMs{-1};  // Comm::setOpTimeout; -1: opts.execTimeout
   core::Clock::time_point origin;             // creation: flight recorder and timeline times
-  // The per-operation time stamps (issue, start, end; the deadline counts from the start): the
-  // kernel's coarse monotonic clock plus its resolution, i.e. never early and at most one tick
-  // (1-4 ms) late, for about 10 ns a read instead of 35 on this VM; the precise clock when the
-  // timeline is on (comm_diag.cpp, stamp()).
+  // The per-operation time stamps (issue, start, end): the kernel's coarse monotonic clock, the
+  // time of its last tick (at most one tick, 1-4 ms, behind), for about 10 ns a read instead of
+  // 35 on this VM; the precise clock when the timeline is on (comm_diag.cpp, stamp()). An
+  // operation's deadline adds the tick to its start (deadline()), so it never comes early.
   core::Clock::duration coarseSlack{};
   std::unique_ptr<core::FlightRecorder> recorder;
   std::unique_ptr<core::Timeline> timeline;    // BRAID_TIMELINE
@@ -154,6 +154,9 @@ struct Comm::Impl {
 
   // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.
   core::Clock::time_point stamp() const;
+  core::Clock::time_point deadline(const Op& op) const {
+    return op.startedAt + op.timeout + (timeline ? core::Clock::duration{} : coarseSlack);
+  }
   void opIssued(Op& op);  // the deadline's clock read and the timeout; nothing recorded yet
   void opQueued(Op& op);  // into the flight recorder as queued (async, or behind another op)
   void opStarted(Op& op, const char* algorithm);

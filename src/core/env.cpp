@@ -39,7 +39,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_SLOTS", "8", "shared-memory ring slots per ordered pair of local ranks"},
     {"BRAID_SHM_SLOT_SIZE", "64K", "bytes per ring slot (power of two, 4K..16M)"},
     {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
-    {"BRAID_SHM_CMA_THRESHOLD", "64K", "same-host messages this big go single-copy (CMA)"},
+    {"BRAID_SHM_CMA_THRESHOLD", "auto",
+     "same-host send/recv this big go single-copy (CMA); auto: 64K on a crowded host, else never"},
     {"BRAID_SHM_CMA_DISABLE", "0", "1: never use process_vm_readv (everything via the ring)"},
     {"BRAID_SHM_LIGHT_WAKE", "1",
      "0: shm wakers always fence (1: sleepers use membarrier instead, where available)"},
@@ -156,7 +157,8 @@ Options Options::fromEnv() {
   o.shmSlots = sizeVar("BRAID_SHM_SLOTS", o.shmSlots);
   o.shmSlotBytes = sizeVar("BRAID_SHM_SLOT_SIZE", o.shmSlotBytes);
   o.shmMaxSegmentBytes = sizeVar("BRAID_SHM_MAX_SEGMENT", o.shmMaxSegmentBytes);
-  o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", o.shmCmaThresholdBytes);
+  if (const char* v = get("BRAID_SHM_CMA_THRESHOLD"); v != nullptr && std::string_view(v) != "auto")
+    o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", 0);
   o.shmCmaDisable = intVar("BRAID_SHM_CMA_DISABLE", 0) != 0;
   o.shmLightWake = intVar("BRAID_SHM_LIGHT_WAKE", 1) != 0;
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);

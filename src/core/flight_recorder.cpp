@@ -198,10 +198,8 @@ std::string FlightRecorder::dump(const std::string& title) const {
         row += line;
       }
       if (e.state == OpState::Running) {
-        // Stamps may come from the coarse clock, up to a tick ahead of `now` (comm_impl.hpp).
-        std::snprintf(
-            line, sizeof line, "  (running for %.1f ms)",
-            std::max(0.0, std::chrono::duration<double, std::milli>(now - e.started).count()));
+        std::snprintf(line, sizeof line, "  (running for %.1f ms)",
+                      std::chrono::duration<double, std::milli>(now - e.started).count());
         row += line;
       } else if (e.finished != Clock::time_point{}) {
         std::snprintf(line, sizeof line, "  finished %.3f (%.3f ms)", ms(e.finished),

@@ -223,7 +223,7 @@ TEST(TimeoutDiagnosis, PerCallTimeoutFiresWithTheNamedError) {
           [&] { c.allreduce(buf.data(), buf.data(), 16, DataType::Float32, ReduceOp::Sum); });
     }
     EXPECT_LT(Clock::now() - t0, 20s);
-    // Never early: the operation's start is stamped with the coarse clock plus its resolution.
+    // Never early: the deadline adds the coarse clock's tick to the operation's coarse start.
     EXPECT_GE(Clock::now() - t0, 400ms);
     EXPECT_EQ(g.code, ErrorCode::Timeout) << g.message;
     EXPECT_EQ(g.message.rfind("allreduce #1 timed out after 400 ms on rank 0: rank 1 has not "
