@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,9 +62,12 @@ struct Options {
   std::size_t shmSlots = 8;
   std::size_t shmSlotBytes = 64 * 1024;
   std::size_t shmMaxSegmentBytes = std::size_t{256} << 20;
-  /// Same-host messages of at least this size go single-copy with process_vm_readv where the
-  /// kernel allows it (BRAID_SHM_CMA_THRESHOLD); BRAID_SHM_CMA_DISABLE=1 never uses it.
-  std::size_t shmCmaThresholdBytes = 64 * 1024;
+  /// Same-host send/recv messages of at least this size go single-copy with process_vm_readv
+  /// where the kernel allows it (BRAID_SHM_CMA_THRESHOLD); BRAID_SHM_CMA_DISABLE=1 never uses
+  /// it. Unset (BRAID_SHM_CMA_THRESHOLD=auto, the default): 64 KiB where the host's ranks
+  /// outnumber the CPUs they may run on together, else never (the rings, copying on both sides
+  /// at once, are faster there: docs/benchmarks.md, "Point-to-point").
+  std::optional<std::size_t> shmCmaThresholdBytes;
   bool shmCmaDisable = false;
   /// Wakers skip their memory fence and sleepers pay for it with membarrier(2) where every rank
   /// of the host could register for it (BRAID_SHM_LIGHT_WAKE=0: always the fence).

@@ -146,6 +146,10 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
   // the host's ranks have at least a CPU each (of those their affinity masks allow together).
   if (count <= att_.hostCpus) busyPoll_ = options.busyPoll;
+  // Single copy by default only on a crowded host: with a CPU each, the ring's two copies run
+  // at once and beat process_vm_readv at every size (docs/benchmarks.md, "Point-to-point").
+  const std::size_t cmaThreshold =
+      options.cmaThresholdBytes.value_or(count > att_.hostCpus ? kCrowdedCmaThreshold : SIZE_MAX);
   localOf_.assign(static_cast<std::size_t>(size), -1);
   for (std::size_t i = 0; i < count; ++i) localOf_[att_.localRanks[i]] = static_cast<int>(i);
   const pid_t me = ::getpid();
@@ -173,7 +177,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     c.peerPid = pid;
     c.lightWake = att_.lightWake;
     const bool peerReadsUs = c.out->consumer.canReadSender.load(std::memory_order_relaxed) != 0;
-    c.singleCopyBytes = !options.cmaDisable && peerReadsUs ? options.cmaThresholdBytes : SIZE_MAX;
+    c.singleCopyBytes = !options.cmaDisable && peerReadsUs ? cmaThreshold : SIZE_MAX;
     channels_.emplace_back(std::move(c), sink);
     if (pid != me) {
       PeerProcess proc;
@@ -218,7 +222,7 @@ std::string ShmTransportImpl::describePeer(int peer) const {
 
 std::string ShmTransportImpl::pathTo(int peer) const {
   if (peer < 0 || peer >= size_ || localOf_[peer] < 0 || peer == rank_) return "";
-  return channel(peer).singleCopy() && options_.cmaThresholdBytes != SIZE_MAX ? "shm+cma" : "shm";
+  return channel(peer).singleCopy() ? "shm+cma" : "shm";
 }
 
 std::string ShmTransportImpl::tagText(std::uint64_t tag) const {

@@ -43,12 +43,16 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "transport/transport.hpp"
 
 namespace braid::transport {
+
+/// The single-copy threshold of a crowded host when none is set (ShmOptions::cmaThresholdBytes).
+inline constexpr std::size_t kCrowdedCmaThreshold = 64 * 1024;
 
 struct ShmOptions {
   /// Slots per ring (2..1024). Ring bytes per ordered pair = slots * slotBytes.
@@ -58,8 +62,10 @@ struct ShmOptions {
   /// Bound on the segment: slotBytes is halved (down to 4 KiB) until the segment fits.
   std::size_t maxSegmentBytes = std::size_t{256} << 20;
   /// Messages of at least this many bytes go single-copy (CMA) where the kernel allows it.
-  /// 0: every non-empty message; SIZE_MAX: never (everything through the ring).
-  std::size_t cmaThresholdBytes = 64 * 1024;
+  /// 0: every non-empty message; SIZE_MAX: never (everything through the ring). Unset:
+  /// kCrowdedCmaThreshold when the host's ranks outnumber the CPUs they may run on together,
+  /// else never.
+  std::optional<std::size_t> cmaThresholdBytes;
   /// Never use process_vm_readv (no probe, everything through the ring).
   bool cmaDisable = false;
   /// Light wake-ups where every local rank can register for membarrier(2): a writer checks for
