@@ -319,11 +319,12 @@ TEST(P2PThreads, TimeoutOfAnAsyncRecvNamesThePeer) {
 }
 
 // abort() from another thread ends a thread waiting on an async recv, a thread in a blocking
-// recv, and a Work nobody waits for.
+// recv, and a Work nobody waits for (a send bigger than the shared-memory ring, 512 KiB by
+// default, so that it cannot complete without its receiver, whichever path it takes).
 TEST(P2PThreads, AbortWhileThreadsWaitOnSendRecv) {
   runThreads(2, testOptions(), [](Comm& c) {
     if (c.rank() == 0) {
-      std::vector<float> a(16), b(16), d(100000);
+      std::vector<float> a(16), b(16), d(std::size_t{1} << 20);
       Work waited = c.recvAsync(a.data(), a.size(), DataType::Float32, 1, 1);
       Work polled = c.recvAsync(b.data(), b.size(), DataType::Float32, 1, 2);
       Work unwatched = c.sendAsync(d.data(), d.size(), DataType::Float32, 1, 3);

@@ -123,11 +123,12 @@ TEST(FlightRecorder, BeginRecordsIssueAndStartAtOnceAtAnyCapacity) {
     }
     const std::string text = rec.dump("begin");
     const std::size_t kept = std::min<std::size_t>(cap, 7);
-    if (cap > 0)
+    if (cap > 0) {
       EXPECT_NE(text.find("last " + std::to_string(kept) + " of 7 operations (capacity " +
                           std::to_string(cap) + ")"),
                 std::string::npos)
           << text;
+    }
     for (std::uint64_t i = 0; i < 7; ++i) {
       const bool inRing = cap > 0 && i >= 7 - kept;
       EXPECT_EQ(text.find("count=" + std::to_string(200 + i) + ",") != std::string::npos, inRing)
