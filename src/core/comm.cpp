@@ -166,9 +166,8 @@ bool isP2P(const Op& op) {
 }
 
 // Clears `running` when an inline start or execution ends, and lets the worker start what was
-// queued meanwhile.
-// The worker checks `running` under queueMu before it sleeps: taking the lock after the store
-// makes sure it either saw the store or already sleeps when notified.
+// queued meanwhile. The worker checks `running` under queueMu before it sleeps: taking the lock
+// after the store makes sure it either saw the store or already sleeps when notified.
 struct RunningScope {
   Comm::Impl* self;
   ~RunningScope() {

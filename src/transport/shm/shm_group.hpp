@@ -11,9 +11,11 @@
 // Why kLineDepth lines suffice: a rank writes its line of exchange k (line k % kLineDepth) only
 // after every peer entered exchange k - kLineDepth + 1, i.e. finished reading exchange
 // k - kLineDepth, the line's previous content (payloads are read only during their exchange).
-// For allreduce-like exchanges that wait is free (each rank saw every peer's k - 1 line); it only
-// ever waits where a rank reads nothing (a broadcast root, a reduce non-root), which may thus run
-// kLineDepth - 1 exchanges ahead before it waits for the slowest reader.
+// It learns that from the peers' GroupLine::linesEntered, which each rank publishes every
+// kLineHalf exchanges (not from their lines, which thus stay in their writers' caches). For
+// allreduce-like exchanges the check finds the peers there already; it only waits where a rank
+// reads nothing (a broadcast root, a reduce non-root), which may thus run kLineDepth - kLineHalf
+// exchanges ahead before it waits for the slowest reader.
 #pragma once
 
 #include <sys/types.h>

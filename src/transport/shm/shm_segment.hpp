@@ -244,7 +244,7 @@ class Segment {
   /// The group part (only when geometry().stagingBytes > 0).
   GroupLine& groupLine(std::size_t local) const;
   std::uint8_t* staging(std::size_t local) const;
-  /// Rank `local`'s low-latency line of parity `parity` (0 or 1; group part only).
+  /// Rank `local`'s low-latency line `slot` (group part only).
   LatencyLine& latencyLine(std::size_t local, std::size_t slot) const;  // slot < kLineDepth
   const Geometry& geometry() const { return geometry_; }
 
