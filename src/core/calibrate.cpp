@@ -20,6 +20,8 @@ constexpr int kSmallTrips = 10;  // after 2 warm-up trips
 constexpr int kLargeTrips = 3;   // after 1 warm-up trip, for each large size
 constexpr int kWarmSmall = 2;
 constexpr int kWarmLarge = 1;
+constexpr int kRingBlocks = 15;  // after 1 warm-up block
+constexpr int kRingStepsPerBlock = 8;
 
 /// Rank 0's side of a ping-pong (initiator) or the peer's (echo): `trips` round trips of
 /// `bytes`; returns the best round trip in seconds (initiator only).
@@ -45,6 +47,31 @@ double pingPong(transport::Transport& tr, int peer, bool initiator, std::vector<
     if (i >= warm) best = std::min(best, s);
   }
   return best;
+}
+
+/// Every rank at once: dependent ring steps of kSmall bytes (send to `next`, receive from
+/// `prev`, wait for both, repeat), the step of a ring or a pairwise exchange as a collective
+/// runs it, with every rank of the layout busy at the same time. Returns this rank's median
+/// over kRingBlocks blocks of kRingStepsPerBlock steps, in seconds per step, after one
+/// warm-up block. A ring over several hosts steps at the pace of its slowest hop.
+double ringStep(transport::Transport& tr, int next, int prev, std::uint64_t tag,
+                transport::Deadline deadline) {
+  std::uint8_t out[kSmall] = {}, in[kSmall] = {};
+  std::vector<double> perStep;
+  for (int b = 0; b < 1 + kRingBlocks; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kRingStepsPerBlock; ++i) {
+      transport::Request s, r;
+      tr.postRecv(prev, in, kSmall, tag, r);
+      tr.postSend(next, out, kSmall, tag, s);
+      tr.wait(s, deadline);
+      tr.wait(r, deadline);
+    }
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (b > 0) perStep.push_back(t / kRingStepsPerBlock);
+  }
+  std::nth_element(perStep.begin(), perStep.begin() + kRingBlocks / 2, perStep.end());
+  return perStep[kRingBlocks / 2];
 }
 
 /// alpha, beta of one link from the initiator's best round trips.
@@ -75,6 +102,27 @@ tuning::CostParams calibrate(transport::Transport& tr, Store& commStore,
   } else if (size > 1) {
     shmPeer = 1;
   }
+  // Step latencies, every rank at once: over the ring of all ranks when the layout spans
+  // hosts (network), then over the ring of each host's ranks on every host with two or more
+  // (shared memory); rank 0 keeps its own medians.
+  double netStep = 0, shmStep = 0;
+  const bool mapped = topo.size() == size;
+  if (mapped && topo.numNodes() > 1)
+    netStep = ringStep(tr, (rank + 1) % size, (rank + size - 1) % size, tag, deadline);
+  const std::vector<int>* local = nullptr;
+  std::vector<int> everyone;
+  if (mapped) {
+    local = &topo.node(topo.nodeOf(rank)).ranks;
+  } else {
+    for (int r = 0; r < size; ++r) everyone.push_back(r);
+    local = &everyone;
+  }
+  if (local->size() > 1) {
+    const int n = static_cast<int>(local->size());
+    const int at = static_cast<int>(std::find(local->begin(), local->end(), rank) - local->begin());
+    shmStep = ringStep(tr, (*local)[static_cast<std::size_t>((at + 1) % n)],
+                       (*local)[static_cast<std::size_t>((at + n - 1) % n)], tag, deadline);
+  }
   std::vector<std::uint8_t> buf(2 * kLarge, 0x5a);
   const std::string key = "tune/params";
   if (rank == 0) {
@@ -87,7 +135,11 @@ tuning::CostParams calibrate(transport::Transport& tr, Store& commStore,
           pingPong(tr, peer, true, buf, kMedium, kWarmLarge, kLargeTrips, tag, deadline);
       const double large =
           pingPong(tr, peer, true, buf, kLarge, kWarmLarge, kLargeTrips, tag, deadline);
-      (peer == shmPeer ? p.shm : p.net) = fit(small, medium, large);
+      auto& link = peer == shmPeer ? p.shm : p.net;
+      link = fit(small, medium, large);
+      // A collective's step costs what the ring measured, with every rank busy, not what an
+      // idle pair's best round trip suggests (2-3x more for 4 ranks on 2 cores).
+      link.alpha = std::max(link.alpha, peer == shmPeer ? shmStep : netStep);
     }
     // The active kernel reducing 1 MiB of float32 into 1 MiB, best of 3.
     std::vector<float> dst(256 * 1024, 1.0f), src(256 * 1024, 2.0f);

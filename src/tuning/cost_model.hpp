@@ -146,11 +146,12 @@ class CostModel {
   // Crossing counts of each algorithm's steps on this topology.
   int ringCross_ = 0;
   int foldCross_ = 0;
-  std::vector<int> xorCross_;               // vrank ^ 2^k over the power-of-two part, k = 0..
-  std::vector<int> bruckGatherCross_;       // r -> r - 2^k
-  std::vector<int> bruckA2aCross_;          // r -> r + 2^k
-  std::vector<int> pairwiseCross_;          // r -> r + s, s = 1..N-1
-  int treeCross_ = 0;                       // double binary tree: edges leaving the busiest host
+  std::vector<int> xorCross_;          // vrank ^ 2^k over the power-of-two part, k = 0..
+  std::vector<int> bruckGatherCross_;  // r -> r - 2^k
+  std::vector<int> bruckA2aCross_;     // r -> r + 2^k
+  std::vector<int> pairwiseCross_;     // r -> r + s, s = 1..N-1
+  int treeCross_ = 0;                  // double binary tree: edges leaving the busiest host
+  int treeEgress_ = 0;  // double binary tree: crossing edges a host sends on, up and down, at most
   std::vector<bool> binomialRootChildNet_;  // binomial tree from rank 0: child on another host
   int binomialDepth_ = 0;
 

@@ -66,6 +66,39 @@ TEST(CostModel, HierarchicalAllreduceTwoHostsByHand) {
             predicted(m, Collective::Allreduce, "ring", 64 << 20));
 }
 
+TEST(CostModel, DoubleBinaryTreeTwoHostsByHand) {
+  // 2 hosts x 2 ranks: tree 0 is 0 <- 2 <- {1, 3}, tree 1 (mirrored) 3 <- 1 <- {2, 0}. Host 0
+  // sends on 4 crossing edges (1 -> 2 and 1 -> 3 up, 0 -> 2 and 1 -> 2 down), each carrying
+  // its tree's half once. Depth D = 2; chunk c.
+  const auto topo = uniformTopology(2, 2);
+  const double c = 256 << 10;
+  const CostModel m(handParams(), topo, 4, 256 << 10);
+  {
+    // S = 256 KiB: one chunk per half (128 KiB), D stages; the link's total 4 x S/2 equals the
+    // chunk's path of 2D hops, so either bounds it.
+    const double s = 256 << 10, half = s / 2;
+    const double want = 2 * (2 * 10e-6 + 2 * half * 0.5e-9) + 4 * half * 1e-9;
+    EXPECT_NEAR(predicted(m, Collective::Allreduce, "double_binary_tree", 256 << 10), want,
+                want * 1e-12);
+  }
+  {
+    // S = 4 MiB: 8 chunks per half, D + 7 stages; the link's total 4 x S/2 (8 MiB) exceeds
+    // the path (2D + 7 chunks).
+    const double s = 4 << 20, half = s / 2;
+    const double want = 9 * (2 * 10e-6 + 2 * c * 0.5e-9) + 4 * half * 1e-9;
+    EXPECT_NEAR(predicted(m, Collective::Allreduce, "double_binary_tree", 4 << 20), want,
+                want * 1e-12);
+  }
+  {
+    // One host: an interior rank moves two chunks up and two down per stage, 4c beta_shm.
+    const auto one = uniformTopology(1, 4);
+    const CostModel h(handParams(), one, 4, 256 << 10);
+    const double want = 9 * (2 * 1e-6 + 2 * c * 0.5e-9 + 4 * c * 0.1e-9);
+    EXPECT_NEAR(predicted(h, Collective::Allreduce, "double_binary_tree", 4 << 20), want,
+                want * 1e-12);
+  }
+}
+
 TEST(CostModel, HierarchicalAllreduceThreeHostsRunsTheRingAcrossByHand) {
   // L = 2, M = 3, slice S/2: across the hosts the ring's 2 reduce-scatter steps (S/6, reduced)
   // and 2 allgather steps (S/6), both local ranks at once: the host link carries 2 x S/6.
