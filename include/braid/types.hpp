@@ -9,7 +9,16 @@
 namespace braid {
 
 /// Element type of a buffer. fp16 is IEEE binary16, bf16 is bfloat16.
-enum class DataType : std::uint8_t { Int8, Uint8, Int32, Int64, Float16, BFloat16, Float32, Float64 };
+enum class DataType : std::uint8_t {
+  Int8,
+  Uint8,
+  Int32,
+  Int64,
+  Float16,
+  BFloat16,
+  Float32,
+  Float64
+};
 
 /// Reduction operation. Avg is a sum divided by the communicator size (integer division for
 /// integer types). fp16 and bf16 are accumulated in fp32 within each reduction step.
@@ -39,8 +48,13 @@ enum class Collective : std::uint8_t {
 inline constexpr int kNumDataTypes = 8;
 inline constexpr int kNumReduceOps = 5;
 
-/// Size in bytes of one element; 0 for a value outside the enum.
-std::size_t dataTypeSize(DataType t) noexcept;
+/// Size in bytes of one element; 0 for a value outside the enum. Inline: every call of every
+/// operation asks several times.
+constexpr std::size_t dataTypeSize(DataType t) noexcept {
+  constexpr std::uint8_t kSizes[kNumDataTypes] = {1, 1, 4, 8, 2, 2, 4, 8};
+  const auto i = static_cast<unsigned>(t);
+  return i < kNumDataTypes ? kSizes[i] : 0;
+}
 const char* toString(DataType t) noexcept;
 const char* toString(ReduceOp op) noexcept;
 const char* toString(Collective c) noexcept;
@@ -49,7 +63,11 @@ const char* toString(Collective c) noexcept;
 std::optional<DataType> parseDataType(std::string_view s) noexcept;
 std::optional<ReduceOp> parseReduceOp(std::string_view s) noexcept;
 std::optional<Collective> parseCollective(std::string_view s) noexcept;
-bool isValid(DataType t) noexcept;
-bool isValid(ReduceOp op) noexcept;
+constexpr bool isValid(DataType t) noexcept {
+  return dataTypeSize(t) != 0;
+}
+constexpr bool isValid(ReduceOp op) noexcept {
+  return static_cast<unsigned>(op) < kNumReduceOps;
+}
 
 }  // namespace braid

@@ -3,31 +3,6 @@
 
 namespace braid {
 
-std::size_t dataTypeSize(DataType t) noexcept {
-  switch (t) {
-    case DataType::Int8:
-    case DataType::Uint8:
-      return 1;
-    case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
-    case DataType::Int32:
-    case DataType::Float32:
-      return 4;
-    case DataType::Int64:
-    case DataType::Float64:
-      return 8;
-  }
-  return 0;
-}
-
-bool isValid(DataType t) noexcept {
-  return dataTypeSize(t) != 0;
-}
-bool isValid(ReduceOp op) noexcept {
-  return static_cast<unsigned>(op) < kNumReduceOps;
-}
-
 const char* toString(DataType t) noexcept {
   switch (t) {
     case DataType::Int8:

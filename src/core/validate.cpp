@@ -5,11 +5,6 @@
 
 namespace braid::core {
 
-namespace {
-// Largest byte count braid accepts for one buffer: keeps every offset arithmetic in range.
-constexpr std::size_t kMaxBytes = std::size_t{1} << 56;
-}  // namespace
-
 std::string whereText(Collective c, int rank, std::string_view commId, int size) {
   std::string s(toString(c));
   s += " on rank " + std::to_string(rank) + " of communicator ";
@@ -22,22 +17,31 @@ void Validator::fail(const std::string& what) const {
   throw Error(ErrorCode::InvalidArgument, whereText(coll_, rank_, commId_, size_) + ": " + what);
 }
 
-Validator& Validator::dtype(DataType t) {
-  if (!isValid(t))
-    fail("argument 'dtype' has unknown value " + std::to_string(static_cast<int>(t)));
-  return *this;
+void Validator::failDtype(DataType t) const {
+  fail("argument 'dtype' has unknown value " + std::to_string(static_cast<int>(t)));
 }
 
-Validator& Validator::op(ReduceOp op) {
-  if (!isValid(op)) fail("argument 'op' has unknown value " + std::to_string(static_cast<int>(op)));
-  return *this;
+void Validator::failOp(ReduceOp op) const {
+  fail("argument 'op' has unknown value " + std::to_string(static_cast<int>(op)));
 }
 
-Validator& Validator::root(int root) {
-  if (root < 0 || root >= size_)
-    fail("argument 'root' = " + std::to_string(root) + " is outside [0, " + std::to_string(size_) +
-         ")");
-  return *this;
+void Validator::failRoot(int root) const {
+  fail("argument 'root' = " + std::to_string(root) + " is outside [0, " + std::to_string(size_) +
+       ")");
+}
+
+void Validator::failBuffer(const char* name, std::size_t bytes) const {
+  fail(std::string("argument '") + name + "' is null but the operation needs " +
+       std::to_string(bytes) + " bytes there");
+}
+
+void Validator::failOverlap() const {
+  fail("arguments 'send' and 'recv' partially overlap (pass the same pointer for in-place)");
+}
+
+void Validator::failOverflow(const char* name, std::size_t count) const {
+  fail(std::string("argument '") + name + "' = " + std::to_string(count) +
+       " overflows: the buffer would exceed 2^56 bytes");
 }
 
 Validator& Validator::peer(int peer) {
@@ -52,34 +56,6 @@ Validator& Validator::perRank(const char* name, std::size_t n, bool optional) {
   if (n == static_cast<std::size_t>(size_) || (optional && n == 0)) return *this;
   fail(std::string("argument '") + name + "' has " + std::to_string(n) + " entries, expected " +
        std::to_string(size_) + (optional ? " (or 0)" : ""));
-}
-
-Validator& Validator::buffer(const char* name, const void* p, std::size_t bytes) {
-  if (p == nullptr && bytes > 0)
-    fail(std::string("argument '") + name + "' is null but the operation needs " +
-         std::to_string(bytes) + " bytes there");
-  return *this;
-}
-
-Validator& Validator::noPartialOverlap(const void* send, const void* recv, std::size_t bytes) {
-  if (bytes == 0 || send == recv || send == nullptr || recv == nullptr) return *this;
-  auto s = reinterpret_cast<std::uintptr_t>(send);
-  auto r = reinterpret_cast<std::uintptr_t>(recv);
-  if (s < r + bytes && r < s + bytes)
-    fail("arguments 'send' and 'recv' partially overlap (pass the same pointer for in-place)");
-  return *this;
-}
-
-std::size_t Validator::bytes(const char* name, std::size_t count, DataType t,
-                             std::size_t multiplier) {
-  const std::size_t esz = dataTypeSize(t);
-  if (esz == 0) dtype(t);
-  // count * esz * multiplier > kMaxBytes, without the two divisions (per-call path).
-  const unsigned __int128 total = static_cast<unsigned __int128>(count) * esz * multiplier;
-  if (total > kMaxBytes)
-    fail(std::string("argument '") + name + "' = " + std::to_string(count) +
-         " overflows: the buffer would exceed 2^56 bytes");
-  return count * esz * multiplier;
 }
 
 std::size_t Validator::extent(const char* name, std::span<const std::size_t> counts,

@@ -159,14 +159,23 @@ bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
     case StoreMode::Auto:
       break;
   }
+  // No last-level cache is under 128 KiB (the threshold is half of it): skip the threshold's
+  // guarded static on the small calls' path.
+  if (bytes < (std::size_t{64} << 10)) return false;
   const std::size_t threshold = streamingThresholdBytes();
   return threshold != 0 && bytes >= threshold && dst != a && dst != b;
 }
 
 void run(const KernelTable& table, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
          std::size_t count, StoreMode mode) {
-  const int row = dtypeRow(t);
-  const int col = opColumn(op);
+  if (!isValid(t) || !isValid(op)) [[unlikely]] {
+    dtypeRow(t);  // throws the error naming what is wrong
+    opColumn(op);
+  }
+  // Sum, Prod, Min, Max, Avg (a sum, divided afterwards by the caller).
+  constexpr int kColumn[kNumReduceOps] = {0, 1, 2, 3, 0};
+  const int row = static_cast<int>(t);
+  const int col = kColumn[static_cast<int>(op)];
   if (count == 0) return;
   const bool stream = shouldStream(mode, dst, a, b, count * dataTypeSize(t));
   table.binary[row][col](dst, a, b, count, stream);
