@@ -100,7 +100,7 @@ void ShmGroup::fail(ErrorCode code, const std::string& what) {
   throw e;
 }
 
-void ShmGroup::checkPeer(std::size_t p, bool probeProcess) {
+void ShmGroup::checkPeerSlow(std::size_t p, bool probeProcess) {
   if (aborted_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lk(abortMu_);
     throw Error(ErrorCode::Aborted, abortWhy_);

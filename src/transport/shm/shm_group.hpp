@@ -65,7 +65,15 @@ class ShmGroup final : public SharedMemoryGroup {
 
  private:
   [[noreturn]] void fail(ErrorCode code, const std::string& what);
-  void checkPeer(std::size_t p, bool probeProcess);
+  /// Throws when the group was aborted, this rank left it, or peer `p` left (or, with
+  /// `probeProcess`, exited). Inline for the common case, where none of that happened.
+  void checkPeer(std::size_t p, bool probeProcess) {
+    if (aborted_.load(std::memory_order_acquire) ||
+        seg_.groupLine(local_).gone.load(std::memory_order_acquire) != 0 ||
+        seg_.groupLine(p).gone.load(std::memory_order_acquire) != 0 || probeProcess)
+      checkPeerSlow(p, probeProcess);
+  }
+  void checkPeerSlow(std::size_t p, bool probeProcess);
   // Waits until ready(p) for each p in [first, last) other than this rank, in order.
   template <class Ready>
   void await(std::size_t first, std::size_t last, Ready&& ready, Deadline deadline);

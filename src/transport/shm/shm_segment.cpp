@@ -173,10 +173,6 @@ Geometry Segment::adopt(const std::string& what) {
   return g;
 }
 
-RankSlot& Segment::rank(std::size_t local) const {
-  return reinterpret_cast<RankSlot*>(base_ + sizeof(SegmentHeader))[local];
-}
-
 ChannelControl& Segment::control(std::size_t from, std::size_t to) const {
   auto* controls = reinterpret_cast<ChannelControl*>(base_ + sizeof(SegmentHeader) +
                                                      geometry_.ranks * sizeof(RankSlot));
@@ -186,16 +182,6 @@ ChannelControl& Segment::control(std::size_t from, std::size_t to) const {
 std::uint8_t* Segment::ring(std::size_t from, std::size_t to) const {
   const std::size_t index = from * (geometry_.ranks - 1) + (to < from ? to : to - 1);
   return base_ + geometry_.ringsOffset + index * geometry_.ringBytes();
-}
-
-GroupLine& Segment::groupLine(std::size_t local) const {
-  return reinterpret_cast<GroupLine*>(base_ + geometry_.groupOffset)[local];
-}
-
-LatencyLine& Segment::latencyLine(std::size_t local, std::size_t slot) const {
-  auto* lines = reinterpret_cast<LatencyLine*>(base_ + geometry_.groupOffset +
-                                               geometry_.ranks * sizeof(GroupLine));
-  return lines[kLineDepth * local + slot];
 }
 
 std::uint8_t* Segment::staging(std::size_t local) const {

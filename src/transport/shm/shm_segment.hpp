@@ -238,14 +238,23 @@ class Segment {
   Geometry adopt(const std::string& what);
 
   SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
-  RankSlot& rank(std::size_t local) const;
+  // rank(), groupLine() and latencyLine() are inline: every small operation asks for them.
+  RankSlot& rank(std::size_t local) const {
+    return reinterpret_cast<RankSlot*>(base_ + sizeof(SegmentHeader))[local];
+  }
   ChannelControl& control(std::size_t from, std::size_t to) const;
   std::uint8_t* ring(std::size_t from, std::size_t to) const;
   /// The group part (only when geometry().stagingBytes > 0).
-  GroupLine& groupLine(std::size_t local) const;
+  GroupLine& groupLine(std::size_t local) const {
+    return reinterpret_cast<GroupLine*>(base_ + geometry_.groupOffset)[local];
+  }
   std::uint8_t* staging(std::size_t local) const;
   /// Rank `local`'s low-latency line `slot` (group part only).
-  LatencyLine& latencyLine(std::size_t local, std::size_t slot) const;  // slot < kLineDepth
+  LatencyLine& latencyLine(std::size_t local, std::size_t slot) const {  // slot < kLineDepth
+    auto* lines = reinterpret_cast<LatencyLine*>(base_ + geometry_.groupOffset +
+                                                 geometry_.ranks * sizeof(GroupLine));
+    return lines[kLineDepth * local + slot];
+  }
   const Geometry& geometry() const { return geometry_; }
 
  private:
