@@ -120,12 +120,14 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                                     opts.hierPieceBytes);
   if (opts.logLevel >= 2) {
     std::string paths;
+    const std::string wake = transport::shmWakeMode(*impl->transport);
     for (int p = 0; p < size; ++p)
       paths += (p ? " " : "") + std::to_string(p) + ":" + transport::pathTo(*impl->transport, p);
     impl->log(2, "joined: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                      ", paths to peers [" + paths + "], tcp listen " +
                      (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
-                     ", kernels " + kernels::selectedIsa());
+                     ", kernels " + kernels::selectedIsa() +
+                     (wake.empty() ? std::string() : ", shm wake-ups " + wake));
     impl->log(2, core::describeTopology(impl->topo, rank));
     if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
       // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).

@@ -5,6 +5,8 @@
 
 #include "store/all_gather.hpp"
 #include "transport/host_identity.hpp"
+#include "transport/routed_transport.hpp"
+#include "transport/shm/shm_transport.hpp"
 
 namespace braid::transport {
 
@@ -47,6 +49,14 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     legs.push_back(std::move(leg));
   }
   return std::make_unique<RoutedTransport>(rank, size, std::move(legs));
+}
+
+std::string shmWakeMode(const Transport& t) {
+  const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
+  const auto* shm = routed != nullptr ? dynamic_cast<const ShmTransport*>(routed->sharedMemoryLeg())
+                                      : dynamic_cast<const ShmTransport*>(&t);
+  if (shm == nullptr) return "";
+  return shm->lightWake() ? "light (membarrier)" : "fenced";
 }
 
 std::string pathTo(const Transport& t, int peer) {

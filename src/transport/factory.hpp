@@ -35,5 +35,8 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
 
 /// The path to `peer` when `t` is a RoutedTransport (see RoutedTransport::pathTo), else "".
 std::string pathTo(const Transport& t, int peer);
+/// How this rank's shared-memory group wakes sleepers: "light (membarrier)", "fenced", or ""
+/// when `t` has no shared-memory leg (docs/env.md, BRAID_SHM_LIGHT_WAKE).
+std::string shmWakeMode(const Transport& t);
 
 }  // namespace braid::transport

@@ -2,6 +2,8 @@
 
 #include <braid/error.hpp>
 
+#include "transport/shm/shm_transport.hpp"
+
 namespace braid::transport {
 
 RoutedTransport::RoutedTransport(int rank, int size, std::vector<Leg> legs)
@@ -80,6 +82,13 @@ void RoutedTransport::abort(const std::string& why) {
 
 SharedMemoryGroup* RoutedTransport::sharedGroup() {
   return legs_.size() == 1 ? legs_.front().transport->sharedGroup() : nullptr;
+}
+
+const Transport* RoutedTransport::sharedMemoryLeg() const {
+  for (const Leg& leg : legs_)
+    if (dynamic_cast<const ShmTransport*>(leg.transport.get()) != nullptr)
+      return leg.transport.get();
+  return nullptr;
 }
 
 std::string RoutedTransport::pathTo(int peer) const {

@@ -41,6 +41,8 @@ class RoutedTransport final : public Transport {
   /// The path to `peer`: "shm", "shm+cma" (single-copy for large messages), "tcp"; "self" for
   /// this rank, "" outside the world.
   std::string pathTo(int peer) const;
+  /// The first leg that is a shared-memory transport, or nullptr.
+  const Transport* sharedMemoryLeg() const;
 
  private:
   Transport& legOf(int peer, const char* op) const;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "harness/checks.hpp"
 #include "harness/data.hpp"
 #include "harness/ranks.hpp"
+#include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::test {
@@ -251,6 +253,25 @@ INSTANTIATE_TEST_SUITE_P(RanksAndWakeUps, ShmLowLatencyRunAhead,
                            return "n" + std::to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_light" : "_fenced");
                          });
+
+// BRAID_DEBUG=INFO's join line says how the host's ranks wake each other: light where every rank
+// registered for the membarrier (and BRAID_SHM_LIGHT_WAKE is on), fenced otherwise.
+TEST(ShmLowLatency, JoinLineNamesTheWakeUpMode) {
+  for (bool light : {true, false}) {
+    Options o = testOptions();
+    o.shmLightWake = light;
+    o.logLevel = 2;
+    ::testing::internal::CaptureStderr();
+    runThreads(2, o, [](Comm& c) { c.barrier(); });
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    const bool offered = light && transport::shm::registerLightWake();
+    const std::string want =
+        std::string(", shm wake-ups ") + (offered ? "light (membarrier)" : "fenced");
+    std::size_t found = 0;
+    for (auto at = log.find(want); at != std::string::npos; at = log.find(want, at + 1)) ++found;
+    EXPECT_EQ(found, 2u) << "light " << light << ", wanted '" << want << "' in:\n" << log;
+  }
+}
 
 // Ranks that disagree fail with Error(Mismatch) naming both operations, whether both sides are
 // in line exchanges, or one is in a line exchange and the other in a staged collective.

@@ -86,6 +86,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::string describePeer(int peer) const override;
   void abort(const std::string& why) override;
   std::string pathTo(int peer) const override;
+  bool lightWake() const override { return att_.lightWake; }
   SharedMemoryGroup* sharedGroup() override { return group_.get(); }
 
  private:

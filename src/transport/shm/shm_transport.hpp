@@ -94,6 +94,9 @@ class ShmTransport : public Transport {
   /// "shm+cma" when messages of at least cmaThresholdBytes to `peer` go single-copy, "shm"
   /// when everything goes through the ring, "" when `peer` is not a local rank.
   virtual std::string pathTo(int peer) const = 0;
+  /// Whether wake-ups are light (every local rank registered for the global expedited
+  /// membarrier, so wakers need no fence; see notify() in shm_segment.hpp) or fenced.
+  virtual bool lightWake() const = 0;
 };
 
 /// Collective over the ranks in `localRanks` (global ranks of one host, ascending, including
