@@ -53,8 +53,8 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
 
 std::string shmWakeMode(const Transport& t) {
   const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
-  const auto* shm = routed != nullptr ? dynamic_cast<const ShmTransport*>(routed->sharedMemoryLeg())
-                                      : dynamic_cast<const ShmTransport*>(&t);
+  const ShmTransport* shm =
+      routed != nullptr ? routed->sharedMemoryLeg() : dynamic_cast<const ShmTransport*>(&t);
   if (shm == nullptr) return "";
   return shm->lightWake() ? "light (membarrier)" : "fenced";
 }

@@ -84,10 +84,9 @@ SharedMemoryGroup* RoutedTransport::sharedGroup() {
   return legs_.size() == 1 ? legs_.front().transport->sharedGroup() : nullptr;
 }
 
-const Transport* RoutedTransport::sharedMemoryLeg() const {
+const ShmTransport* RoutedTransport::sharedMemoryLeg() const {
   for (const Leg& leg : legs_)
-    if (dynamic_cast<const ShmTransport*>(leg.transport.get()) != nullptr)
-      return leg.transport.get();
+    if (const auto* shm = dynamic_cast<const ShmTransport*>(leg.transport.get())) return shm;
   return nullptr;
 }
 

@@ -13,6 +13,8 @@
 
 namespace braid::transport {
 
+class ShmTransport;
+
 class RoutedTransport final : public Transport {
  public:
   struct Leg {
@@ -42,7 +44,7 @@ class RoutedTransport final : public Transport {
   /// this rank, "" outside the world.
   std::string pathTo(int peer) const;
   /// The first leg that is a shared-memory transport, or nullptr.
-  const Transport* sharedMemoryLeg() const;
+  const ShmTransport* sharedMemoryLeg() const;
 
  private:
   Transport& legOf(int peer, const char* op) const;
