@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <braid/error.hpp>
 #include <cstdlib>
@@ -54,16 +55,18 @@ Levels detect() {
     l.table[static_cast<int>(Isa::Avx2)] = &detail::avx2Kernels();
     l.best = Isa::Avx2;
   }
-  // The AVX-512 levels are available on request (BRAID_KERNEL_ISA=avx512|avx512bf16,
-  // setActiveIsa) but `auto` does not pick them yet: they were built and reviewed on a machine
-  // without AVX-512 and have not run anywhere. Until braid_unit_kernels_test (which sweeps every
-  // supported level bit-exactly) has passed on an AVX-512 CPU, the default stays at the best
-  // level that has been verified (docs/architecture.md, Kernels).
-  if (avx512) l.table[static_cast<int>(Isa::Avx512)] = &detail::avx512Kernels();
+  // `auto` takes the highest level. The AVX-512 levels were written on a machine without
+  // AVX-512 and were opt-in until braid_unit_kernels_test (every supported level, bit-exact)
+  // passed on an AVX-512 CPU (AMD EPYC, AVX512_BF16, 2026-11-30; docs/architecture.md, Kernels).
+  if (avx512) {
+    l.table[static_cast<int>(Isa::Avx512)] = &detail::avx512Kernels();
+    l.best = Isa::Avx512;
+  }
   if (bf16) {
     static KernelTable withBf16 = detail::avx512Kernels();
     detail::overrideWithAvx512Bf16(withBf16);
     l.table[static_cast<int>(Isa::Avx512Bf16)] = &withBf16;
+    l.best = Isa::Avx512Bf16;
   }
 #endif
   return l;
@@ -144,9 +147,14 @@ std::size_t lastLevelCacheBytes() {
     }
   }
   if (best != 0) return best;
+  // No cache description in sysfs (a Firecracker guest has none). sysconf's L3 comes from cpuid,
+  // which may give the whole socket or whatever the hypervisor made up (508 MiB on such a guest
+  // on 2026-11-30, which put the streaming threshold at 254 MiB, so nothing streamed): take at
+  // most 32 MiB, a common per-CCX L3 and the size assumed when nothing is known.
+  constexpr std::size_t kFallback = std::size_t{32} << 20;
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return llc > 0 ? static_cast<std::size_t>(llc) : std::size_t{32} << 20;
+  return llc > 0 ? std::min(static_cast<std::size_t>(llc), kFallback) : kFallback;
 }
 
 bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,

@@ -11,6 +11,7 @@
 #include <braid/error.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -541,9 +542,11 @@ TEST(Kernels, IsaSelectionAndNames) {
   EXPECT_FALSE(kernels::parseIsa("sse9").has_value());
   EXPECT_TRUE(kernels::isaSupported(Isa::Scalar));
   EXPECT_TRUE(kernels::isaSupported(kernels::bestIsa()));
-  // auto stops at the best verified level: AVX2 when present (the AVX-512 levels are opt-in
-  // until this test has passed on an AVX-512 CPU; src/kernels/reduce.cpp).
-  EXPECT_EQ(kernels::bestIsa(), kernels::isaSupported(Isa::Avx2) ? Isa::Avx2 : Isa::Scalar);
+  // auto takes the highest supported level (src/kernels/reduce.cpp).
+  Isa highest = Isa::Scalar;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512, Isa::Avx512Bf16})
+    if (kernels::isaSupported(isa)) highest = isa;
+  EXPECT_EQ(kernels::bestIsa(), highest);
   const Isa before = kernels::activeIsa();
   for (Isa isa : kernels::kAllIsas) {
     if (kernels::isaSupported(isa)) {
@@ -683,6 +686,34 @@ TEST(Kernels, DivideCompletesAverage) {
   std::int8_t c[1] = {100};
   kernels::divideBy(DataType::Int8, c, 1, 200);  // divisor beyond int8
   EXPECT_EQ(c[0], 0);
+}
+
+// Non-temporal stores start at half the last-level cache one core uses: the highest-level cache
+// sysfs describes, or, where sysfs has no cache description (some VMs), at most 32 MiB, never the
+// socket-sized or made-up L3 that cpuid then reports (508 MiB on a Firecracker guest).
+TEST(Kernels, StreamingThresholdIsHalfAPerCoreCache) {
+  std::size_t sysfs = 0;
+  int bestLevel = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream levelFile(dir + "level"), sizeFile(dir + "size");
+    int level = 0;
+    std::string size;
+    if (!(levelFile >> level) || !(sizeFile >> size) || size.empty()) continue;
+    std::size_t bytes = std::stoull(size);
+    if (size.back() == 'K') bytes *= 1024;
+    if (size.back() == 'M') bytes *= 1024 * 1024;
+    if (level > bestLevel && bytes > 0) {
+      bestLevel = level;
+      sysfs = bytes;
+    }
+  }
+  const std::size_t threshold = kernels::streamingThresholdBytes();
+  if (sysfs != 0)
+    EXPECT_EQ(threshold, sysfs / 2);
+  else
+    EXPECT_LE(threshold, std::size_t{16} << 20) << "no sysfs cache description here";
+  EXPECT_GT(threshold, 0u);
 }
 
 TEST(Kernels, ReportsTheIsaItDispatchesTo) {
