@@ -1,6 +1,8 @@
 # braid: the two commands of the README, and a few more.
 #   make demo   build, launch 4 local ranks, run every collective with checking, print the table
 #   make test   build and run the whole test suite (what CI runs)
+#   make bench  build, then braid against Open MPI over shared memory, 2 ranks, 3 rounds (root;
+#               ~10 minutes; the long forms are in docs/benchmarks.md)
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
@@ -23,7 +25,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
-	scripts/bench_tcp.sh $(BUILD)
+	bench/compare_shm.sh 3 256M 2
 
 clean:
 	rm -rf $(BUILD)

@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # braid over shared memory vs Open MPI over shared memory (vader + CMA), every collective, side
 # by side: 2 ranks, then 4 and 8 ranks oversubscribed on this machine's CPUs. The runs are
-# interleaved (braid, Open MPI, braid, Open MPI, ...) and the report takes medians.
+# interleaved collective by collective (braid, Open MPI, braid, Open MPI, ...) and the report
+# takes medians.
 # Usage: bench/compare_shm.sh [ROUNDS=3] [MAXBYTES=256M] [RANKS="2 4 8"]
 #   (root the first time: installs Open MPI through the anchors' setup)
-# Output: results/shm/*.txt|json and results/shm/report.md (printed).
+# Output: results/shm/*.txt|json, results/shm/placement.tsv and results/shm/report.md (printed).
 #
-# Open MPI, 2 ranks: ../shared/anchors/mpi/run.sh shm (its fixed 8 B .. 256 MiB range) when
-# MAXBYTES is 256M; otherwise the same mpirun command line as run.sh shm with -e MAXBYTES.
-# 4 and 8 ranks: that command line with -np R --oversubscribe (run.sh's over4 config measures
-# allreduce only). Open MPI then yields when idle, as braid's waiters do.
+# Open MPI: the mpirun command line of ../shared/anchors/mpi/run.sh shm (pml ob1, btl vader,self,
+# -f 4 -r 7), one collective per launch (-c) and -e MAXBYTES; at 4 and 8 ranks with -np R
+# --oversubscribe (Open MPI then yields when idle, as braid's waiters do).
+#
+# Placement labels: this VM's two vCPUs move between a near placement (shared cache, 8-byte
+# one-way ~0.05 us) and a far one (~0.2 us) every few seconds to minutes, and ratios differ
+# between them (../shared/anchors/README.md). build/bin/placement-probe (a spin ping-pong of a
+# few milliseconds) runs before and after every launch; a run whose two probes both read below
+# PLACEMENT_NEAR_US (default 0.1) is "near", both at or above it "far", else "mixed". The report
+# prints the ratio tables over all runs, then over near runs only and far runs only (a
+# collective's braid and Open MPI medians each taken over that placement's runs).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -40,29 +48,43 @@ BIN="$repo/build/bin"
 colls="allreduce reducescatter allgather broadcast reduce alltoall"
 unset BRAID_SHM_DISABLE BRAID_ALGO  # the defaults: shm transport, shm_ll / shm_direct
 MR=(mpirun --allow-run-as-root --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self)
+# Open MPI's large collectives fault in fresh temporary buffers on every call, braid's are
+# allocated once, so the machine's page-fault cost moves the large-size ratios. Open MPI's 256 MiB
+# allreduce ran at ~1.7 GB/s busbw in earlier measurements (../shared/anchors/README.md) and at
+# 0.23 GB/s on 2026-11-30 10:45, when a fault took 10.7 us here. The report states the cost.
+faults="$("$BIN/placement-probe" --page-faults)"
+probe() { "$BIN/placement-probe" 20000 3 | cut -d' ' -f1; }
+labels="$out/placement.tsv"
+printf 'file\tprobe_before_us\tprobe_after_us\n' > "$labels"
 for k in $(seq 1 "$rounds"); do
   for n in $ranks; do
-    echo "== round $k/$rounds: braid, $n ranks"
+    echo "== round $k/$rounds, $n ranks: braid and Open MPI, collective by collective"
+    over=()
+    [ "$n" -gt 2 ] && over=(--oversubscribe)
+    before="$(probe)"
     for c in $colls; do
+      mc="$c"
+      [ "$c" = broadcast ] && mc=bcast
+      f="braid$n.$c.run$k.json"
       "$BIN/braid-run" -n "$n" --timeout 1800 -- "$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 \
-        -w 5 --reps 7 -c 0 --json "$out/braid$n.$c.run$k.json" > "$out/braid$n.$c.run$k.txt"
+        -w 5 --reps 7 -c 0 --json "$out/$f" > "$out/braid$n.$c.run$k.txt"
+      mid="$(probe)"
+      printf '%s\t%s\t%s\n' "$f" "$before" "$mid" >> "$labels"
+      f="mpi$n.run$k.$c.txt"
+      "${MR[@]}" -np "$n" "${over[@]}" "$anchors/build/mpi_coll_bench" -c "$mc" -b 8 \
+        -e "$maxbytes" -f 4 -r 7 > "$out/$f"
+      before="$(probe)"
+      printf '%s\t%s\t%s\n' "$f" "$mid" "$before" >> "$labels"
     done
-    echo "== round $k/$rounds: Open MPI shm, $n ranks"
-    if [ "$n" = 2 ] && [ "$maxbytes" = $((256 << 20)) ]; then
-      OUT_DIR="$out" START=$k bash "$anchors/mpi/run.sh" shm "$k" >/dev/null
-      mv "$out/shm.run$k.txt" "$out/mpi$n.run$k.txt"
-    else
-      over=()
-      [ "$n" -gt 2 ] && over=(--oversubscribe)
-      "${MR[@]}" -np "$n" "${over[@]}" "$anchors/build/mpi_coll_bench" -b 8 -e "$maxbytes" \
-        -f 4 -r 7 > "$out/mpi$n.run$k.txt"
-    fi
   done
 done
 {
   for n in $ranks; do
     echo
     echo "## $n ranks$([ "$n" -gt 2 ] && echo ", oversubscribed on $(nproc) CPUs")"
-    /usr/bin/python3 "$here/compare.py" "$out" --braid "braid$n" --mpi "mpi$n"
+    echo
+    echo "page faults on this machine: $faults us per 4 KiB page (fresh anonymous memory, median)"
+    /usr/bin/python3 "$here/compare.py" "$out" --braid "braid$n" --mpi "mpi$n" \
+      --placement "$labels" --near-us "${PLACEMENT_NEAR_US:-0.1}"
   done
 } | tee "$out/report.md"
