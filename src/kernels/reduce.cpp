@@ -149,9 +149,11 @@ std::size_t lastLevelCacheBytes() {
   if (best != 0) return best;
   // No cache description in sysfs (a Firecracker guest has none). sysconf's L3 comes from cpuid,
   // which may give the whole socket or whatever the hypervisor made up (508 MiB on such a guest
-  // on 2026-11-30, which put the streaming threshold at 254 MiB, so nothing streamed): take at
-  // most 32 MiB, a common per-CCX L3 and the size assumed when nothing is known.
-  constexpr std::size_t kFallback = std::size_t{32} << 20;
+  // on 2026-11-30, which put the streaming threshold at 254 MiB, so nothing streamed below
+  // 256 MiB): take at most 64 MiB (a threshold of 32 MiB). Measured on that guest, 2 ranks:
+  // streaming from 16 MiB of outputs slowed allreduce and allgather at 8 MiB each, streaming
+  // from 64 MiB sped up allgather, alltoall and broadcast at 32 MiB (docs/benchmarks.md).
+  constexpr std::size_t kFallback = std::size_t{64} << 20;
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
   return llc > 0 ? std::min(static_cast<std::size_t>(llc), kFallback) : kFallback;
