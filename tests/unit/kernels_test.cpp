@@ -7,13 +7,16 @@
 // to even, overflow to inf); a NaN result only has to be a NaN.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <braid/braid.hpp>
 #include <braid/error.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/data.hpp"
@@ -693,22 +696,23 @@ TEST(Kernels, DivideCompletesAverage) {
 // 64 MiB), never the socket-sized or made-up L3 that cpuid then reports (508 MiB on a Firecracker
 // guest).
 TEST(Kernels, StreamingThresholdIsHalfAPerCoreCache) {
-  std::size_t sysfs = 0;
-  int bestLevel = 0;
+  // Independently of reduce.cpp: the cache with the highest level among cpu0's descriptions.
+  auto read = [](const std::string& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::pair<int, std::size_t> highest{0, 0};  // (level, bytes)
   for (int i = 0; i < 8; ++i) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream levelFile(dir + "level"), sizeFile(dir + "size");
-    int level = 0;
-    std::string size;
-    if (!(levelFile >> level) || !(sizeFile >> size) || size.empty()) continue;
-    std::size_t bytes = std::stoull(size);
-    if (size.back() == 'K') bytes *= 1024;
-    if (size.back() == 'M') bytes *= 1024 * 1024;
-    if (level > bestLevel && bytes > 0) {
-      bestLevel = level;
-      sysfs = bytes;
-    }
+    const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
+    const std::string level = read(base + "/level"), size = read(base + "/size");
+    if (level.empty() || size.empty()) continue;
+    const std::size_t unit = size.find('M') != std::string::npos   ? std::size_t{1} << 20
+                             : size.find('K') != std::string::npos ? std::size_t{1} << 10
+                                                                   : 1;
+    highest =
+        std::max(highest, std::pair<int, std::size_t>{std::stoi(level), std::stoull(size) * unit});
   }
+  const std::size_t sysfs = highest.second;
   const std::size_t threshold = kernels::streamingThresholdBytes();
   if (sysfs != 0)
     EXPECT_EQ(threshold, sysfs / 2);
