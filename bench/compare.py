@@ -100,6 +100,7 @@ def print_matrix(title, braid, ref, keep):
                 cells[(c, s)] = ratio_of(s, b, r)
                 if cells[(c, s)] == cells[(c, s)] and cells[(c, s)] > 0:
                     ratios.append(cells[(c, s)])
+    sizes = [s for s in sizes if any((c, s) in cells for c in colls)] or sizes  # no empty columns
     print(f"\n### ratio matrix, {title}\n")
     print("| collective (runs braid/ref) | " + " | ".join(fmt_size(s) for s in sizes) + " |")
     print("|---|" + "---:|" * len(sizes))
