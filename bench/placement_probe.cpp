@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
   const long trips = argc > 1 ? std::atol(argv[1]) : 20000;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
   if (trips <= 0 || reps <= 0) {
-    std::fprintf(stderr, "usage: placement-probe [ROUND_TRIPS>0] [REPS>0]\n");
+    std::fprintf(
+        stderr,
+        "usage: placement-probe [ROUND_TRIPS>0] [REPS>0]  |  placement-probe --page-faults\n");
     return 2;
   }
   cpu_set_t allowed;
