@@ -84,7 +84,7 @@ def load_placement(path, near_us):
 
 
 def print_matrix(title, braid, ref, keep):
-    """The ratio matrix (collective x size) over the runs `keep` accepts; returns the geomean."""
+    """Prints the ratio matrix (collective x size) over the runs `keep` accepts, and its geomean."""
     colls = sorted({c for c, _ in braid})
     sizes = sorted({s for _, s in braid})
     ratios, runs = [], {}
@@ -111,9 +111,8 @@ def print_matrix(title, braid, ref, keep):
         gm = statistics.geometric_mean(ratios)
         print(f"\ngeometric mean {gm:.2f}x over {len(ratios)} points; min {min(ratios):.2f}x, "
               f"max {max(ratios):.2f}x")
-        return gm
-    print("\nno points")
-    return None
+    else:
+        print("\nno points")
 
 
 def fmt_size(b):

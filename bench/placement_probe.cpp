@@ -1,9 +1,9 @@
 // The vCPU placement of the moment: an 8-byte one-way latency between two processes pinned to
-// CPUs 0 and 1 that ping-pong a flag in shared memory, both spinning (the method of
-// ../shared/anchors/pingpong, spin mode, without its pipe and TCP modes, so that it takes
-// milliseconds and can run before every measurement). On this VM the two vCPUs move between a
-// near placement (shared cache, ~0.05 us one-way) and a far one (~0.2 us) every few seconds to
-// minutes; bench/compare_shm.sh labels each of its runs with the probes around it.
+// the first two CPUs this process may use, ping-ponging a flag in shared memory, both spinning
+// (the method of ../shared/anchors/pingpong, spin mode, without its pipe and TCP modes, so that
+// it takes milliseconds and can run before every measurement). On this VM the two vCPUs move
+// between a near placement (shared cache, ~0.05 us one-way) and a far one (~0.2 us) every few
+// seconds to minutes; bench/compare_shm.sh labels each of its runs with the probes around it.
 //
 // Usage: placement-probe [ROUND_TRIPS=20000] [REPS=5]
 // Prints one line: "<median one-way us> <fastest one-way us>". Exit 1 when fewer than 2 CPUs are
@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <string_view>
 #include <vector>
 
