@@ -92,6 +92,7 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::chrono::microseconds busyPoll_;
   const bool crowded_;
   const bool lightWake_;  // notify() without a fence; sleepers run heavyFence() (shm_segment.hpp)
+  const bool prefetchW_ = hasPrefetchForWrite();  // linePost() claims its next line early
   const std::chrono::milliseconds liveness_;
   const std::function<std::string(std::uint64_t)> tagText_;
   // Told (local peer, this rank's tag, the peer's tag) before a tag Mismatch fails the group.
