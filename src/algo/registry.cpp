@@ -156,24 +156,24 @@ constexpr std::array kAlgorithms{
              "1 barrier per chunk of the largest block",
              true},
     // Low-latency shared-memory collectives: data, tag and sequence number in one line per
-    // rank (256 bytes: up to 240 of data, one cache line up to 48); larger messages (or no
+    // rank (1 KiB: up to 1008 B of data, one cache line up to 48); larger messages (or no
     // shared group) run shm_direct.
     AlgoInfo{"shm_ll", Collective::Allreduce, shmLowLatencyAllreduce,
-             "one host, <= 240 B: each rank posts its input in its line, all reduce the N lines "
+             "one host, <= 1008 B: each rank posts its input in its line, all reduce the N lines "
              "in rank order; no barrier"},
     AlgoInfo{"shm_ll", Collective::Broadcast, shmLowLatencyBroadcast,
-             "one host, <= 240 B: the root posts the buffer in its line, all copy it"},
+             "one host, <= 1008 B: the root posts the buffer in its line, all copy it"},
     AlgoInfo{"shm_ll", Collective::Reduce, shmLowLatencyReduce,
-             "one host, <= 240 B: each rank posts its input in its line, the root reduces"},
+             "one host, <= 1008 B: each rank posts its input in its line, the root reduces"},
     AlgoInfo{"shm_ll", Collective::Barrier, shmLowLatencyBarrier,
              "one host: each rank posts a sequence number in its line, polls the others'"},
     AlgoInfo{"shm_ll", Collective::Allgather, shmLowLatencyAllgather,
-             "one host, <= 240 B per rank: each rank posts its block in its line, all copy"},
+             "one host, <= 1008 B per rank: each rank posts its block in its line, all copy"},
     AlgoInfo{"shm_ll", Collective::ReduceScatter, shmLowLatencyReduceScatter,
-             "one host, <= 240 B in all: each rank posts its input in its line, each reduces "
+             "one host, <= 1008 B in all: each rank posts its input in its line, each reduces "
              "its own block of the N lines in rank order; no barrier"},
     AlgoInfo{"shm_ll", Collective::Alltoall, shmLowLatencyAlltoall,
-             "one host, <= 240 B in all: each rank posts its send buffer in its line, each "
+             "one host, <= 1008 B in all: each rank posts its send buffer in its line, each "
              "copies its block out of every peer's line; no barrier"},
     // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
     // with the same local rank on every node; without such a topology, the classic algorithm.

@@ -77,9 +77,9 @@ class SharedMemoryGroup {
   /// before the next step's first barrier.
   virtual std::size_t beginStep() = 0;
 
-  /// Payload bytes of one rank's line in the low-latency exchange (four cache lines; the first
+  /// Payload bytes of one rank's line in the low-latency exchange (sixteen cache lines; the first
   /// 48 bytes share a cache line with the line's tag and exchange number).
-  static constexpr std::size_t kLineBytes = 240;
+  static constexpr std::size_t kLineBytes = 1008;
   /// Low-latency exchange, step 1 (src/algo/*/shm_ll.cpp): every rank takes part in every
   /// exchange, in the same order, with or without data. Waits until every peer has entered
   /// the previous exchange (so none still reads this rank's line of the one before; usually

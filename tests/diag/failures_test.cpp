@@ -143,12 +143,13 @@ TEST(MismatchDiagnosis, NoMessageToCompareStillFailsLongBeforeTheTimeout) {
   std::vector<Caught> got(2);
   const auto t0 = Clock::now();
   runThreads(2, o, [&](Comm& c) {
-    std::vector<float> buf(64, 1.0f), out(128);
-    const std::vector<std::size_t> counts = {64, 64};
+    // 2 KiB: above shm_ll's line (SharedMemoryGroup::kLineBytes), so shm_direct's barrier.
+    std::vector<float> buf(512, 1.0f), out(1024);
+    const std::vector<std::size_t> counts = {512, 512};
     c.barrier();
     got[static_cast<std::size_t>(c.rank())] = capture([&] {
       if (c.rank() == 0)
-        c.allreduce(buf.data(), buf.data(), 64, DataType::Float32, ReduceOp::Sum);
+        c.allreduce(buf.data(), buf.data(), 512, DataType::Float32, ReduceOp::Sum);
       else
         c.allgatherv(buf.data(), out.data(), counts, {}, DataType::Float32);
     });
@@ -157,8 +158,8 @@ TEST(MismatchDiagnosis, NoMessageToCompareStillFailsLongBeforeTheTimeout) {
   for (int r = 0; r < 2; ++r) {
     const Caught& g = got[static_cast<std::size_t>(r)];
     EXPECT_EQ(g.code, ErrorCode::Mismatch) << "rank " << r << ": " << g.message;
-    const std::string ar = "allreduce(fp32, count=64)";
-    const std::string ag = "allgatherv(fp32, total count=128, counts hash=";
+    const std::string ar = "allreduce(fp32, count=512)";
+    const std::string ag = "allgatherv(fp32, total count=1024, counts hash=";
     if (r == 0) {
       EXPECT_EQ(g.message.rfind("rank 1 called " + ag, 0), 0u) << g.message;
       EXPECT_NE(g.message.find(") where rank 0 called " + ar + " at op #1 of communicator 0"),

@@ -34,18 +34,18 @@ TEST(Rules, DefaultPolicyPicksLogStepAlgorithmsForSmallAllgatherAndReduceScatter
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Allgatherv, 8)), "ring");
   EXPECT_EQ(selectAlgorithm(none, in(Collective::Alltoall, 8)), "pairwise");
   // One host with shared memory keeps the direct algorithms.
-  SelectionInputs shm{Collective::Allgather, 1024, 4, 64 * 1024, true};
+  SelectionInputs shm{Collective::Allgather, 8192, 4, 64 * 1024, true};
   EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
   shm.coll = Collective::ReduceScatter;
   EXPECT_EQ(selectAlgorithm(none, shm), "shm_direct");
 }
 
-// One host (a SharedMemoryGroup): shm_ll up to one line's 240 bytes (allgather: per rank;
+// One host (a SharedMemoryGroup): shm_ll up to one line's 1008 bytes (allgather: per rank;
 // every barrier), shm_direct above and for the collectives without a line algorithm; rules
 // still win.
 TEST(Rules, DefaultPolicyOnOneHost) {
   const std::vector<Rule> none;
-  constexpr std::size_t kLine = 240;  // SharedMemoryGroup::kLineBytes
+  constexpr std::size_t kLine = 1008;  // SharedMemoryGroup::kLineBytes
   static_assert(kLine == transport::SharedMemoryGroup::kLineBytes);
   auto host = [](Collective c, std::size_t bytes, int n = 4) {
     return SelectionInputs{c, bytes, n, 64 * 1024, true};

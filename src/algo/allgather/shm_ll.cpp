@@ -1,7 +1,7 @@
 // Low-latency shared-memory allgather for tiny blocks (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger blocks, or no shared group, run shm_direct.
 //
-// Steps (block bytes <= SharedMemoryGroup::kLineBytes, 240):
+// Steps (block bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. every rank posts its block in its own line (data, tag, exchange number; one cache line up to
 //   48 B);
 //   2. every rank polls each peer's line in turn and copies the block into its place.

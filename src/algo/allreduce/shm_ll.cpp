@@ -2,9 +2,9 @@
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct (which
 // itself falls back to the ring without a group).
 //
-// Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
+// Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. linePost: this rank's input, the operation tag and the exchange number go into its own
-//      line of the segment (one cache line up to 48 B, four at most; the number stored last);
+//      line of the segment (one cache line up to 48 B, sixteen at most; the number stored last);
 //   2. lineWait on every peer: poll its line until it carries this exchange's number;
 //   3. reduce the N inputs in rank order into a local accumulator, copy it to the output.
 // No barrier, no staging, no system call unless a waiter sleeps. Memory traffic per rank: one

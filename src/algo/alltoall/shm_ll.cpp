@@ -2,7 +2,7 @@
 // exchange; all ranks on one host). Bigger buffers, or no shared group, run shm_direct (which
 // itself falls back to pairwise exchange without a group).
 //
-// Steps (whole send buffer, N blocks, <= SharedMemoryGroup::kLineBytes, 240 bytes):
+// Steps (whole send buffer, N blocks, <= SharedMemoryGroup::kLineBytes, 1008 bytes):
 //   1. linePost: this rank's whole send buffer, the operation tag and the exchange number go
 //      into its own line of the segment (one cache line up to 48 B);
 //   2. lineWait on every peer in turn: poll its line until it carries this exchange's number,

@@ -1,7 +1,7 @@
 // Low-latency shared-memory broadcast for tiny messages (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
 //
-// Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
+// Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. the root posts the buffer in its own line (data, tag, exchange number; one cache line up to
 //   48 B); every
 //      other rank posts an empty line (its exchange number says it entered);

@@ -1,7 +1,7 @@
 // Low-latency shared-memory reduce for tiny messages (transport::SharedMemoryGroup line
 // exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
 //
-// Steps (bytes <= SharedMemoryGroup::kLineBytes, 240):
+// Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. every rank posts its input in its own line (data, tag, exchange number; one cache line up to
 //   48 B);
 //   2. the root polls every peer's line, reduces the N inputs in rank order into a local

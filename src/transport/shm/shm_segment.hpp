@@ -11,11 +11,11 @@
 //                                             ordered pair of distinct local ranks
 //   GroupLine[L]                L * 128 B  direct collectives: barrier counter, gone flag, lines
 //                                          entered
-//   LatencyLine[L][kLineDepth]  L * 4 KiB  low-latency collectives: kLineDepth lines per rank
+//   LatencyLine[L][kLineDepth] L * 16 KiB  low-latency collectives: kLineDepth lines per rank
 //   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
 //
-//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(4224 L) + L G when G > 0]
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(16512 L) + L G when G > 0]
 //
 // The group part (GroupLine, staging) exists when G (ShmOptions::stagingBytes, default 2 MiB:
 // 2 x 1 MiB per rank) is not 0; G is halved (down to kMinStagingBytes) when the segment would
@@ -172,14 +172,15 @@ inline constexpr std::size_t kLineDepth = 16;
 inline constexpr std::size_t kLineHalf = kLineDepth / 2;
 
 /// One rank's line of the low-latency exchange (SharedMemoryGroup::linePost): the exchange's
-/// sequence number, the operation's tag and up to 240 payload bytes in four cache lines. The
-/// first 48 payload bytes share the first cache line with seq and tag, so a reader of a small
-/// message gets all three with one transfer. Written only by its rank; seq is stored last
-/// (release), and a reader that saw it (acquire) reads the payload.
+/// sequence number, the operation's tag and up to 1008 payload bytes in sixteen cache lines
+/// (1 KiB: at 512 and 992 B the exchange ran 1.0-3.7x as fast as the staged direct
+/// collectives, docs/benchmarks.md). The first 48 payload bytes share the first cache line
+/// with seq and tag, so a reader of a small message gets all three with one transfer. Written only
+/// by its rank; seq is stored last (release), and a reader that saw it (acquire) reads the payload.
 struct alignas(kCacheLine) LatencyLine {
   std::atomic<std::uint64_t> seq;  // the exchange whose payload this is (0: none yet)
   std::atomic<std::uint64_t> tag;
-  std::uint8_t payload[4 * kCacheLine - 16];
+  std::uint8_t payload[16 * kCacheLine - 16];
 };
 
 struct ChannelControl {
@@ -190,7 +191,7 @@ struct ChannelControl {
 static_assert(sizeof(SegmentHeader) == kCacheLine);
 static_assert(sizeof(RankSlot) == kCacheLine);
 static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
-static_assert(sizeof(LatencyLine) == 4 * kCacheLine);
+static_assert(sizeof(LatencyLine) == 16 * kCacheLine);
 
 /// Sizes and offsets of a segment for `ranks` local ranks.
 struct Geometry {
