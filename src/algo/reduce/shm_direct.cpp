@@ -7,7 +7,7 @@
 //   1. copy the peers' slices of the chunk (all but slice `rank`) into this rank's staging half;
 //   2. barrier;
 //   3. reduce slice `rank`: the own input plus every peer's staged slice `rank`, into the own
-//      staged slice (the root: into its output);
+//      staged slice, 16 KiB at a time through a stack buffer (the root: into its output);
 //   4. barrier;
 //   5. the root copies every peer's reduced slice into its output.
 // Steps alternate staging halves. 2 barriers per chunk; memory traffic per rank: (N-1)/N
@@ -30,6 +30,8 @@ void rankOrderedReduce(Context&, const CollArgs&);
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
+// A non-root sums its slice in blocks of this many bytes on its stack (L1-resident).
+constexpr std::size_t kBlockBytes = 16 * 1024;
 
 }  // namespace
 
@@ -100,10 +102,25 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
         for (int s = 2; s < n; ++s)
           kernels::reduceInto(a.dtype, a.op, sum, peerSlice(s), mine.count);
         copyOut(true, dst, sum, mine.count * es);
-      } else {
+      } else if (isRoot) {
         kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count);
         for (int s = 2; s < n; ++s)
           kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
+      } else {
+        // A non-root's sum goes to its staged slice, whose lines the root read two chunks ago.
+        // Summed there directly, every vector store first waits for the root's copy of its line
+        // to be invalidated; summed block by block in this buffer and copied over (memcpy
+        // writes whole lines), 2 MiB ran at 13.2 instead of 7.7 GB/s (2 ranks, far placement,
+        // docs/benchmarks.md).
+        alignas(64) std::uint8_t block[kBlockBytes];
+        const std::size_t per = kBlockBytes / es;
+        for (std::size_t i = 0; i < mine.count; i += per) {
+          const std::size_t m = std::min(per, mine.count - i);
+          kernels::reduce3(a.dtype, a.op, block, own + i * es, peerSlice(1) + i * es, m);
+          for (int s = 2; s < n; ++s)
+            kernels::reduceInto(a.dtype, a.op, block, peerSlice(s) + i * es, m);
+          std::memcpy(dst + i * es, block, m * es);
+        }
       }
     }
     g->barrier(ctx.tag, ctx.deadline);
