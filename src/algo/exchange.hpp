@@ -2,6 +2,7 @@
 // safe when an operation fails half-way, chunk sizing against the scratch memory, and copies.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <braid/error.hpp>
 #include <braid/types.hpp>
@@ -146,6 +147,28 @@ inline void copyOut(bool stream, void* dst, const void* src, std::size_t bytes) 
     kernels::copyStreaming(dst, src, bytes);
   else
     std::memcpy(dst, src, bytes);
+}
+
+/// Sums `count` elements of `own` and of `peers` inputs (peer(1) .. peer(peers)) block by block
+/// in a 16 KiB stack buffer and hands each block to emit(byteOffset, block, bytes), which copies
+/// it where it goes. For a sum that ends in a staging area peers read: summed there directly,
+/// every vector store first waits for a peer's copy of its line to be invalidated, while
+/// memcpy writes whole lines (2 ranks, far placement, 2 MiB reduce: 7.7 -> 14.4 GB/s;
+/// docs/benchmarks.md).
+template <class Peer, class Emit>
+void sumInBlocks(DataType t, ReduceOp op, const std::uint8_t* own, Peer&& peer, int peers,
+                 std::size_t count, Emit&& emit) {
+  constexpr std::size_t kBlockBytes = 16 * 1024;
+  alignas(64) std::uint8_t block[kBlockBytes];
+  const std::size_t es = dataTypeSize(t);
+  const std::size_t per = kBlockBytes / es;
+  for (std::size_t i = 0; i < count; i += per) {
+    const std::size_t m = std::min(per, count - i);
+    const std::size_t at = i * es;
+    kernels::reduce3(t, op, block, own + at, peer(1) + at, m);
+    for (int s = 2; s <= peers; ++s) kernels::reduceInto(t, op, block, peer(s) + at, m);
+    emit(at, static_cast<const std::uint8_t*>(block), m * es);
+  }
 }
 
 /// Elements per pipeline chunk for an algorithm that keeps `slots` chunks in scratch

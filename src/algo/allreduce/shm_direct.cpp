@@ -100,11 +100,22 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
       // readers come next), then streamed out.
       std::uint8_t* dst = chunkOut + mine.offset * es;
       std::uint8_t* pub = staged + mine.offset * es;
-      std::uint8_t* sum = stream ? pub : dst;
+      const std::uint8_t* own = chunkIn + mine.offset * es;
       auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
-      kernels::reduce3(a.dtype, a.op, sum, chunkIn + mine.offset * es, peerSlice(1), mine.count);
-      for (int s = 2; s < n; ++s) kernels::reduceInto(a.dtype, a.op, sum, peerSlice(s), mine.count);
-      copyOut(stream, stream ? dst : pub, sum, mine.count * es);
+      if (stream) {
+        // Summed through a stack block (sumInBlocks, exchange.hpp), copied to the stage and
+        // streamed out: 32-128 MiB 4.4-5.1 -> 5.5-5.7 GB/s against summing in the stage.
+        sumInBlocks(a.dtype, a.op, own, peerSlice, n - 1, mine.count,
+                    [&](std::size_t at, const std::uint8_t* block, std::size_t b) {
+                      std::memcpy(pub + at, block, b);
+                      copyOut(true, dst + at, block, b);
+                    });
+      } else {
+        kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count);
+        for (int s = 2; s < n; ++s)
+          kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
+        std::memcpy(pub, dst, mine.count * es);
+      }
     }
     g->barrier(ctx.tag, ctx.deadline);
     for (int s = 1; s < n; ++s) {

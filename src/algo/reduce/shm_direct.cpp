@@ -30,8 +30,6 @@ void rankOrderedReduce(Context&, const CollArgs&);
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
-// A non-root sums its slice in blocks of this many bytes on its stack (L1-resident).
-constexpr std::size_t kBlockBytes = 16 * 1024;
 
 }  // namespace
 
@@ -95,32 +93,18 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
       if (stream && n == 2) {
         kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count,
                          kernels::StoreMode::Streaming);
-      } else if (stream) {
-        // A streamed output is never read back: sum in the staged slice, then stream it out.
-        std::uint8_t* sum = staged + mine.offset * es;
-        kernels::reduce3(a.dtype, a.op, sum, own, peerSlice(1), mine.count);
-        for (int s = 2; s < n; ++s)
-          kernels::reduceInto(a.dtype, a.op, sum, peerSlice(s), mine.count);
-        copyOut(true, dst, sum, mine.count * es);
-      } else if (isRoot) {
+      } else if (isRoot && !stream) {
         kernels::reduce3(a.dtype, a.op, dst, own, peerSlice(1), mine.count);
         for (int s = 2; s < n; ++s)
           kernels::reduceInto(a.dtype, a.op, dst, peerSlice(s), mine.count);
       } else {
-        // A non-root's sum goes to its staged slice, whose lines the root read two chunks ago.
-        // Summed there directly, every vector store first waits for the root's copy of its line
-        // to be invalidated; summed block by block in this buffer and copied over (memcpy
-        // writes whole lines), 2 MiB ran at 13.2 instead of 7.7 GB/s (2 ranks, far placement,
-        // docs/benchmarks.md).
-        alignas(64) std::uint8_t block[kBlockBytes];
-        const std::size_t per = kBlockBytes / es;
-        for (std::size_t i = 0; i < mine.count; i += per) {
-          const std::size_t m = std::min(per, mine.count - i);
-          kernels::reduce3(a.dtype, a.op, block, own + i * es, peerSlice(1) + i * es, m);
-          for (int s = 2; s < n; ++s)
-            kernels::reduceInto(a.dtype, a.op, block, peerSlice(s) + i * es, m);
-          std::memcpy(dst + i * es, block, m * es);
-        }
+        // A non-root's sum goes to its staged slice, whose lines the root read two chunks ago;
+        // a streaming root's is never read back: both sum through a stack block
+        // (sumInBlocks, exchange.hpp) and copy it out.
+        sumInBlocks(a.dtype, a.op, own, peerSlice, n - 1, mine.count,
+                    [&](std::size_t at, const std::uint8_t* block, std::size_t b) {
+                      copyOut(stream, dst + at, block, b);
+                    });
       }
     }
     g->barrier(ctx.tag, ctx.deadline);
