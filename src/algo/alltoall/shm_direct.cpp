@@ -15,11 +15,11 @@
 //
 // Alltoall, otherwise. Every block is cut into chunks of C = min(chunkBytes, staging half / N)
 // bytes; per chunk index:
-//   1. copy that chunk of each of the N blocks of the send buffer into slot q (the one for
+//   1. copy that chunk of each peer's block of the send buffer into slot q (the one for
 //      rank q) of this rank's staging half;
-//   2. barrier;
-//   3. copy slot `rank` of every rank's staging half into its block of the output (this rank's
-//      own block straight from the send buffer).
+//   2. copy this rank's own chunk straight from the send buffer into the output;
+//   3. barrier;
+//   4. copy slot `rank` of every peer's staging half into its block of the output.
 // Steps alternate staging halves. 1 barrier per chunk; memory traffic per rank: its send buffer
 // written once into the segment, N-1 blocks read out of it (the pairwise algorithm moves the
 // same bytes through the rings, two copies each, plus one message per pair).
@@ -68,9 +68,10 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   }
   const auto own = static_cast<std::size_t>(me) * block;
   const bool stream = streamsOutput(block * un, n);
-  if (out != in && block > 0) copyOut(stream, out + own, in + own, block);
+  const bool singleCopy = n > 1 && block >= kSingleCopyBytes && g->canReadPeers() && g->crowded();
+  if (out != in && block > 0 && (n == 1 || singleCopy)) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;
-  if (block >= kSingleCopyBytes && g->canReadPeers() && g->crowded()) {
+  if (singleCopy) {
     // Single copy: publish the send buffer's address, read this rank's block out of every
     // peer's send buffer, and keep this one untouched until every peer has read from it.
     const std::size_t h = g->beginStep();
@@ -96,6 +97,9 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
       const auto q = static_cast<std::size_t>((me + s) % n);
       std::memcpy(mine + q * c, in + q * block + off, c);
     }
+    // The own block's chunk, here rather than all of it up front (2 ranks, far placement,
+    // medians of 6: 2 MiB 11.2 -> 11.8 GB/s, 8 MiB 9.1 -> 9.7).
+    if (out != in) copyOut(stream, out + own + off, in + own + off, c);
     g->barrier(ctx.tag, ctx.deadline);
     for (int s = 1; s < n; ++s) {
       const int p = (me + s) % n;
