@@ -704,8 +704,8 @@ TEST(ShmGeometry, SizeFormula) {
   EXPECT_THROW(shm::planGeometry(2, 8, 3000, 1 << 30), Error);
 }
 
-// docs/env.md: total = align4K(64 + 64 L + 128 L^2) + L (L-1) S B + align4K(16512 L) + L G
-// (16512 = a 128-byte GroupLine and 16 LatencyLines of 1 KiB per rank).
+// docs/env.md: total = align4K(64 + 64 L + 128 L^2) + L (L-1) S B + align4K(65664 L) + L G
+// (65664 = a 128-byte GroupLine and 64 LatencyLines of 1 KiB per rank).
 TEST(ShmGeometry, SizeFormulaWithGroupPart) {
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   const std::size_t rings[] = {0, 0, 1 * kMiB, 0, 6 * kMiB, 0, 0, 0, 28 * kMiB};
@@ -714,7 +714,7 @@ TEST(ShmGeometry, SizeFormulaWithGroupPart) {
     const shm::Geometry g = shm::planGeometry(l, 8, 64 << 10, 256 * kMiB, 2 * kMiB);
     EXPECT_EQ(g.stagingBytes, 2 * kMiB) << l;
     EXPECT_EQ(g.groupOffset, control[l] + rings[l]) << l;
-    const std::size_t group = (16512 * l + 4095) / 4096 * 4096;  // 36864, 69632, 135168
+    const std::size_t group = (65664 * l + 4095) / 4096 * 4096;  // 135168, 266240, 528384
     EXPECT_EQ(g.stagingOffset, g.groupOffset + group) << l;
     EXPECT_EQ(g.totalBytes, control[l] + rings[l] + group + l * 2 * kMiB) << l;
   }
