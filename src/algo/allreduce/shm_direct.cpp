@@ -96,15 +96,15 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
       copyOut(stream, chunkOut + mine.offset * es, staged + mine.offset * es, mine.count * es);
     } else if (mine.count > 0) {
       // in + every peer's staged slice, published in the own staged slice and written out.
-      // Cached: into the output, then copied to the stage; streaming: into the stage (its
-      // readers come next), then streamed out.
+      // Cached: into the output, then copied to the stage; streaming: block by block through
+      // the stack, each block copied to the stage and streamed out.
       std::uint8_t* dst = chunkOut + mine.offset * es;
       std::uint8_t* pub = staged + mine.offset * es;
       const std::uint8_t* own = chunkIn + mine.offset * es;
       auto peerSlice = [&](int s) { return g->staging((me + s) % n) + h + mine.offset * es; };
       if (stream) {
-        // Summed through a stack block (sumInBlocks, exchange.hpp), copied to the stage and
-        // streamed out: 32-128 MiB 4.4-5.1 -> 5.5-5.7 GB/s against summing in the stage.
+        // Summing straight into the stage made every store wait for a peer's copy of its line
+        // to go (sumInBlocks, exchange.hpp): 2 ranks, 32-128 MiB, 4.4-5.1 -> 5.5-5.9 GB/s.
         sumInBlocks(a.dtype, a.op, own, peerSlice, n - 1, mine.count,
                     [&](std::size_t at, const std::uint8_t* block, std::size_t b) {
                       std::memcpy(pub + at, block, b);
