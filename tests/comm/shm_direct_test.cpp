@@ -135,7 +135,7 @@ TEST_P(ShmDirectProcesses, LargeMessages) {
 
 // Outputs that each reach the streaming threshold (half the last-level cache) on their own are
 // written with non-temporal stores: allreduce (3 ranks, in place and not), reduce at 2 and 3 ranks
-// (the root streams its reduction straight out, or sums in its stage first), allgather and
+// (the root streams its reduction straight out, or sums through a stack block first), allgather and
 // broadcast; odd counts, so that slices start unaligned.
 TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
   const std::size_t threshold = kernels::streamingThresholdBytes();
