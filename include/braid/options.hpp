@@ -37,8 +37,9 @@ struct Options {
   /// Upper bound of the scratch memory one communicator allocates, once (BRAID_BUFFSIZE).
   std::size_t bufferBytes = 4 * 1024 * 1024;
   /// Hierarchical allreduce: pieces of this many bytes are pipelined through its in-node and
-  /// network phases (BRAID_HIER_PIECE_SIZE, > 0).
-  std::size_t hierPieceBytes = 512 * 1024;
+  /// network phases (BRAID_HIER_PIECE_SIZE); 0 (the default, "auto"): the cost model picks the
+  /// piece per size (docs/plan.md).
+  std::size_t hierPieceBytes = 0;
   /// Messages up to this size use latency-optimised algorithms (BRAID_SMALL_MSG_SIZE).
   std::size_t smallMessageBytes = 64 * 1024;
   /// Algorithm rules, e.g. "ring" or "allreduce:ring;allgather:ring" (BRAID_ALGO).

@@ -53,8 +53,9 @@ struct Context {
   /// caller has none (then an algorithm must not need it). Gathered at communicator creation or
   /// loaded from BRAID_TOPO_FILE (docs/topology.md).
   const topology::Topology* topo = nullptr;
-  /// Pipelining unit of the hierarchical allreduce in bytes (> 0; Options::hierPieceBytes): the
-  /// in-node phases of one piece overlap the network phase of another.
+  /// Pipelining unit of the hierarchical allreduce in bytes (> 0): Options::hierPieceBytes, or
+  /// the cost model's pick for the size (CostModel::hierPieceBytes). The in-node phases of one
+  /// piece overlap the network phase of another.
   std::size_t pieceBytes = 512 * 1024;
 };
 

@@ -139,13 +139,18 @@ void Comm::Impl::run(Op& op) {
     algorithm = algo::findAlgorithm(c, name);
     if (algorithm == nullptr)
       throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
-    memo = {op.bytes, algorithm};
+    // The hierarchical allreduce's piece: BRAID_HIER_PIECE_SIZE, else the model's pick.
+    const std::size_t piece = opts.hierPieceBytes > 0 ? opts.hierPieceBytes
+                              : c == Collective::Allreduce && model != nullptr
+                                  ? model->hierPieceBytes(op.bytes)
+                                  : std::size_t{512} << 10;
+    memo = {op.bytes, algorithm, piece};
   }
   opStarted(op, algorithm->name);
   const auto deadline = this->deadline(op);
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
-  ctx.pieceBytes = opts.hierPieceBytes;
+  ctx.pieceBytes = memo.pieceBytes;
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   algorithm->run(ctx, op.args);

@@ -48,8 +48,6 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   }
   if (opts.chunkBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
-  if (opts.hierPieceBytes == 0)
-    throw Error(ErrorCode::InvalidArgument, "Options::hierPieceBytes must be positive");
   if (opts.bufferBytes < 64)
     throw Error(ErrorCode::InvalidArgument, "Options::bufferBytes must be at least 64 bytes");
   if (!opts.kernelIsa.empty() && opts.kernelIsa != "auto") {
@@ -117,7 +115,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   }
   impl->model = std::make_unique<tuning::CostModel>(std::move(costParams), impl->topo, size,
                                                     std::min(opts.chunkBytes, opts.bufferBytes / 2),
-                                                    opts.hierPieceBytes);
+                                                    opts.hierPieceBytes, opts.bufferBytes);
   if (opts.logLevel >= 2) {
     std::string paths;
     const std::string wake = transport::shmWakeMode(*impl->transport);

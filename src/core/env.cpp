@@ -75,8 +75,9 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
-    {"BRAID_HIER_PIECE_SIZE", "512K",
-     "hierarchical allreduce: pieces this big overlap their in-host and network phases"},
+    {"BRAID_HIER_PIECE_SIZE", "auto",
+     "hierarchical allreduce: pieces this big overlap their in-host and network phases "
+     "(auto: the cost model picks per size)"},
 };
 
 const char* get(const char* name) {
@@ -144,8 +145,11 @@ Options Options::fromEnv() {
   o.chunkBytes = sizeVar("BRAID_CHUNK_SIZE", o.chunkBytes);
   if (o.chunkBytes == 0) throw badValue("BRAID_CHUNK_SIZE", "0", "a positive size");
   o.bufferBytes = sizeVar("BRAID_BUFFSIZE", o.bufferBytes);
-  o.hierPieceBytes = sizeVar("BRAID_HIER_PIECE_SIZE", o.hierPieceBytes);
-  if (o.hierPieceBytes == 0) throw badValue("BRAID_HIER_PIECE_SIZE", "0", "a positive size");
+  if (const char* v = get("BRAID_HIER_PIECE_SIZE"); v != nullptr && std::string_view(v) != "auto") {
+    o.hierPieceBytes = sizeVar("BRAID_HIER_PIECE_SIZE", 0);
+    if (o.hierPieceBytes == 0)
+      throw badValue("BRAID_HIER_PIECE_SIZE", v, "a positive size or auto");
+  }
   o.smallMessageBytes = sizeVar("BRAID_SMALL_MSG_SIZE", o.smallMessageBytes);
   if (const char* v = get("BRAID_ALGO")) o.algo = v;
   o.connectTimeout =

@@ -220,11 +220,11 @@ std::size_t CostModel::classBytes(int sizeClass) noexcept {
 }
 
 CostModel::CostModel(CostParams params, const topology::Topology& topo, int worldSize,
-                     std::size_t chunkBytes, std::size_t pieceBytes)
+                     std::size_t chunkBytes, std::size_t pieceBytes, std::size_t scratchBytes)
     : params_(std::move(params)),
       n_(std::max(1, worldSize)),
       chunk_(std::max<std::size_t>(1, chunkBytes)),
-      piece_(std::max<std::size_t>(1, pieceBytes)) {
+      piece_(pieceBytes) {
   for (auto& c : choice_) c.store(0, std::memory_order_relaxed);
   for (auto& l : logged_) l.store(0, std::memory_order_relaxed);
   const bool useTopo = topo.size() == n_;
@@ -236,6 +236,12 @@ CostModel::CostModel(CostParams params, const topology::Topology& topo, int worl
   } else {
     perNode_ = n_;
   }
+  // The hierarchical allreduce's cap (src/algo/allreduce/hierarchical.cpp): the network's
+  // receive buffer is the first half of the scratch, 64-byte aligned.
+  std::size_t netBytes = scratchBytes / 2;
+  if (netBytes >= 64) netBytes -= netBytes % 64;
+  pieceCap_ = std::max<std::size_t>(1, netBytes) * static_cast<std::size_t>(perNode_) *
+              static_cast<std::size_t>(nodes_ == 2 ? 1 : nodes_);
   const int n = n_;
   std::vector<int> perHost(static_cast<std::size_t>(nodes_));
   // The most ranks of one host whose peer (peerOf(r), -1: none) is on another host.
@@ -384,29 +390,61 @@ std::optional<double> CostModel::allreduce(std::string_view algo, double s,
   }
   if (algo == "hierarchical") {
     if (!hierarchical()) return ring();
-    // Pipelined by pieces (src/algo/allreduce/hierarchical.cpp): each piece's network phase
-    // overlaps the in-node phases of its neighbours, so a piece costs the longer of the two,
-    // plus one piece's in-node phases to fill and drain the pipeline.
-    const int l = perNode_;
-    const int m = nodes_;
-    const double pieces = std::max(1.0, std::ceil(s / static_cast<double>(piece_)));
-    const double slice = s / pieces / l;
-    std::string per;
-    const double rs = ringSteps(l - 1, 0, slice, slice, per);
-    // Two nodes exchange the whole slice once; more run the ring's 2(M-1) steps.
-    const double net = m == 2 ? ringSteps(1, l, slice, slice, per)
-                              : ringSteps(m - 1, l, slice / m, slice / m, per) +
-                                    ringSteps(m - 1, l, slice / m, 0, per);
-    const double ag = ringSteps(l - 1, 0, slice, 0, per);
-    if (pieces == 1) {
-      why += (why.empty() ? "" : " + ") + per;
-      return rs + net + ag;
-    }
-    why += (why.empty() ? "" : " + ") + std::to_string(static_cast<long long>(pieces)) +
-           " overlapped pieces of (" + per + ")";
-    return rs + ag + pieces * std::max(net, rs + ag);
+    // The piece the communicator runs at this size: decided at the size class's upper end.
+    const double piece =
+        pieceFor(static_cast<double>(classBytes(sizeClass(static_cast<std::size_t>(s)))));
+    return hierarchicalAllreduce(s, piece, why);
   }
   return std::nullopt;
+}
+
+// Pipelined by pieces (src/algo/allreduce/hierarchical.cpp): each piece's network phase
+// overlaps the in-node phases of its neighbours, so a piece costs the longer of the two, plus
+// one piece's in-node phases to fill and drain the pipeline.
+double CostModel::hierarchicalAllreduce(double s, double piece, std::string& why) const {
+  const int l = perNode_;
+  const int m = nodes_;
+  const double pieces = std::max(1.0, std::ceil(s / piece));
+  const double slice = s / pieces / l;
+  std::string per;
+  const double rs = ringSteps(l - 1, 0, slice, slice, per);
+  // Two nodes exchange the whole slice once; more run the ring's 2(M-1) steps.
+  const double net = m == 2 ? ringSteps(1, l, slice, slice, per)
+                            : ringSteps(m - 1, l, slice / m, slice / m, per) +
+                                  ringSteps(m - 1, l, slice / m, 0, per);
+  const double ag = ringSteps(l - 1, 0, slice, 0, per);
+  if (pieces == 1) {
+    why += (why.empty() ? "" : " + ") + per;
+    return rs + net + ag;
+  }
+  why += (why.empty() ? "" : " + ") + std::to_string(static_cast<long long>(pieces)) +
+         " overlapped pieces of " + bytesText(static_cast<std::size_t>(s / pieces)) + " (" + per +
+         ")";
+  return rs + ag + pieces * std::max(net, rs + ag);
+}
+
+// The fixed piece, or the best candidate: more pieces hide more of the in-node phases behind
+// the network but pay every step's latency once more per piece.
+double CostModel::pieceFor(double s) const {
+  const double cap = static_cast<double>(pieceCap_);
+  if (piece_ > 0) return std::min(static_cast<double>(piece_), cap);
+  double best = std::min(65536.0, cap);
+  double bestTime = -1;
+  for (double c = best;; c = std::min(2 * c, cap)) {
+    std::string ignored;
+    const double t = hierarchicalAllreduce(s, c, ignored);
+    if (bestTime < 0 || t < bestTime) {
+      best = c;
+      bestTime = t;
+    }
+    if (c >= cap || c >= s) break;  // larger pieces: the same single piece
+  }
+  return best;
+}
+
+std::size_t CostModel::hierPieceBytes(std::size_t bytes) const {
+  if (!hierarchical()) return piece_ > 0 ? piece_ : pieceCap_;
+  return static_cast<std::size_t>(pieceFor(static_cast<double>(classBytes(sizeClass(bytes)))));
 }
 
 std::optional<double> CostModel::reduceScatter(std::string_view algo, double s,

@@ -84,9 +84,12 @@ class CostModel {
   /// `chunkBytes`: the pipelining unit the algorithms use (min of Options::chunkBytes and half
   /// the scratch buffer). A topology of another size than `worldSize` (or none) counts as one
   /// host of `worldSize` ranks. `pieceBytes`: the hierarchical allreduce's pipelining unit
-  /// (Options::hierPieceBytes).
+  /// (Options::hierPieceBytes); 0 lets the model pick it per size (hierPieceBytes()).
+  /// `scratchBytes`: the communicator's scratch (Options::bufferBytes), which caps a piece as
+  /// the algorithm does.
   CostModel(CostParams params, const topology::Topology& topo, int worldSize,
-            std::size_t chunkBytes, std::size_t pieceBytes = std::size_t{512} << 10);
+            std::size_t chunkBytes, std::size_t pieceBytes = 0,
+            std::size_t scratchBytes = std::size_t{4} << 20);
   CostModel(const CostModel&) = delete;
   CostModel& operator=(const CostModel&) = delete;
 
@@ -117,6 +120,16 @@ class CostModel {
   static int sizeClass(std::size_t bytes) noexcept;
   static std::size_t classBytes(int sizeClass) noexcept;
 
+  /// The piece the hierarchical allreduce runs with for an allreduce of `bytes`: the fixed
+  /// piece when one was given, else the candidate with the lowest predicted time at the upper
+  /// end of bytes' size class (powers of two from 64 KiB up to the cap, and the cap; the
+  /// smallest on a tie). Never above the cap the scratch sets (maxPieceBytes()).
+  std::size_t hierPieceBytes(std::size_t bytes) const;
+  /// Largest piece the hierarchical allreduce can use with this scratch and topology: what the
+  /// network delivers at once (a 1/M segment of a slice; between two hosts the whole slice)
+  /// fits half the scratch.
+  std::size_t maxPieceBytes() const noexcept { return pieceCap_; }
+
   /// True the first time it is called for (coll, class of bytes): what BRAID_DEBUG=INFO logs.
   bool firstUse(Collective coll, std::size_t bytes) const noexcept;
 
@@ -133,6 +146,8 @@ class CostModel {
   std::optional<double> alltoall(std::string_view algo, double s, std::string& why) const;
   double ringSteps(int steps, int crossing, double bytes, double reduceBytes,
                    std::string& why) const;
+  double hierarchicalAllreduce(double s, double piece, std::string& why) const;
+  double pieceFor(double s) const;
   double binomial(int ranks, bool network, double s, bool reduce) const;
   bool hierarchical() const noexcept { return nodes_ > 1 && uniform_ && perNode_ > 1; }
 
@@ -142,7 +157,8 @@ class CostModel {
   int perNode_ = 1;
   bool uniform_ = true;
   std::size_t chunk_;
-  std::size_t piece_;
+  std::size_t piece_;  // 0: chosen per size
+  std::size_t pieceCap_ = 1;
   // Crossing counts of each algorithm's steps on this topology.
   int ringCross_ = 0;
   int foldCross_ = 0;

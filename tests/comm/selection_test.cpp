@@ -129,6 +129,9 @@ TEST(Selection, TuningFileParametersAndRulesApply) {
   o.topoFile = topo;
   o.shmDisable = true;
   o.tuneFile = tune;
+  // The default scratch: with the harness's 4 KiB one, the hierarchical allreduce's pieces
+  // (capped by half the scratch) would be 4 KiB, each paying 1 ms, and ring would win.
+  o.bufferBytes = 4 << 20;
   runThreads(4, o, [](Comm& c) {
     // The file's rule, over the model's bruck.
     EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 32), "ring");

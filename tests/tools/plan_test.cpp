@@ -57,7 +57,8 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 TEST(BraidPlan, DataParallelVolumeAndPredictionsByHand) {
   // 1M fp32 parameters: one 4,000,000-byte allreduce on 2 hosts x 2 ranks.
-  const auto v = planJson(with({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2"}, kHand));
+  const auto v = planJson(
+      with({"--params", "1M", "--hosts", "2", "--ranks-per-host", "2", "--piece", "512K"}, kHand));
   const auto& colls = v.find("collectives")->items();
   ASSERT_EQ(colls.size(), 1u);
   const auto& ar = colls[0];
@@ -69,7 +70,7 @@ TEST(BraidPlan, DataParallelVolumeAndPredictionsByHand) {
   EXPECT_EQ(num(op, "times"), 1);
   const double q = 1e6;  // S / 4
   const double ring = 3 * (10e-6 + q * 1e-9 + q * 0.5e-9) + 3 * (10e-6 + q * 1e-9);
-  // hierarchical: pipelined in 8 pieces of 5e5 bytes (the default 512 KiB piece), each costing
+  // hierarchical: pipelined in 8 pieces of 5e5 bytes (--piece 512K), each costing
   // the longer of its network phase (one exchange of the 5e5 / 2 slice, reduced, two per host
   // link) and its in-node phases (1 shm step of 5e5 / 2 each way), plus one piece's in-node
   // phases.
@@ -92,6 +93,29 @@ TEST(BraidPlan, DataParallelVolumeAndPredictionsByHand) {
   EXPECT_EQ(seen, 2);
   EXPECT_EQ(str(op, "chosen"), "hierarchical");
   EXPECT_NEAR(num(v, "total_seconds"), hier, hier * 1e-9);
+}
+
+TEST(BraidPlan, PicksTheHierarchicalPieceAsTheLibraryDoes) {
+  // Without --piece the model picks the piece for the size class (4 MiB for 4,000,000 bytes):
+  // T(p) = 0.35 ns x p + S x 10 us / p + const is lowest at 256 KiB among the candidates
+  // (251.8 us against 263.5 us at 512 KiB), so auto predicts what --piece 256K does and less
+  // than --piece 512K.
+  auto hierarchical = [](const json::Value& v) {
+    const auto& op = v.find("collectives")->items().at(0).find("ops")->items().at(0);
+    for (const auto& p : op.find("predictions")->items())
+      if (str(p, "algorithm") == "hierarchical") return num(p, "seconds");
+    ADD_FAILURE() << "no hierarchical prediction";
+    return 0.0;
+  };
+  const std::vector<std::string> base = {"--params", "1M", "--hosts", "2", "--ranks-per-host", "2"};
+  const double autoPiece = hierarchical(planJson(with(base, kHand)));
+  const double p256 = hierarchical(planJson(with(with(base, {"--piece", "256K"}), kHand)));
+  const double p512 = hierarchical(planJson(with(with(base, {"--piece", "512K"}), kHand)));
+  EXPECT_NEAR(autoPiece, p256, p256 * 1e-12);
+  EXPECT_LT(autoPiece, p512);
+  const tuning::CostModel model(tuning::CostParams{{1e-6, 0.1e-9}, {10e-6, 1e-9}, 0.5e-9, "test"},
+                                topology::uniformTopology(2, 2), 4, 256 * 1024);
+  EXPECT_EQ(model.hierPieceBytes(4000000), std::size_t{256} << 10);
 }
 
 TEST(BraidPlan, ZeroAndPipelineVolumesByHand) {
@@ -257,6 +281,9 @@ TEST(BraidPlan, BadInputIsNamed) {
   r = braidPlan({"--params", "1M", "--inter-bw", "fast"});
   EXPECT_EQ(r.exitCode(), 2);
   EXPECT_NE(r.err.find("--inter-bw 'fast'"), std::string::npos) << r.err;
+  r = braidPlan({"--params", "1M", "--piece", "0"});
+  EXPECT_EQ(r.exitCode(), 2);
+  EXPECT_NE(r.err.find("--piece '0'"), std::string::npos) << r.err;
   r = braidPlan({"--params", "1M", "--algo", "allreduce:nonesuch"});
   EXPECT_EQ(r.exitCode(), 1);
   EXPECT_NE(r.err.find("--algo: rule 'allreduce:nonesuch'"), std::string::npos) << r.err;

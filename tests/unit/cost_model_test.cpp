@@ -139,6 +139,65 @@ TEST(CostModel, HierarchicalAllreducePipelinedByHand) {
   EXPECT_GE(predicted(m, Collective::Allreduce, "hierarchical", 4 << 20), 4 * net);
 }
 
+TEST(CostModel, HierarchicalPieceIsTheFastestCandidateByHand) {
+  // Auto piece (0): the candidates are 64 KiB, 128 KiB, ... up to the cap, and the cap. 2 x 2
+  // with the hand parameters, S = 64 MiB in pieces of p (slice p/2): the network phase is the
+  // longer, so T(p) = rs(p) + ag(p) + (S / p) x net(p), whose minimum balances the pipeline's
+  // fill (0.35 ns per byte of a piece) against one network latency per piece (10 us):
+  // p* = sqrt(S x 10 us / 0.35 ns) = 1.39 MB, between the candidates 1 MiB and 2 MiB.
+  const auto topo = uniformTopology(2, 2);
+  auto byHand = [&](const CostParams& cp, double p, double total = 64 << 20) {
+    const double slice = std::min(p, total) / 2;
+    const double rs = cp.shm.alpha + slice * cp.shm.beta + slice * cp.gamma;
+    const double ag = cp.shm.alpha + slice * cp.shm.beta;
+    const double net = cp.net.alpha + 2 * slice * cp.net.beta + slice * cp.gamma;
+    const double pieces = std::ceil(total / p);
+    return pieces == 1 ? rs + net + ag : rs + ag + pieces * std::max(net, rs + ag);
+  };
+  auto bestByHand = [&](const CostParams& cp, std::size_t cap) {
+    std::size_t best = 0;
+    double bestTime = 0;
+    for (std::size_t p = 64 << 10;; p = std::min(2 * p, cap)) {
+      const double t = byHand(cp, static_cast<double>(p));
+      if (best == 0 || t < bestTime) {
+        best = p;
+        bestTime = t;
+      }
+      if (p >= cap) break;
+    }
+    return best;
+  };
+  const CostModel m(handParams(), topo, 4, 1 << 20, 0, 4 << 20);
+  EXPECT_EQ(m.maxPieceBytes(), std::size_t{4} << 20);  // half of 4 MiB x 2 ranks per host
+  EXPECT_EQ(bestByHand(handParams(), 4 << 20), std::size_t{1} << 20);
+  EXPECT_EQ(m.hierPieceBytes(64 << 20), std::size_t{1} << 20);
+  // The prediction is the chosen piece's, and the log names it.
+  const auto p = m.predict(Collective::Allreduce, "hierarchical", 64 << 20);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NEAR(p->seconds, byHand(handParams(), 1 << 20), 1e-15);
+  EXPECT_NE(p->steps.find("64 overlapped pieces of 1 MiB"), std::string::npos) << p->steps;
+  // A size is decided at its class's upper end: 40 MiB as 64 MiB.
+  EXPECT_EQ(m.hierPieceBytes(40 << 20), std::size_t{1} << 20);
+  // A millisecond per network step: pieces as large as the scratch allows.
+  CostParams slow = handParams();
+  slow.net.alpha = 1e-3;
+  const CostModel far(slow, topo, 4, 1 << 20, 0, 4 << 20);
+  EXPECT_EQ(bestByHand(slow, 4 << 20), std::size_t{4} << 20);
+  EXPECT_EQ(far.hierPieceBytes(64 << 20), std::size_t{4} << 20);
+  // A 64 KiB scratch caps every piece at 32 KiB x 2 ranks per host.
+  const CostModel tight(slow, topo, 4, 1 << 20, 0, 64 << 10);
+  EXPECT_EQ(tight.maxPieceBytes(), std::size_t{64} << 10);
+  EXPECT_EQ(tight.hierPieceBytes(64 << 20), std::size_t{64} << 10);
+  // Small messages: one piece, whatever the candidates.
+  EXPECT_NEAR(predicted(m, Collective::Allreduce, "hierarchical", 1 << 10),
+              byHand(handParams(), 64 << 10, 1 << 10), 1e-15);
+  // A fixed piece (BRAID_HIER_PIECE_SIZE) is used as given, below the cap.
+  const CostModel fixed(handParams(), topo, 4, 1 << 20, 256 << 10, 4 << 20);
+  EXPECT_EQ(fixed.hierPieceBytes(64 << 20), std::size_t{256} << 10);
+  const CostModel over(handParams(), topo, 4, 1 << 20, 16 << 20, 4 << 20);
+  EXPECT_EQ(over.hierPieceBytes(64 << 20), std::size_t{4} << 20);
+}
+
 TEST(CostModel, RecursiveDoublingAndBruckByHand) {
   // 4 hosts x 1 rank: every step crosses, one rank per host.
   const auto topo = uniformTopology(4, 1);

@@ -184,9 +184,11 @@ TEST_F(EnvTest, EveryVariableIsDocumented) {
 }
 
 TEST_F(EnvTest, HierarchicalPieceSize) {
-  EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{512} << 10);
+  EXPECT_EQ(Options::fromEnv().hierPieceBytes, 0u);  // auto: the cost model picks
   setenv("BRAID_HIER_PIECE_SIZE", "64K", 1);
   EXPECT_EQ(Options::fromEnv().hierPieceBytes, std::size_t{64} << 10);
+  setenv("BRAID_HIER_PIECE_SIZE", "auto", 1);
+  EXPECT_EQ(Options::fromEnv().hierPieceBytes, 0u);
   for (const char* bad : {"0", "big"}) {
     setenv("BRAID_HIER_PIECE_SIZE", bad, 1);
     try {

@@ -52,6 +52,7 @@ cluster:
   --tune-file FILE    parameters (and algo rules) from a BRAID_TUNE_FILE; flags above override
   --algo RULES        BRAID_ALGO rules, applied as the library applies them
   --chunk SIZE        BRAID_CHUNK_SIZE (default 256K); --buffsize SIZE BRAID_BUFFSIZE (4M)
+  --piece SIZE|auto   BRAID_HIER_PIECE_SIZE (default auto: the model picks per size)
   --small-msg SIZE    BRAID_SMALL_MSG_SIZE (default 64K)
   --no-shm            ranks of one host do not share memory (BRAID_SHM_DISABLE=1)
 layout:
@@ -148,6 +149,7 @@ int run(int argc, char** argv) {
   std::string topoFile, tuneFile, algoRules;
   std::optional<double> intraBw, intraLat, interBw, interLat, reduceBw, computeMs;
   std::size_t chunk = 256 * 1024, buff = 4 * 1024 * 1024, smallMsg = 64 * 1024;
+  std::size_t piece = 0;  // auto
   std::size_t bucket = std::size_t{64} << 20;
   bool json = false, printTune = false, noShm = false;
 
@@ -221,6 +223,13 @@ int run(int argc, char** argv) {
       chunk = size();
     } else if (a == "--buffsize") {
       buff = size();
+    } else if (a == "--piece") {
+      const std::string v = value();
+      if (v != "auto") {
+        const auto p = tuning::parseSize(v);
+        if (!p || *p == 0) usageError("--piece '" + v + "' is not a positive size or auto");
+        piece = *p;
+      }
     } else if (a == "--small-msg") {
       smallMsg = size();
     } else if (a == "--bucket") {
@@ -382,7 +391,7 @@ int run(int argc, char** argv) {
     for (auto [b, k] : e.ops) volume += static_cast<double>(b) * k;
     je.set("volume_bytes", json::Value::number(volume));
     const topology::Topology group = world.subset(e.members);
-    const tuning::CostModel model(cp, group, group.size(), modelChunk);
+    const tuning::CostModel model(cp, group, group.size(), modelChunk, piece, buff);
     if (!json) std::printf("%s: %s per step", e.what.c_str(), bytesText(volume).c_str());
     double seconds = 0;
     json::Value ops = json::Value::array();
