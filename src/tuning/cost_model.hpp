@@ -1,7 +1,8 @@
 // The alpha-beta-gamma cost model that picks an algorithm where the fixed policy cannot know
 // the answer: several hosts, where cross-host links are 10-100x slower than memory and the
 // algorithm decides the step time. docs/plan.md has the formulas, defaults and how to check
-// them against braid-perf; braid-plan prints the same predictions from the same code.
+// them against braid-perf; braid-plan prints the same predictions from the same code. The
+// parameters' parsing and text forms live in cost_params.cpp, the model in cost_model.cpp.
 //
 // Per link class (shared memory inside a host, the network between hosts) a message of m bytes
 // costs alpha + m x beta; reducing m bytes costs m x gamma. An algorithm is a sequence of steps;
