@@ -9,19 +9,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/text.hpp"
+
 namespace braid::security {
 
 namespace {
 
 constexpr std::array<std::uint8_t, 12> kV4MappedPrefix = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+using text::trim;
 
 bool prefixMatches(const std::uint8_t* a, const std::uint8_t* b, int bits) {
   const int whole = bits / 8;

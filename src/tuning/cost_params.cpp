@@ -8,18 +8,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/text.hpp"
 #include "tuning/cost_model.hpp"
 
 namespace braid::tuning {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+using text::trim;
 
 std::optional<double> parseNumber(std::string_view s) {
   s = trim(s);

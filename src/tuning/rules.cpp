@@ -5,16 +5,13 @@
 #include <charconv>
 
 #include "algo/algorithm.hpp"
+#include "common/text.hpp"
 #include "tuning/cost_model.hpp"
 
 namespace braid::tuning {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using text::trim;
 
 bool hasAlgorithm(std::optional<Collective> coll, std::string_view name) {
   for (const auto& a : algo::registry()) {
