@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/text.hpp"
+#include "common/trim.hpp"
 
 namespace braid::security {
 

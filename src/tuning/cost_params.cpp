@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/text.hpp"
+#include "common/trim.hpp"
 #include "tuning/cost_model.hpp"
 
 namespace braid::tuning {

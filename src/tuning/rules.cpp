@@ -5,7 +5,7 @@
 #include <charconv>
 
 #include "algo/algorithm.hpp"
-#include "common/text.hpp"
+#include "common/trim.hpp"
 #include "tuning/cost_model.hpp"
 
 namespace braid::tuning {
