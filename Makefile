@@ -7,7 +7,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-sanitize bench clean format
+.PHONY: all deps build demo test test-machines test-sanitize bench clean format
 
 all: build
 
@@ -23,6 +23,10 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The kernel tests and collective sweeps at every ISA level and with a fake cache (CI runs it).
+test-machines: build
+	scripts/test_machines.sh $(BUILD)
 
 bench: build
 	bench/compare_shm.sh 3 256M 2

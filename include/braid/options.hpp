@@ -70,6 +70,11 @@ struct Options {
   /// at once, are faster there: docs/benchmarks.md, "Point-to-point").
   std::optional<std::size_t> shmCmaThresholdBytes;
   bool shmCmaDisable = false;
+  /// The CPUs this host's ranks can use at once, as the shared-memory transport assumes it
+  /// (BRAID_SHM_HOST_CPUS): where the ranks outnumber them the host is crowded (waiters yield at
+  /// once, single copy by default). 0 ("auto"): the union of the local ranks' affinity masks,
+  /// capped by the tightest cgroup CPU limit among them. Must agree on every rank of a host.
+  std::size_t shmHostCpus = 0;
   /// Wakers skip their memory fence and sleepers pay for it with membarrier(2) where every rank
   /// of the host could register for it (BRAID_SHM_LIGHT_WAKE=0: always the fence).
   bool shmLightWake = true;
@@ -92,6 +97,11 @@ struct Options {
   /// applied when a communicator is created; results are identical at every level, only speed
   /// differs).
   std::string kernelIsa;
+  /// The last-level cache size braid derives decisions from (BRAID_LLC_SIZE): outputs of at
+  /// least half of it are written with non-temporal stores. 0 ("auto"): what the OS reports,
+  /// bounded to 4-64 MiB (src/common/machine.hpp); `braid-info` prints both. Process-wide,
+  /// applied when a communicator is created, like kernelIsa.
+  std::size_t llcBytes = 0;
   /// A topology JSON file used instead of the one gathered at creation (BRAID_TOPO_FILE): a
   /// fabricated layout for planning and tests. Its rank count must equal the communicator's.
   std::string topoFile;

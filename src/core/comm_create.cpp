@@ -7,6 +7,7 @@
 
 #include "core/calibrate.hpp"
 #include "core/comm_impl.hpp"
+#include "core/process_settings.hpp"
 #include "core/tag.hpp"
 #include "core/topology_setup.hpp"
 #include "kernels/reduce.hpp"
@@ -50,15 +51,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
     throw Error(ErrorCode::InvalidArgument, "Options::chunkBytes must be positive");
   if (opts.bufferBytes < 64)
     throw Error(ErrorCode::InvalidArgument, "Options::bufferBytes must be at least 64 bytes");
-  if (!opts.kernelIsa.empty() && opts.kernelIsa != "auto") {
-    // Process-wide (kernels are stateless and every level gives bit-identical results).
-    auto isa = kernels::parseIsa(opts.kernelIsa);
-    if (!isa)
-      throw Error(ErrorCode::InvalidArgument,
-                  "Options::kernelIsa (BRAID_KERNEL_ISA) '" + opts.kernelIsa +
-                      "' is not one of auto, scalar, avx2, avx512, avx512bf16");
-    kernels::setActiveIsa(*isa);
-  }
+  core::applyProcessSettings(opts);
   impl->storeServer = std::move(server);
   impl->store = std::move(store);
   impl->commStore = std::make_shared<PrefixStore>(impl->store, "braid/" + impl->id + "/");
@@ -97,6 +90,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;
   transportOptions.shm.cmaThresholdBytes = opts.shmCmaThresholdBytes;
   transportOptions.shm.cmaDisable = opts.shmCmaDisable;
+  transportOptions.shm.hostCpus = opts.shmHostCpus;
   transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);

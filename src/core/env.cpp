@@ -42,6 +42,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_CMA_THRESHOLD", "auto",
      "same-host send/recv this big go single-copy (CMA); auto: 64K on a crowded host, else never"},
     {"BRAID_SHM_CMA_DISABLE", "0", "1: never use process_vm_readv (everything via the ring)"},
+    {"BRAID_SHM_HOST_CPUS", "auto",
+     "CPUs the host's ranks can use (auto: affinity masks capped by cgroup limits)"},
     {"BRAID_SHM_LIGHT_WAKE", "1",
      "0: shm wakers always fence (1: sleepers use membarrier instead, where available)"},
     {"BRAID_SHM_STAGING", "2M",
@@ -52,6 +54,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_DETERMINISTIC", "0",
      "1: reductions combine ranks in rank order, bitwise reproducible (rank-ordered algorithms)"},
     {"BRAID_KERNEL_ISA", "auto", "reduction kernels: auto, scalar, avx2, avx512, avx512bf16"},
+    {"BRAID_LLC_SIZE", "auto",
+     "last-level cache size decisions derive from (auto: the OS's report, bounded to 4M-64M)"},
     {"BRAID_TOPO_FILE", "", "FILE: a (fabricated) topology JSON used instead of the gathered one"},
     {"BRAID_TOPO_DUMP", "", "FILE: rank 0 writes the communicator's topology there as JSON"},
     {"BRAID_FUSION_THRESHOLD", "64M", "fusion buffer: send queued tensors once this many bytes"},
@@ -164,6 +168,11 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_SHM_CMA_THRESHOLD"); v != nullptr && std::string_view(v) != "auto")
     o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", 0);
   o.shmCmaDisable = intVar("BRAID_SHM_CMA_DISABLE", 0) != 0;
+  if (const char* v = get("BRAID_SHM_HOST_CPUS"); v != nullptr && std::string_view(v) != "auto") {
+    const long long n = intVar("BRAID_SHM_HOST_CPUS", 0);
+    if (n < 1 || n > 1 << 20) throw badValue("BRAID_SHM_HOST_CPUS", v, "auto or 1 to 1048576");
+    o.shmHostCpus = static_cast<std::size_t>(n);
+  }
   o.shmLightWake = intVar("BRAID_SHM_LIGHT_WAKE", 1) != 0;
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);
   if (const char* v = get("BRAID_DEBUG")) {
@@ -198,6 +207,11 @@ Options Options::fromEnv() {
       }
       o.kernelIsa = kernels::toString(*isa);
     }
+  }
+  if (const char* v = get("BRAID_LLC_SIZE"); v != nullptr && std::string_view(v) != "auto") {
+    o.llcBytes = sizeVar("BRAID_LLC_SIZE", 0);
+    if (o.llcBytes < 4096 || o.llcBytes > (std::size_t{1} << 40))
+      throw badValue("BRAID_LLC_SIZE", v, "auto or a size from 4K to 1T");
   }
   if (const char* v = get("BRAID_TOPO_FILE")) o.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;

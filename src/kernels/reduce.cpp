@@ -5,16 +5,14 @@
 // products wrap (computed in the unsigned type, as two's complement).
 #include "kernels/reduce.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <braid/error.hpp>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
+#include "common/machine.hpp"
 #include "kernels/kernel_table.hpp"
 
 #if defined(__x86_64__)
@@ -127,38 +125,6 @@ int dtypeRow(DataType t) {
   return static_cast<int>(t);
 }
 
-// Size of the last-level cache one core can use: sysfs (what lscpu shows, per CCX on AMD) before
-// sysconf, which reports the whole socket's L3 on some CPUs (256 MiB for a 32 MiB-per-CCX EPYC).
-std::size_t lastLevelCacheBytes() {
-  std::size_t best = 0;
-  int bestLevel = 0;
-  for (int i = 0; i < 8; ++i) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream levelFile(dir + "level"), sizeFile(dir + "size");
-    int level = 0;
-    std::string size;
-    if (!(levelFile >> level) || !(sizeFile >> size) || size.empty()) continue;
-    std::size_t bytes = std::strtoull(size.c_str(), nullptr, 10);
-    if (size.back() == 'K') bytes <<= 10;
-    if (size.back() == 'M') bytes <<= 20;
-    if (level > bestLevel && bytes > 0) {
-      bestLevel = level;
-      best = bytes;
-    }
-  }
-  if (best != 0) return best;
-  // No cache description in sysfs (a Firecracker guest has none). sysconf's L3 comes from cpuid,
-  // which may give the whole socket or whatever the hypervisor made up (508 MiB on such a guest
-  // on 2026-11-30, which put the streaming threshold at 254 MiB, so nothing streamed below
-  // 256 MiB): take at most 64 MiB (a threshold of 32 MiB). Measured on that guest, 2 ranks:
-  // streaming from 16 MiB of outputs slowed allreduce and allgather at 8 MiB each, streaming
-  // from 64 MiB sped up allgather, alltoall and broadcast at 32 MiB (docs/benchmarks.md).
-  constexpr std::size_t kFallback = std::size_t{64} << 20;
-  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  return llc > 0 ? std::min(static_cast<std::size_t>(llc), kFallback) : kFallback;
-}
-
 bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
                   std::size_t bytes) {
   switch (mode) {
@@ -169,9 +135,6 @@ bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
     case StoreMode::Auto:
       break;
   }
-  // No last-level cache is under 128 KiB (the threshold is half of it): skip the threshold's
-  // guarded static on the small calls' path.
-  if (bytes < (std::size_t{64} << 10)) return false;
   const std::size_t threshold = streamingThresholdBytes();
   return threshold != 0 && bytes >= threshold && dst != a && dst != b;
 }
@@ -270,13 +233,25 @@ const char* selectedIsa() noexcept {
   return toString(activeIsa());
 }
 
+namespace {
+// The threshold set by setLastLevelCacheBytes; kUnset until then (the machine's report applies).
+constexpr std::size_t kUnset = ~std::size_t{0};
+std::atomic<std::size_t> gThreshold{kUnset};
+}  // namespace
+
 std::size_t streamingThresholdBytes() noexcept {
   // Half the last-level cache: an output that large does not stay cached for the next step
   // anyway. Measured (docs/benchmarks.md, Reduction kernels): for a distinct dst of 64 MiB
   // non-temporal stores were 5-12% faster than cached ones (they skip the read-for-ownership of
   // dst); in place they were slower, which is why Auto never streams into an input.
-  static const std::size_t threshold = lastLevelCacheBytes() / 2;
-  return threshold;
+  const std::size_t set = gThreshold.load(std::memory_order_relaxed);
+  if (set != kUnset) return set;
+  static const std::size_t reported = machine::lastLevelCache().bytes / 2;
+  return reported;
+}
+
+void setLastLevelCacheBytes(std::size_t bytes) noexcept {
+  gThreshold.store(bytes == 0 ? kUnset : bytes / 2, std::memory_order_relaxed);
 }
 
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {

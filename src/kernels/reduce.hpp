@@ -56,8 +56,12 @@ void setActiveIsa(Isa isa);
 /// streams; Streaming always does (where dst is element-aligned), for measurement.
 enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
 /// Output size from which StoreMode::Auto streams into a dst distinct from both inputs: half
-/// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement).
+/// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement): the one
+/// setLastLevelCacheBytes set, else machine::lastLevelCache()'s bounded reading.
 std::size_t streamingThresholdBytes() noexcept;
+/// Process-wide: the last-level cache size the streaming threshold derives from (the
+/// communicator applies BRAID_LLC_SIZE through this); 0 returns to the machine's report.
+void setLastLevelCacheBytes(std::size_t bytes) noexcept;
 
 /// reduce3 at the active level with an explicit store mode (a direct collective streams its
 /// large output).

@@ -4,7 +4,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "common/machine.hpp"
 #include "topology/topology.hpp"
 #include "transport/host_identity.hpp"
 
@@ -30,16 +30,6 @@ std::string netnsInode() {
   struct stat st {};
   if (::stat("/proc/self/ns/net", &st) != 0) return "";
   return std::to_string(static_cast<unsigned long long>(st.st_ino));
-}
-
-std::vector<int> allowedCpus() {
-  std::vector<int> cpus;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
 }
 
 // "0-3,8" -> {0,1,2,3,8}; malformed parts are skipped.
@@ -156,7 +146,7 @@ PeerInfo localPeerInfo(std::string_view hostId) {
   p.hostname = hostName();
   p.hostId = hostId.empty() ? transport::hostIdentity() : std::string(hostId);
   p.netns = netnsInode();
-  const std::vector<int> cpus = allowedCpus();
+  const std::vector<int> cpus = machine::allowedCpus();
   p.cpus = formatCpuList(cpus);
   p.numaNode = numaNodeOf(cpus);
   p.interfaces = interfaces();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harness/checks.hpp"
+#include "harness/machine.hpp"
 #include "harness/ranks.hpp"
 #include "kernels/reduce.hpp"
 
@@ -136,10 +137,13 @@ TEST_P(ShmDirectProcesses, LargeMessages) {
 // Outputs that each reach the streaming threshold (half the last-level cache) on their own are
 // written with non-temporal stores: allreduce (3 ranks, in place and not), reduce at 2 and 3 ranks
 // (the root streams its reduction straight out, or sums through a stack block first), allgather and
-// broadcast; odd counts, so that slices start unaligned.
+// broadcast; odd counts, so that slices start unaligned. The test sets the cache the threshold
+// derives from (512 KiB: streaming from 256 KiB), so the same bytes run on every machine: 1 MiB +
+// 1031 floats per rank, past one staging half too.
 TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
-  const std::size_t threshold = kernels::streamingThresholdBytes();
-  const std::size_t count = std::max<std::size_t>(threshold, std::size_t{1} << 20) / 4 + 1031;
+  ScopedLastLevelCache cache(std::size_t{512} << 10);
+  ASSERT_EQ(kernels::streamingThresholdBytes(), std::size_t{256} << 10);
+  const std::size_t count = (std::size_t{1} << 20) / 4 + 1031;
   runThreads(3, testOptions("shm_direct"), [&](Comm& c) {
     for (bool inPlace : {false, true})
       checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, inPlace);
@@ -171,9 +175,10 @@ TEST(ShmDirect, FallsBackWithoutSharedMemory) {
   });
 }
 
-// 8 ranks as threads on a machine with fewer CPUs: the barrier yields, then sleeps, so each
+// 8 ranks as threads on 2 CPUs: the barrier yields, then sleeps, so each
 // small allreduce still completes (the time is printed, not asserted).
 TEST(ShmDirect, OversubscribedEightRanksMakeProgress) {
+  TwoCpus pin;  // oversubscribed on every machine
   const auto start = std::chrono::steady_clock::now();
   runThreads(8, testOptions("shm_direct"), [](Comm& c) {
     std::vector<float> v(2, 1.0F);

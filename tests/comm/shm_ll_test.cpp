@@ -5,7 +5,6 @@
 // thousands of operations (no timing threshold, only the harness deadline); operations that
 // disagree across ranks fail with Error(Mismatch) rather than a timeout.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +17,7 @@
 
 #include "harness/checks.hpp"
 #include "harness/data.hpp"
+#include "harness/machine.hpp"
 #include "harness/ranks.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
@@ -123,33 +123,6 @@ TEST_P(ShmLowLatencyProcesses, ForcedSweep) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmLowLatencyProcesses, ::testing::Values(2, 3, 4, 5, 7, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
-
-// Restricts this process (and the ranks it forks) to its first two CPUs while alive.
-class TwoCpus {
- public:
-  TwoCpus() {
-    CPU_ZERO(&saved_);
-    if (::sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
-    cpu_set_t two;
-    CPU_ZERO(&two);
-    int taken = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE && taken < 2; ++cpu)
-      if (CPU_ISSET(cpu, &saved_)) {
-        CPU_SET(cpu, &two);
-        ++taken;
-      }
-    restore_ = ::sched_setaffinity(0, sizeof two, &two) == 0;
-  }
-  ~TwoCpus() {
-    if (restore_) ::sched_setaffinity(0, sizeof saved_, &saved_);
-  }
-  TwoCpus(const TwoCpus&) = delete;
-  TwoCpus& operator=(const TwoCpus&) = delete;
-
- private:
-  cpu_set_t saved_;
-  bool restore_ = false;
-};
 
 // 4 and 8 ranks as processes on 2 CPUs: waiters yield and then sleep on the futex, so the
 // ranks holding a CPU are never the ones spinning for a descheduled peer. Thousands of tiny

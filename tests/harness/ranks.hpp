@@ -3,7 +3,6 @@
 #pragma once
 
 #include <braid/braid.hpp>
-
 #include <chrono>
 #include <functional>
 
@@ -11,7 +10,8 @@ namespace braid::test {
 
 using RankFn = std::function<void(Comm&)>;
 
-/// Options for tests: a tiny chunk and scratch so pipelining paths run, short timeouts.
+/// Options for tests: a tiny chunk and scratch so pipelining paths run, short timeouts, and a
+/// host of 2 CPUs as the shared-memory transport assumes it (shmHostCpus).
 Options testOptions(std::string algo = "");
 
 /// Runs fn on `n` ranks as threads. Every exception is reported as a gtest failure naming the

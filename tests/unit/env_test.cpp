@@ -35,7 +35,8 @@ class EnvTest : public ::testing::Test {
                           "BRAID_STORE_EXTERNAL",
                           "BRAID_DETERMINISTIC",
                           "BRAID_SHM_STAGING",
-                          "BRAID_HIER_PIECE_SIZE"})
+                          "BRAID_HIER_PIECE_SIZE",
+                          "BRAID_LLC_SIZE"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
@@ -152,6 +153,25 @@ TEST_F(EnvTest, KernelIsaIsParsedAndCheckedAgainstTheCpu) {
       EXPECT_EQ(Options::fromEnv().kernelIsa, kernels::toString(isa));
     else
       EXPECT_THROW(Options::fromEnv(), Error) << kernels::toString(isa);
+  }
+}
+
+TEST_F(EnvTest, LastLevelCacheSizeIsAutoOrABoundedSize) {
+  EXPECT_EQ(Options::fromEnv().llcBytes, 0u);
+  setenv("BRAID_LLC_SIZE", "auto", 1);
+  EXPECT_EQ(Options::fromEnv().llcBytes, 0u);
+  setenv("BRAID_LLC_SIZE", "8K", 1);
+  EXPECT_EQ(Options::fromEnv().llcBytes, 8192u);
+  setenv("BRAID_LLC_SIZE", "480M", 1);  // an override is taken as given, not bounded
+  EXPECT_EQ(Options::fromEnv().llcBytes, std::size_t{480} << 20);
+  for (const char* bad : {"1K", "0", "2T", "big"}) {
+    setenv("BRAID_LLC_SIZE", bad, 1);
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BRAID_LLC_SIZE"), std::string::npos) << e.what();
+    }
   }
 }
 

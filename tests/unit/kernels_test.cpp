@@ -12,13 +12,13 @@
 #include <braid/error.hpp>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "harness/data.hpp"
 #include "kernels/reduce.hpp"
 
@@ -691,34 +691,29 @@ TEST(Kernels, DivideCompletesAverage) {
   EXPECT_EQ(c[0], 0);
 }
 
-// Non-temporal stores start at half the last-level cache one core uses: the highest-level cache
-// sysfs describes, or, where sysfs has no cache description (some VMs), at most 32 MiB (half of
-// 64 MiB), never the socket-sized or made-up L3 that cpuid then reports (508 MiB on a Firecracker
-// guest).
-TEST(Kernels, StreamingThresholdIsHalfAPerCoreCache) {
-  // Independently of reduce.cpp: the cache with the highest level among cpu0's descriptions.
-  auto read = [](const std::string& file) {
-    std::ifstream in(file);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  std::pair<int, std::size_t> highest{0, 0};  // (level, bytes)
-  for (int i = 0; i < 8; ++i) {
-    const std::string base = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i);
-    const std::string level = read(base + "/level"), size = read(base + "/size");
-    if (level.empty() || size.empty()) continue;
-    const std::size_t unit = size.find('M') != std::string::npos   ? std::size_t{1} << 20
-                             : size.find('K') != std::string::npos ? std::size_t{1} << 10
-                                                                   : 1;
-    highest =
-        std::max(highest, std::pair<int, std::size_t>{std::stoi(level), std::stoull(size) * unit});
-  }
-  const std::size_t sysfs = highest.second;
+// Non-temporal stores start at half the last-level cache: the one BRAID_LLC_SIZE sets (the test
+// main applies it), else machine::lastLevelCache()'s bounded reading (machine_test covers the
+// readings VMs give).
+TEST(Kernels, StreamingThresholdIsHalfTheBoundedCache) {
   const std::size_t threshold = kernels::streamingThresholdBytes();
-  if (sysfs != 0)
-    EXPECT_EQ(threshold, sysfs / 2);
+  const std::size_t forced = Options::fromEnv().llcBytes;
+  if (forced != 0)
+    EXPECT_EQ(threshold, forced / 2) << "BRAID_LLC_SIZE";
   else
-    EXPECT_LE(threshold, std::size_t{32} << 20) << "no sysfs cache description here";
-  EXPECT_GT(threshold, 0u);
+    EXPECT_EQ(threshold, machine::lastLevelCache().bytes / 2);
+  EXPECT_GE(threshold, forced != 0 ? forced / 2 : machine::kMinLlcBytes / 2);
+  EXPECT_LE(threshold, forced != 0 ? forced / 2 : machine::kMaxLlcBytes / 2);
+}
+
+// Run with BRAID_KERNEL_ISA (as .ci/run does), every call without an explicit level must use
+// that level, so a forced run never passes on another one.
+TEST(Kernels, RunsAtTheLevelTheEnvironmentForces) {
+  const std::string forced = Options::fromEnv().kernelIsa;
+  if (forced.empty())
+    GTEST_SKIP() << "BRAID_KERNEL_ISA is not set; the default level is "
+                 << kernels::toString(kernels::bestIsa());
+  EXPECT_EQ(std::string(kernels::selectedIsa()), forced);
+  EXPECT_EQ(kernels::activeIsa(), *kernels::parseIsa(forced));
 }
 
 TEST(Kernels, ReportsTheIsaItDispatchesTo) {

@@ -10,15 +10,17 @@
 #include <vector>
 
 #include "algo/algorithm.hpp"
-#include "kernels/reduce.hpp"
+#include "core/process_settings.hpp"
 
 namespace braid::info {
 namespace {
 
 constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [--paths] [-h|--help]
 
-Prints the braid version, the instruction set the reduction kernels use on this CPU, the
-algorithms available for each collective, the launch environment and the options as braid
+Prints the braid version, the instruction set the reduction kernels use on this CPU (and
+the levels it supports), the size from which outputs are written with non-temporal stores
+and the cache size it derives from (BRAID_LLC_SIZE, else the OS's report, bounded), the CPUs
+this process can use (affinity mask capped by the cgroup's CPU limit), the algorithms available for each collective, the launch environment and the options as braid
 would read them here, and every environment variable braid reads (value if set, default,
 meaning). Without options everything is printed.
 
@@ -168,7 +170,8 @@ int run(int argc, char** argv) {
   const bool all = !env && !algos;
   if (all) {
     std::printf("braid %s\n", braid::version());
-    std::printf("kernels: %s\n", kernels::selectedIsa());
+    core::applyProcessSettings(Options::fromEnv());  // BRAID_KERNEL_ISA, BRAID_LLC_SIZE
+    std::printf("kernels: %s\n", core::processSettingsText().c_str());
     printLaunchAndOptions();
   }
   if (all || algos) printAlgorithms();

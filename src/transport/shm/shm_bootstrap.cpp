@@ -32,6 +32,8 @@
 #include <random>
 #include <sstream>
 
+#include "common/machine.hpp"
+
 namespace braid::transport::shm {
 
 namespace {
@@ -101,7 +103,7 @@ class Setup {
            std::to_string(options_.setupTimeout.count()) + " ms waiting for " + who + " to " + step;
   }
   std::string get(const std::string& name, std::size_t owner, const std::string& step);
-  static std::string affinityText();
+  static std::string cpusText();
   std::size_t hostCpus();
   void waitForAll(const std::string& name, const std::string& step);
 
@@ -316,37 +318,41 @@ Attachment Setup::run() {
     guard.unlink();  // normally gone already: the last rank to map it unlinked it
   }
   probe(a);
-  store_.setString(key("cpus/" + std::to_string(local_)), affinityText());
+  store_.setString(key("cpus/" + std::to_string(local_)), cpusText());
   store_.setString(key("probed/" + std::to_string(local_)), "1");
   waitForAll("probed/", "probe the shared-memory segment");
-  a.hostCpus = hostCpus();
+  a.hostCpus = options_.hostCpus != 0 ? options_.hostCpus : hostCpus();
   a.lightWake = true;
   for (std::size_t i = 0; i < localRanks_.size(); ++i)
     a.lightWake = a.lightWake && a.segment.rank(i).lightWake.load(std::memory_order_acquire) == 1;
   return a;
 }
 
-// This process's affinity mask as a list of CPU numbers ("0 1 5").
-std::string Setup::affinityText() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
-  std::string out;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : " ") + std::to_string(c);
+// What this rank may run on: its cgroup's CPU limit (0: none) and its affinity mask,
+// "2 0 1 5" (machine.hpp).
+std::string Setup::cpusText() {
+  std::string out = std::to_string(machine::cgroupCpuLimit());
+  for (int c : machine::allowedCpus()) out += " " + std::to_string(c);
   return out;
 }
 
-// The union of every local rank's published affinity (after all have published).
+// The CPUs the host's ranks can use at once (after all have published): the union of their
+// affinity masks, capped by the tightest cgroup limit among them. Every rank computes it from
+// the same published texts, so every rank decides alike.
 std::size_t Setup::hostCpus() {
   cpu_set_t all;
   CPU_ZERO(&all);
+  int limit = 0;
   for (std::size_t i = 0; i < localRanks_.size(); ++i) {
     std::istringstream in(get("cpus/" + std::to_string(i), i, "publish its CPUs"));
+    int l = 0;
+    if (in >> l && l > 0 && (limit == 0 || l < limit)) limit = l;
     for (int c = 0; in >> c;)
       if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &all);
   }
-  return static_cast<std::size_t>(std::max(1, CPU_COUNT(&all)));
+  int n = std::max(1, CPU_COUNT(&all));
+  if (limit > 0) n = std::min(n, limit);
+  return static_cast<std::size_t>(n);
 }
 
 }  // namespace

@@ -66,6 +66,10 @@ struct ShmOptions {
   /// kCrowdedCmaThreshold when the host's ranks outnumber the CPUs they may run on together,
   /// else never.
   std::optional<std::size_t> cmaThresholdBytes;
+  /// The CPUs the host's ranks can use at once, which decides whether the host is crowded
+  /// (ranks outnumber CPUs: waiters yield at once, single copy by default). 0: measured at
+  /// setup, the union of the local ranks' affinity masks capped by their cgroups' CPU limits.
+  std::size_t hostCpus = 0;
   /// Never use process_vm_readv (no probe, everything through the ring).
   bool cmaDisable = false;
   /// Light wake-ups where every local rank can register for membarrier(2): a writer checks for

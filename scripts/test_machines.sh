@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The paths other CPUs take, run on this one (docs/testing.md, "Machine independence"): the
+# kernel tests and the collective sweeps once per instruction-set level, forced with
+# BRAID_KERNEL_ISA (each test binary's main applies it process-wide, and
+# Kernels.RunsAtTheLevelTheEnvironmentForces fails if any call ran at another level), then once
+# with a fake 8 KiB last-level cache (BRAID_LLC_SIZE), so that non-temporal stores start at
+# 4 KiB instead of at half of this machine's cache. A level this CPU lacks is skipped, and the
+# run says so. .ci/run runs this after `make test`.
+#   scripts/test_machines.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bin="$build/bin"
+# The kernel sweep itself runs every supported level explicitly in `make test`: skip it here.
+binaries=(
+  "braid_unit_kernels_test --gtest_filter=-AllDtypes/KernelSweep.*"
+  "braid_unit_machine_test"
+  "braid_algo_sweep_test"
+  "braid_comm_collectives_test"
+  "braid_comm_shm_direct_test --gtest_filter=-*LargeMessages*"
+  "braid_comm_shm_ll_test"
+  "braid_train_compress_test"
+)
+levels=$(env -u BRAID_KERNEL_ISA -u BRAID_LLC_SIZE "$bin/braid-info" |
+  sed -n 's/^kernels: [^(]*(this CPU: \([^)]*\)).*/\1/p')
+[ -n "$levels" ] || { echo "test_machines: braid-info printed no kernel levels"; exit 1; }
+failed=()
+run_set() {
+  local label=$1
+  shift
+  local start=$SECONDS
+  for entry in "${binaries[@]}"; do
+    read -r -a cmd <<<"$entry"
+    local log
+    log=$(mktemp)
+    if env "$@" "$bin/${cmd[0]}" "${cmd[@]:1}" >"$log" 2>&1; then
+      printf '  %-32s %s\n' "${cmd[0]}" "$(grep -m1 -o 'PASSED .*' "$log" || echo passed)"
+    else
+      printf '  %-32s FAILED\n' "${cmd[0]}"
+      grep -E '^\[  FAILED|Failure|error' "$log" | head -20 | sed 's/^/    /'
+      failed+=("$label ${cmd[0]}")
+    fi
+    rm -f "$log"
+  done
+  echo "  ($label: $((SECONDS - start)) s)"
+}
+for isa in avx512 avx2 scalar; do
+  case " $levels " in
+    *" $isa "*) ;;
+    *)
+      echo "== BRAID_KERNEL_ISA=$isa: skipped, this CPU lacks it (it has: $levels)"
+      continue
+      ;;
+  esac
+  echo "== BRAID_KERNEL_ISA=$isa: $(BRAID_KERNEL_ISA=$isa "$bin/braid-info" | sed -n 's/^kernels: //p')"
+  run_set "BRAID_KERNEL_ISA=$isa" BRAID_KERNEL_ISA="$isa"
+done
+echo "== BRAID_LLC_SIZE=8K: $(BRAID_LLC_SIZE=8K "$bin/braid-info" | sed -n 's/^kernels: //p')"
+run_set "BRAID_LLC_SIZE=8K" BRAID_LLC_SIZE=8K
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test_machines: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "test_machines: every forced level and the fake cache passed"
