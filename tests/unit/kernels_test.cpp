@@ -716,6 +716,30 @@ TEST(Kernels, RunsAtTheLevelTheEnvironmentForces) {
   EXPECT_EQ(kernels::activeIsa(), *kernels::parseIsa(forced));
 }
 
+// Every level by name: tested here, or skipped saying the CPU lacks it, so that a log shows
+// which levels a machine did not test (the sweep above silently covers only supported ones).
+class KernelLevel : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(KernelLevel, IsTestedHereOrSkippedByName) {
+  const Isa isa = GetParam();
+  if (!kernels::isaSupported(isa))
+    GTEST_SKIP() << "this CPU lacks " << kernels::toString(isa)
+                 << ": its kernels are not tested on this machine";
+  constexpr std::size_t n = 1031;
+  std::vector<float> a(n), b(n), d(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = static_cast<float>(3 * i + 1);
+  }
+  kernels::reduce3(isa, DataType::Float32, ReduceOp::Sum, d.data(), a.data(), b.data(), n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<float>(4 * i + 1)) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, KernelLevel, ::testing::ValuesIn(kernels::kAllIsas),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(kernels::toString(info.param));
+                         });
+
 TEST(Kernels, ReportsTheIsaItDispatchesTo) {
   EXPECT_NE(std::string(kernels::selectedIsa()).size(), 0u);
 }
