@@ -1,7 +1,10 @@
 // Launch conventions and their precedence; options parsing and its errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <braid/braid.hpp>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/reduce.hpp"
@@ -297,6 +300,59 @@ TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {
   setenv("BRAID_STORE", "127.0.0.1:1234", 1);
   EXPECT_EQ(LaunchInfo::fromEnv().rank, 2147483646);
   unsetenv("BRAID_STORE");
+}
+
+// BRAID_AUTH_KEY_FILE: the key from a file readable only by the user; anything looser, a link,
+// an empty file, or both variables set is an InvalidArgument naming the variable.
+TEST_F(EnvTest, AuthKeyFileMustBeTheUsersAlone) {
+  char dir[] = "/tmp/braid-keyfile-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/key";
+  const auto writeKey = [&](const std::string& text, mode_t mode) {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(file.c_str(), mode);
+  };
+  const auto rejected = [&](const char* why) {
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("BRAID_AUTH_KEY_FILE"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  writeKey("0123456789abcdef0123456789abcdef\n", 0600);
+  setenv("BRAID_AUTH_KEY_FILE", file.c_str(), 1);
+  EXPECT_EQ(Options::fromEnv().security.authKey, "0123456789abcdef0123456789abcdef");
+  writeKey("secret", 0400);
+  EXPECT_EQ(Options::fromEnv().security.authKey, "secret");
+  writeKey("secret", 0640);
+  rejected("chmod 600");
+  writeKey("secret", 0604);
+  rejected("mode 0604");
+  writeKey(" \n", 0600);
+  rejected("empty");
+  writeKey("secret", 0600);
+  const std::string link = std::string(dir) + "/link";
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  setenv("BRAID_AUTH_KEY_FILE", link.c_str(), 1);
+  rejected("cannot open");
+  setenv("BRAID_AUTH_KEY_FILE", dir, 1);
+  rejected("not a regular file");
+  setenv("BRAID_AUTH_KEY_FILE", (std::string(dir) + "/missing").c_str(), 1);
+  rejected("cannot open");
+  setenv("BRAID_AUTH_KEY_FILE", file.c_str(), 1);
+  setenv("BRAID_AUTH_KEY", "other", 1);
+  rejected("both set");
+  unsetenv("BRAID_AUTH_KEY");
+  unsetenv("BRAID_AUTH_KEY_FILE");
+  ::unlink(link.c_str());
+  ::unlink(file.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace
