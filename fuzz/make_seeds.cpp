@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets: valid messages of every kind, so that the fuzzer
 // starts from inputs that get deep into each parser. Usage: make_seeds STORE_DIR HANDSHAKE_DIR
-// FRAME_DIR.
+// FRAME_DIR [ACCEPTOR_DIR].
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -160,15 +160,37 @@ void frameSeeds(const std::string& dir) {
   write(dir, "truncated", b);
 }
 
+// transport_acceptor_fuzz: a mode byte (bit 0: the job has a key, bit 1: the stranger closes
+// its sending side), then what the stranger sends.
+void acceptorSeeds(const std::string& dir) {
+  namespace tcp = braid::transport::tcp;
+  const auto hello = [](std::uint8_t mode, bool keyed, int rank, int size) {
+    Bytes b = {mode};
+    sec::Initiator(keyed ? "fuzz-key" : "", sec::Service::Transport,
+                   tcp::encodeRankContext(rank, size))
+        .appendHello(b);
+    return b;
+  };
+  write(dir, "hello_other_size", hello(0, false, 1, 99));
+  write(dir, "hello_rank1", hello(0, false, 1, 2));
+  write(dir, "hello_rank0", hello(2, false, 0, 2));
+  write(dir, "keyed_hello", hello(1, true, 1, 2));
+  write(dir, "keyed_other_size", hello(3, true, 1, 99));
+  Bytes garbage = {2};
+  for (int i = 0; i < 64; ++i) garbage.push_back(static_cast<std::uint8_t>(i * 37));
+  write(dir, "garbage", garbage);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: make_seeds STORE_DIR HANDSHAKE_DIR FRAME_DIR\n");
+  if (argc != 4 && argc != 5) {
+    std::fprintf(stderr, "usage: make_seeds STORE_DIR HANDSHAKE_DIR FRAME_DIR [ACCEPTOR_DIR]\n");
     return 2;
   }
   storeSeeds(argv[1]);
   handshakeSeeds(argv[2]);
   frameSeeds(argv[3]);
+  if (argc == 5) acceptorSeeds(argv[4]);
   return 0;
 }

@@ -13,9 +13,9 @@ SECONDS_PER_TARGET="${1:-20}"
 BUILD="${BRAID_FUZZ_BUILD:-build-fuzz}"
 CXX="${CXX_FUZZ:-clang++}"
 JOBS="${BRAID_FUZZ_JOBS:-2}"
-TARGETS=(store_protocol_fuzz handshake_fuzz frame_fuzz topology_json_fuzz)
+TARGETS=(store_protocol_fuzz handshake_fuzz frame_fuzz topology_json_fuzz transport_acceptor_fuzz)
 # The library sources the targets need (an archive: each target pulls only what it uses).
-LIB_SRCS=(src/common/*.cpp src/store/store.cpp src/store/store_protocol.cpp
+LIB_SRCS=(src/common/*.cpp src/store/store.cpp src/store/store_protocol.cpp src/store/memory_store.cpp
           src/transport/tcp/socket.cpp src/transport/tcp/tcp_connection.cpp
           src/transport/tcp/tcp_bootstrap.cpp
           src/topology/json.cpp src/topology/topology.cpp src/topology/topology_json.cpp)
@@ -66,7 +66,7 @@ compile fuzz/make_seeds.cpp "$BUILD/obj/make_seeds.o"
 
 for t in "${TARGETS[@]}"; do mkdir -p "$BUILD/corpus/$t"; done
 "$BUILD/make_seeds" "$BUILD/corpus/store_protocol_fuzz" "$BUILD/corpus/handshake_fuzz" \
-  "$BUILD/corpus/frame_fuzz"
+  "$BUILD/corpus/frame_fuzz" "$BUILD/corpus/transport_acceptor_fuzz"
 # Topology seeds: a fabricated nodes-only file and a dumped one with every field.
 printf '{"nodes": [{"host": "a", "ranks": [0, 2]}, {"host": "b", "ranks": [1]}]}' \
   >"$BUILD/corpus/topology_json_fuzz/nodes.json"

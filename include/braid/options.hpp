@@ -26,6 +26,14 @@ struct SecurityOptions {
   /// Bound on one incoming connection's handshake: a peer that stays silent or slow longer is
   /// dropped. Other connections are served meanwhile.
   std::chrono::milliseconds handshakeTimeout{10000};
+  /// Bound on the memory a store server holds for its clients (BRAID_STORE_MAX_BYTES): keys and
+  /// values stored (64 bytes of overhead each), request frames being read, replies not yet sent.
+  /// A request beyond it is refused with an error the client throws (InvalidArgument naming the
+  /// bound) and a logged WARN; the connection stays usable.
+  std::size_t storeMaxBytes = std::size_t{1} << 30;
+  /// The same for the clients of one host while the store has no authKey (every client is then
+  /// unauthenticated; BRAID_STORE_MAX_PEER_BYTES). Not applied with a key.
+  std::size_t storeMaxPeerBytes = std::size_t{256} << 20;
   /// Log every dropped connection (rate-limited) on stderr as a WARN naming the remote address.
   /// BRAID_DEBUG=NONE turns it off.
   bool logRejections = true;

@@ -15,6 +15,12 @@
 
 namespace braid::security {
 
+/// The key in BRAID_AUTH_KEY_FILE: the file's bytes less trailing whitespace (a newline). The file
+/// must be a regular file owned by this process's user and readable by nobody else (no group or
+/// other permission bits), non-empty, at most 4 KiB; otherwise Error(InvalidArgument) naming the
+/// variable, the path and what to change.
+std::string readAuthKeyFile(const std::string& path);
+
 class PeerPolicy {
  public:
   /// No key, no filter: every connection is admitted unauthenticated.
@@ -31,6 +37,9 @@ class PeerPolicy {
   /// first kLoggedInFull drops only every kLogEvery-th is logged (with the running count), so a
   /// flood of strangers cannot flood the job's output.
   void reportDropped(std::string_view endpoint, std::string_view peer, std::string_view why) const;
+  /// Logs "[braid WARN] <endpoint>: refused a request from <peer>: <why>" (a request over a
+  /// memory bound; the connection stays), rate-limited the same way.
+  void reportRefused(std::string_view endpoint, std::string_view peer, std::string_view why) const;
   /// Connections dropped so far.
   std::uint64_t dropped() const noexcept { return dropped_->load(std::memory_order_relaxed); }
 
@@ -44,6 +53,7 @@ class PeerPolicy {
   bool log_ = true;
   // Shared by copies, so that a policy copied into several places counts once.
   std::shared_ptr<std::atomic<std::uint64_t>> dropped_;
+  std::shared_ptr<std::atomic<std::uint64_t>> refused_;
 };
 
 }  // namespace braid::security

@@ -2,6 +2,7 @@
 // cost model) behind Comm::create / Comm::fromEnv, and sub-communicators (split, subgroup), which
 // run the same bootstrap for a subset of ranks. Execution is in comm.cpp.
 #include <algorithm>
+#include <atomic>
 #include <braid/comm.hpp>
 #include <cstdio>
 
@@ -20,6 +21,65 @@ namespace braid {
 // ---------------------------------------------------------------- bootstrap
 
 namespace {
+
+// Every rank of a world communicator publishes the world size it was started with. Rank 0
+// reads every other rank's, in rank order, then publishes its verdict ("ok", or what it found);
+// every other rank compares its size with rank 0's, then waits for the verdict. Ranks started
+// with different sizes thus fail at once, every one of them, with Mismatch naming both sizes,
+// instead of waiting out the connect timeout for ranks that do not exist. Reading in rank order
+// never waits for a missing rank before reaching one that disagrees: if rank 0's size is larger
+// than the number of ranks started, some started rank has another size, and ranks below that
+// number all exist.
+void checkWorldSize(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto key = [](int r) { return "join/size/" + std::to_string(r); };
+  const std::string verdictKey = "join/verdict";
+  const std::string self =
+      "rank " + std::to_string(rank) + " (world size " + std::to_string(size) + ")";
+  store.setString(key(rank), std::to_string(size));
+  const auto deadline = SteadyClock::now() + timeout;
+  const auto getBefore = [&](const std::string& k, const std::string& what) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+        std::max(deadline - SteadyClock::now(), SteadyClock::duration::zero()));
+    try {
+      return store.getString(k, left);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout, self + " timed out after " + std::to_string(timeout.count()) +
+                                          " ms waiting for " + what + " (" + e.detail() + ")");
+    }
+  };
+  const auto mismatch = [&](int peer, const std::string& theirs) {
+    return "rank " + std::to_string(rank) + " was started with a world size of " +
+           std::to_string(size) + ", rank " + std::to_string(peer) + " with " + theirs +
+           " (every rank must be started with the same world size: BRAID_WORLD_SIZE or the "
+           "launcher's)";
+  };
+  if (rank != 0) {
+    const std::string theirs = getBefore(key(0), "rank 0 to join");
+    if (theirs != std::to_string(size)) throw Error(ErrorCode::Mismatch, mismatch(0, theirs));
+    const std::string verdict = getBefore(verdictKey, "rank 0 to see every rank join");
+    if (verdict == "ok") return;
+    // "M:" or "T:" and what rank 0 found.
+    throw Error(verdict.rfind("M:", 0) == 0 ? ErrorCode::Mismatch : ErrorCode::Timeout,
+                self + " cannot join: " + verdict.substr(std::min<std::size_t>(2, verdict.size())));
+  }
+  for (int peer = 1; peer < size; ++peer) {
+    try {
+      const std::string theirs = getBefore(key(peer), "rank " + std::to_string(peer) + " to join");
+      if (theirs != std::to_string(size)) throw Error(ErrorCode::Mismatch, mismatch(peer, theirs));
+    } catch (const Error& e) {
+      // Tell the ranks that agreed with rank 0, so that they fail now as well.
+      try {
+        store.setString(verdictKey,
+                        std::string(e.code() == ErrorCode::Mismatch ? "M:" : "T:") + e.detail());
+      } catch (const Error&) {
+      }
+      throw;
+    }
+  }
+  store.setString(verdictKey, "ok");
+}
 
 std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::shared_ptr<TcpStoreServer> server, int rank, int size,
@@ -93,6 +153,19 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.hostCpus = opts.shmHostCpus;
   transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
+  // World communicators only: a sub-communicator's size comes from its parent's gathered data.
+  if (parentTopology == nullptr && size > 1) {
+    if (opts.security.authKey.empty()) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        impl->log(1,
+                  "no BRAID_AUTH_KEY: this job's store and ranks accept any peer that can reach "
+                  "their ports (docs/security.md); set BRAID_AUTH_KEY (at least 128 random "
+                  "bits, the same on every rank) or BRAID_AUTH_KEY_FILE=FILE (mode 0600), or "
+                  "start the job with braid-run, which generates one");
+    }
+    checkWorldSize(*impl->commStore, rank, size, opts.connectTimeout);
+  }
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->startDiagnosis();

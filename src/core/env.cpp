@@ -4,11 +4,13 @@
 #include <braid/options.hpp>
 #include <cctype>
 #include <charconv>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "common/address_filter.hpp"
+#include "common/peer_policy.hpp"
 #include "kernels/reduce.hpp"
 #include "tuning/rules.hpp"
 
@@ -49,6 +51,12 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_STAGING", "2M",
      "staging bytes per rank for the direct shm collectives (two halves; 0: none)"},
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
+    {"BRAID_AUTH_KEY_FILE", "",
+     "FILE holding the per-job secret instead (owned by you, mode 0600 or stricter)"},
+    {"BRAID_STORE_MAX_BYTES", "1G",
+     "bound on the store server's memory (stored keys, requests, replies); beyond it: refused"},
+    {"BRAID_STORE_MAX_PEER_BYTES", "256M",
+     "the same bound per client host while the store has no BRAID_AUTH_KEY"},
     {"BRAID_WHITELIST", "",
      "FILE of peer addresses/CIDR networks allowed to connect (no implied loopback)"},
     {"BRAID_DETERMINISTIC", "0",
@@ -94,22 +102,47 @@ Error badValue(const char* name, const char* value, const char* expected) {
                std::string("environment variable ") + name + "='" + value + "' is not " + expected);
 }
 
-std::size_t sizeVar(const char* name, std::size_t def) {
+// Sizes are bounded too (1 TiB unless a variable says less), so none reaches an allocation or a
+// multiplication that cannot hold it.
+constexpr std::size_t kMaxSizeVar = std::size_t{1} << 40;
+std::size_t sizeVar(const char* name, std::size_t def, std::size_t lo = 0,
+                    std::size_t hi = kMaxSizeVar) {
   const char* v = get(name);
   if (v == nullptr) return def;
   auto s = tuning::parseSize(v);
-  if (!s) throw badValue(name, v, "a size (e.g. 65536, 64K, 4M)");
+  if (!s || *s < lo || *s > hi) {
+    const std::string range =
+        "a size (e.g. 65536, 64K, 4M) between " + std::to_string(lo) + " and " + std::to_string(hi);
+    throw badValue(name, v, range.c_str());
+  }
   return *s;
 }
 
-long long intVar(const char* name, long long def) {
+// Every integer variable has a range; a value outside it (or one that does not fit a long long)
+// is an InvalidArgument naming the variable and the range, never a silent cast.
+long long intVar(const char* name, long long def, long long lo, long long hi) {
   const char* v = get(name);
   if (v == nullptr) return def;
   long long out = 0;
   std::string_view sv(v);
   auto [p, ec] = std::from_chars(sv.data(), sv.data() + sv.size(), out);
-  if (ec != std::errc() || p != sv.data() + sv.size()) throw badValue(name, v, "an integer");
+  if (ec != std::errc() || p != sv.data() + sv.size() || out < lo || out > hi) {
+    const std::string range =
+        "an integer between " + std::to_string(lo) + " and " + std::to_string(hi);
+    throw badValue(name, v, range.c_str());
+  }
   return out;
+}
+
+bool boolVar(const char* name, bool def) {
+  return intVar(name, def ? 1 : 0, 0, 1) != 0;
+}
+
+// Timeouts in ms: at least 1 (0 would fail everything at once; it has no meaning), at most 30
+// days, so that now + timeout never overflows a clock.
+constexpr long long kMaxTimeoutMs = 30LL * 24 * 3600 * 1000;
+std::chrono::milliseconds timeoutVar(const char* name, std::chrono::milliseconds def) {
+  return std::chrono::milliseconds(intVar(name, def.count(), 1, kMaxTimeoutMs));
 }
 
 /// Milliseconds as a decimal number ("1", "0.5", "2.5"), returned in microseconds.
@@ -148,7 +181,7 @@ Options Options::fromEnv() {
   Options o;
   o.chunkBytes = sizeVar("BRAID_CHUNK_SIZE", o.chunkBytes);
   if (o.chunkBytes == 0) throw badValue("BRAID_CHUNK_SIZE", "0", "a positive size");
-  o.bufferBytes = sizeVar("BRAID_BUFFSIZE", o.bufferBytes);
+  o.bufferBytes = sizeVar("BRAID_BUFFSIZE", o.bufferBytes, 64, std::size_t{16} << 30);
   if (const char* v = get("BRAID_HIER_PIECE_SIZE"); v != nullptr && std::string_view(v) != "auto") {
     o.hierPieceBytes = sizeVar("BRAID_HIER_PIECE_SIZE", 0);
     if (o.hierPieceBytes == 0)
@@ -156,24 +189,20 @@ Options Options::fromEnv() {
   }
   o.smallMessageBytes = sizeVar("BRAID_SMALL_MSG_SIZE", o.smallMessageBytes);
   if (const char* v = get("BRAID_ALGO")) o.algo = v;
-  o.connectTimeout =
-      std::chrono::milliseconds(intVar("BRAID_CONNECT_TIMEOUT", o.connectTimeout.count()));
-  o.execTimeout = std::chrono::milliseconds(intVar("BRAID_EXEC_TIMEOUT", o.execTimeout.count()));
-  o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count()));
+  o.connectTimeout = timeoutVar("BRAID_CONNECT_TIMEOUT", o.connectTimeout);
+  o.execTimeout = timeoutVar("BRAID_EXEC_TIMEOUT", o.execTimeout);
+  o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count(), 0, 1000000));
   if (const char* v = get("BRAID_LISTEN_ADDR")) o.listenAddress = v;
-  o.shmDisable = intVar("BRAID_SHM_DISABLE", 0) != 0;
-  o.shmSlots = sizeVar("BRAID_SHM_SLOTS", o.shmSlots);
+  o.shmDisable = boolVar("BRAID_SHM_DISABLE", false);
+  o.shmSlots = sizeVar("BRAID_SHM_SLOTS", o.shmSlots, 1, 4096);
   o.shmSlotBytes = sizeVar("BRAID_SHM_SLOT_SIZE", o.shmSlotBytes);
   o.shmMaxSegmentBytes = sizeVar("BRAID_SHM_MAX_SEGMENT", o.shmMaxSegmentBytes);
   if (const char* v = get("BRAID_SHM_CMA_THRESHOLD"); v != nullptr && std::string_view(v) != "auto")
     o.shmCmaThresholdBytes = sizeVar("BRAID_SHM_CMA_THRESHOLD", 0);
-  o.shmCmaDisable = intVar("BRAID_SHM_CMA_DISABLE", 0) != 0;
-  if (const char* v = get("BRAID_SHM_HOST_CPUS"); v != nullptr && std::string_view(v) != "auto") {
-    const long long n = intVar("BRAID_SHM_HOST_CPUS", 0);
-    if (n < 1 || n > 1 << 20) throw badValue("BRAID_SHM_HOST_CPUS", v, "auto or 1 to 1048576");
-    o.shmHostCpus = static_cast<std::size_t>(n);
-  }
-  o.shmLightWake = intVar("BRAID_SHM_LIGHT_WAKE", 1) != 0;
+  o.shmCmaDisable = boolVar("BRAID_SHM_CMA_DISABLE", false);
+  if (const char* v = get("BRAID_SHM_HOST_CPUS"); v != nullptr && std::string_view(v) != "auto")
+    o.shmHostCpus = static_cast<std::size_t>(intVar("BRAID_SHM_HOST_CPUS", 0, 1, 1 << 20));
+  o.shmLightWake = boolVar("BRAID_SHM_LIGHT_WAKE", true);
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);
   if (const char* v = get("BRAID_DEBUG")) {
     std::string_view s(v);
@@ -188,11 +217,23 @@ Options Options::fromEnv() {
     else
       throw badValue("BRAID_DEBUG", v, "one of NONE, WARN, INFO, TRACE");
   }
-  if (const char* v = get("BRAID_AUTH_KEY")) o.security.authKey = v;
+  if (const char* v = get("BRAID_AUTH_KEY")) {
+    if (get("BRAID_AUTH_KEY_FILE") != nullptr)
+      throw Error(ErrorCode::InvalidArgument,
+                  "environment variables BRAID_AUTH_KEY and BRAID_AUTH_KEY_FILE are both set; "
+                  "set one of them");
+    o.security.authKey = v;
+  } else if (const char* f = get("BRAID_AUTH_KEY_FILE")) {
+    o.security.authKey = security::readAuthKeyFile(f);
+  }
+  o.security.storeMaxBytes =
+      sizeVar("BRAID_STORE_MAX_BYTES", o.security.storeMaxBytes, std::size_t{1} << 20);
+  o.security.storeMaxPeerBytes =
+      sizeVar("BRAID_STORE_MAX_PEER_BYTES", o.security.storeMaxPeerBytes, std::size_t{1} << 20);
   if (const char* v = get("BRAID_WHITELIST"))
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
-  o.deterministic = intVar("BRAID_DETERMINISTIC", 0) != 0;
+  o.deterministic = boolVar("BRAID_DETERMINISTIC", false);
   if (const char* v = get("BRAID_KERNEL_ISA")) {
     std::string_view s(v);
     if (s != "auto" && s != "AUTO") {
@@ -209,27 +250,23 @@ Options Options::fromEnv() {
     }
   }
   if (const char* v = get("BRAID_LLC_SIZE"); v != nullptr && std::string_view(v) != "auto") {
-    o.llcBytes = sizeVar("BRAID_LLC_SIZE", 0);
-    if (o.llcBytes < 4096 || o.llcBytes > (std::size_t{1} << 40))
-      throw badValue("BRAID_LLC_SIZE", v, "auto or a size from 4K to 1T");
+    o.llcBytes = sizeVar("BRAID_LLC_SIZE", 0, 4096);
   }
   if (const char* v = get("BRAID_TOPO_FILE")) o.topoFile = v;
   if (const char* v = get("BRAID_TOPO_DUMP")) o.topoDump = v;
   o.fusionThresholdBytes = sizeVar("BRAID_FUSION_THRESHOLD", o.fusionThresholdBytes);
   o.cycleTime = millisecondsVar("BRAID_CYCLE_TIME", o.cycleTime);
   const long long flight =
-      intVar("BRAID_FLIGHT_RECORDER", static_cast<long long>(o.flightRecorderOps));
-  if (flight < 0 || flight > (1 << 20))
-    throw badValue("BRAID_FLIGHT_RECORDER", get("BRAID_FLIGHT_RECORDER"), "between 0 and 1048576");
+      intVar("BRAID_FLIGHT_RECORDER", static_cast<long long>(o.flightRecorderOps), 0, 1 << 20);
   o.flightRecorderOps = static_cast<std::size_t>(flight);
   if (const char* v = get("BRAID_FLIGHT_DIR")) o.flightDir = v;
-  o.flightSignal = intVar("BRAID_FLIGHT_SIGNAL", 1) != 0;
+  o.flightSignal = boolVar("BRAID_FLIGHT_SIGNAL", true);
   if (const char* v = get("BRAID_TIMELINE")) o.timeline = v;
-  o.diagStall = std::chrono::milliseconds(intVar("BRAID_DIAG_STALL", o.diagStall.count()));
-  o.diagGrace = std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count()));
-  if (o.diagStall.count() < 0) throw badValue("BRAID_DIAG_STALL", get("BRAID_DIAG_STALL"), ">= 0");
-  if (o.diagGrace.count() < 0) throw badValue("BRAID_DIAG_GRACE", get("BRAID_DIAG_GRACE"), ">= 0");
-  o.opFingerprint = intVar("BRAID_FINGERPRINT", 1) != 0;
+  o.diagStall =
+      std::chrono::milliseconds(intVar("BRAID_DIAG_STALL", o.diagStall.count(), 0, kMaxTimeoutMs));
+  o.diagGrace =
+      std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count(), 0, kMaxTimeoutMs));
+  o.opFingerprint = boolVar("BRAID_FINGERPRINT", true);
   if (const char* v = get("BRAID_SOCKET_IFNAME")) o.socketIfname = v;
   if (const char* v = get("BRAID_SOCKET_FAMILY")) {
     std::string s(v);
@@ -263,8 +300,8 @@ Options Options::fromEnv() {
   }
   if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
   {
-    const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads);
-    const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread);
+    const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads, 1, 16);
+    const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread, 1, 16);
     if (threads < 1 || perThread < 1 || threads > 16 || perThread > 16 || threads * perThread > 16)
       throw Error(ErrorCode::InvalidArgument,
                   "environment variables BRAID_SOCKET_NTHREADS=" + std::to_string(threads) +
@@ -299,9 +336,9 @@ LaunchInfo LaunchInfo::fromEnv() {
       throw Error(ErrorCode::InvalidArgument,
                   std::string(c.rank) + " is set but " + c.size + " is not");
     li.source = c.source;
-    li.rank = static_cast<int>(intVar(c.rank, 0));
-    li.size = static_cast<int>(intVar(c.size, 1));
-    li.localRank = static_cast<int>(intVar(c.local, li.rank));
+    li.size = static_cast<int>(intVar(c.size, 1, 1, INT_MAX));
+    li.rank = static_cast<int>(intVar(c.rank, 0, 0, li.size - 1));
+    li.localRank = static_cast<int>(intVar(c.local, li.rank, 0, li.size - 1));
     break;
   }
   if (li.size < 1 || li.rank < 0 || li.rank >= li.size)
@@ -313,8 +350,7 @@ LaunchInfo LaunchInfo::fromEnv() {
       throw badValue("BRAID_STORE", s, "HOST:PORT");
   } else if (get("MASTER_ADDR") != nullptr && get("MASTER_PORT") != nullptr) {
     li.storeHost = get("MASTER_ADDR");
-    long long p = intVar("MASTER_PORT", 0);
-    if (p <= 0 || p > 65535) throw badValue("MASTER_PORT", get("MASTER_PORT"), "a port number");
+    const long long p = intVar("MASTER_PORT", 0, 1, 65535);
     li.storePort = static_cast<std::uint16_t>(p);
   } else if (li.size > 1) {
     throw Error(ErrorCode::InvalidArgument,
@@ -322,7 +358,7 @@ LaunchInfo LaunchInfo::fromEnv() {
                     "): no store address; set BRAID_STORE=HOST:PORT (or MASTER_ADDR and "
                     "MASTER_PORT), or start the job with braid-run");
   }
-  li.storeExternal = intVar("BRAID_STORE_EXTERNAL", 0) != 0;
+  li.storeExternal = boolVar("BRAID_STORE_EXTERNAL", false);
   return li;
 }
 

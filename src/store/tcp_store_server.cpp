@@ -13,6 +13,18 @@
 // finish, else it is dropped. With an auth key only a client that proved it holds the key gets
 // past the handshake; without one, a client that skips the handshake and sends requests
 // straight away is served too (tools and tests that speak the raw protocol).
+//
+// Memory bound (docs/security.md). Everything the server holds for its clients is counted, in
+// two budgets of SecurityOptions::storeMaxBytes each: (1) the keys and values stored (with a
+// fixed per-entry overhead) and the request frame each connection is reading, (2) the replies
+// not yet sent (a GET's reply is a copy of the value; its own budget, so that a full store still
+// serves reads). A connection reads at most to the end of its current frame, and a frame is
+// admitted (its whole size reserved) once its header is in; a frame, a SET or ADD, or a GET's
+// reply that would take its budget past the bound is refused with an ERROR reply naming the
+// bound, and logged. The refused frame's bytes are read
+// and thrown away, so the connection stays in step and usable. Without a key every client is
+// unauthenticated, and what the clients of one host hold together is bounded too
+// (storeMaxPeerBytes), so one stranger cannot take the whole bound.
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -71,6 +83,7 @@ struct Connection {
   std::uint64_t id = 0;
   Fd fd;
   std::string peer;  // "host:port" of the client, for the log
+  std::string host;  // its numeric host: what the per-peer bound counts by
   // Set until the client passed the handshake; no request is read before that.
   std::unique_ptr<security::ResponderSession> handshake;
   std::vector<std::uint8_t> in;   // received bytes not yet decoded
@@ -78,7 +91,49 @@ struct Connection {
   std::size_t outSent = 0;
   std::optional<Parked> parked;
   std::uint32_t events = 0;  // the interest currently registered with epoll
+  // Memory accounting: the whole size of the frame being read once admitted (0 before its
+  // header is in), what is counted for this connection now, and the bytes of a refused frame
+  // still to be read and thrown away.
+  std::size_t frameBytes = 0;
+  std::size_t consumed = 0;      // bytes at the front of `in` serve() has decoded (erased after)
+  std::size_t counted = 0;       // charged to the stored-and-requests budget
+  std::size_t countedReply = 0;  // charged to the replies budget
+  std::size_t discard = 0;
 };
+
+// Bytes held, in total and per client host.
+struct Budget {
+  std::size_t total = 0;
+  std::unordered_map<std::string, std::size_t> byHost;
+  void charge(const std::string& host, std::size_t add, std::size_t remove) {
+    total = total + add - remove;
+    auto& mine = byHost[host];
+    mine = mine + add - remove;
+    if (mine == 0) byHost.erase(host);
+  }
+  std::size_t of(const std::string& host) const {
+    auto it = byHost.find(host);
+    return it == byHost.end() ? 0 : it->second;
+  }
+};
+
+// A stored key and what it costs: the bytes of key and value plus a fixed overhead, charged to
+// the host that set it.
+struct Entry {
+  std::vector<std::uint8_t> value;
+  std::string owner;
+};
+constexpr std::size_t kEntryOverheadBytes = 64;
+std::size_t entryBytes(const std::string& key, std::size_t valueBytes) {
+  return key.size() + valueBytes + kEntryOverheadBytes;
+}
+
+std::uint32_t frameLength(const std::vector<std::uint8_t>& in) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<std::uint32_t>(in[static_cast<std::size_t>(i)]) << (8 * i);
+  return v;
+}
 
 }  // namespace
 
@@ -108,6 +163,14 @@ struct TcpStoreServer::Impl {
   void close(std::uint64_t id);
   int epollTimeoutMs() const;
   bool present(const std::string& key) const { return data_.find(key) != data_.end(); }
+  // Memory bound: why `extra` more bytes for `host` (`extraForHost` of them charged to it) would
+  // break a bound, or empty when they fit.
+  std::string overBound(const std::string& host, std::size_t extra, std::size_t extraForHost,
+                        bool reply = false);
+  void charge(const std::string& host, std::size_t add, std::size_t remove);
+  void account(Connection& c);
+  void refuse(Connection& c, const std::string& what, const std::string& why);
+  std::string bytesText(std::size_t b) const { return std::to_string(b) + " bytes"; }
 
   std::string address_;  // "host:port" as bound, for error messages
   std::uint16_t port_ = 0;
@@ -118,7 +181,11 @@ struct TcpStoreServer::Impl {
   std::atomic<bool> stop_{false};
 
   // Owned by the server thread once it starts.
-  std::unordered_map<std::string, std::vector<std::uint8_t>> data_;
+  std::unordered_map<std::string, Entry> data_;
+  const std::size_t maxBytes_;
+  const std::size_t maxPeerBytes_;
+  Budget held_;     // stored entries and request frames
+  Budget replies_;  // replies not yet sent
   std::unordered_map<std::uint64_t, std::unique_ptr<Connection>> connections_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_;
   std::set<std::pair<Clock::time_point, std::uint64_t>> deadlines_;
@@ -131,7 +198,9 @@ struct TcpStoreServer::Impl {
 
 TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port,
                            const SecurityOptions& security)
-    : policy_(security) {
+    : policy_(security),
+      maxBytes_(security.storeMaxBytes),
+      maxPeerBytes_(security.storeMaxPeerBytes) {
   address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -288,6 +357,7 @@ void TcpStoreServer::Impl::accept() {
     auto c = std::make_unique<Connection>();
     c->id = nextId_++;
     c->peer = std::move(peer);
+    c->host = store_socket::numericHost(fromAddr, fromLen);
     const auto deadline = Clock::now() + policy_.handshakeTimeout();
     c->handshake = std::make_unique<security::ResponderSession>(
         fd.get(), security::Responder(policy_.key(), security::Service::Store, {}), deadline);
@@ -372,15 +442,47 @@ void TcpStoreServer::Impl::onEvent(std::uint64_t id, std::uint32_t events) {
 
 // Reads what has arrived, serving each complete request as it comes. Stops after
 // kReadBudgetBytes, so one client streaming a large value does not hold up the others (epoll is
-// level-triggered and brings us back).
+// level-triggered and brings us back). Reads at most to the end of the current frame, which is
+// admitted against the memory bound once its header is in.
 void TcpStoreServer::Impl::readFrom(Connection& c) {
   const std::uint64_t id = c.id;
   for (std::size_t budget = kReadBudgetBytes; budget > 0;) {
+    std::size_t want = 0;
+    std::uint8_t sink[kReadChunkBytes];
+    std::uint8_t* into = sink;
+    if (c.discard > 0) {
+      want = std::min(c.discard, kReadChunkBytes);
+    } else if (c.in.size() < proto::kFrameHeaderBytes) {
+      want = proto::kFrameHeaderBytes - c.in.size();
+    } else {
+      // (serve() has closed a connection whose header claims more than kMaxFrameBytes.)
+      const std::size_t frame = proto::kFrameHeaderBytes + frameLength(c.in);
+      if (c.in.size() >= frame) {  // a whole frame is in already (cannot happen; be safe)
+        serve(c);
+        return;
+      }
+      if (c.frameBytes == 0) {
+        const std::size_t extra = frame - c.in.size();
+        if (const std::string why = overBound(c.host, extra, extra); !why.empty()) {
+          c.discard = extra;
+          c.in.clear();
+          refuse(c, "a request of " + bytesText(frame), why);
+          if (!connections_.count(id)) return;
+          continue;
+        }
+        c.frameBytes = frame;
+        account(c);
+      }
+      want = std::min(frame - c.in.size(), kReadChunkBytes);
+    }
     const std::size_t old = c.in.size();
-    c.in.resize(old + kReadChunkBytes);
-    const ssize_t n = ::recv(c.fd.get(), c.in.data() + old, kReadChunkBytes, 0);
+    if (c.discard == 0) {
+      c.in.resize(old + want);
+      into = c.in.data() + old;
+    }
+    const ssize_t n = ::recv(c.fd.get(), into, want, 0);
     const int err = errno;
-    c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+    if (c.discard == 0) c.in.resize(old + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
     if (n == 0) return close(id);  // the client went away; its pending request dies with it
     if (n < 0) {
       if (err == EINTR) continue;
@@ -388,9 +490,62 @@ void TcpStoreServer::Impl::readFrom(Connection& c) {
       return close(id);
     }
     budget -= std::min(budget, static_cast<std::size_t>(n));
+    if (c.discard > 0) {
+      c.discard -= static_cast<std::size_t>(n);
+      continue;
+    }
     serve(c);
     if (!connections_.count(id)) return;
     if (!(c.events & EPOLLIN)) return;  // parked, or replies backed up
+  }
+}
+
+// Refuses a request over the memory bound: a log line and an ERROR reply (which may close c).
+// A frame refused before it was read is thrown away as it comes (Connection::discard), so the
+// client reads the refusal as the answer to its request and the connection stays in step.
+void TcpStoreServer::Impl::refuse(Connection& c, const std::string& what, const std::string& why) {
+  policy_.reportRefused("store server " + address_, c.peer, what + ": " + why);
+  proto::Response resp;
+  resp.type = proto::ResponseType::Error;
+  resp.message = "refused " + what + ": " + why;
+  if (resp.message.size() > proto::kMaxKeyBytes) resp.message.resize(proto::kMaxKeyBytes);
+  reply(c, resp);
+}
+
+std::string TcpStoreServer::Impl::overBound(const std::string& host, std::size_t extra,
+                                            std::size_t extraForHost, bool reply) {
+  const Budget& b = reply ? replies_ : held_;
+  const std::string what = reply ? "unsent replies hold " : "the store holds ";
+  if (extra > maxBytes_ || b.total > maxBytes_ - extra)
+    return what + bytesText(b.total) + " of the bound of " + bytesText(maxBytes_) +
+           " (SecurityOptions::storeMaxBytes, BRAID_STORE_MAX_BYTES)";
+  if (!policy_.authenticated()) {
+    const std::size_t mine = b.of(host);
+    if (extraForHost > maxPeerBytes_ || mine > maxPeerBytes_ - extraForHost)
+      return std::string(reply ? "unsent replies to " : "the clients from ") + host + " hold " +
+             bytesText(mine) + " of the " + bytesText(maxPeerBytes_) +
+             " one unauthenticated host may (SecurityOptions::storeMaxPeerBytes, "
+             "BRAID_STORE_MAX_PEER_BYTES; set BRAID_AUTH_KEY to authenticate clients)";
+  }
+  return {};
+}
+
+void TcpStoreServer::Impl::charge(const std::string& host, std::size_t add, std::size_t remove) {
+  held_.charge(host, add, remove);
+}
+
+// Brings what is counted for c up to date: its frame (the admitted size while it is read) and
+// its unsent replies.
+void TcpStoreServer::Impl::account(Connection& c) {
+  const std::size_t now = std::max(c.in.size() - c.consumed, c.frameBytes);
+  if (now != c.counted) {
+    held_.charge(c.host, now, c.counted);
+    c.counted = now;
+  }
+  const std::size_t reply = c.out.size() - c.outSent;
+  if (reply != c.countedReply) {
+    replies_.charge(c.host, reply, c.countedReply);
+    c.countedReply = reply;
   }
 }
 
@@ -404,10 +559,16 @@ void TcpStoreServer::Impl::serve(Connection& c) {
     if (r.status == proto::DecodeStatus::Incomplete) break;
     if (r.status == proto::DecodeStatus::Malformed) return close(id);
     used += r.frameBytes;
+    // Decoded: what the frame held moves to the store or to the reply.
+    c.frameBytes = 0;
+    c.consumed = used;
+    account(c);
     handle(c, req);
     if (!connections_.count(id)) return;
   }
   c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(used));
+  c.consumed = 0;
+  account(c);
   updateInterest(c);
 }
 
@@ -416,14 +577,36 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
   switch (req.type) {
     case proto::RequestType::Set: {
       const std::string& key = req.keys[0];
-      data_[key] = std::move(req.value);
+      auto it = data_.find(key);
+      const std::size_t now = entryBytes(key, req.value.size());
+      const std::size_t before = it == data_.end() ? 0 : entryBytes(key, it->second.value.size());
+      const bool mine = it != data_.end() && it->second.owner == c.host;
+      // The frame's bytes were released when it was decoded; the value is charged instead.
+      if (const std::string why = overBound(c.host, now - std::min(now, before),
+                                            mine ? now - std::min(now, before) : now);
+          !why.empty())
+        return refuse(c, "SET of " + bytesText(now) + " under '" + key.substr(0, 64) + "'", why);
+      if (it == data_.end()) it = data_.emplace(key, Entry{}).first;
+      charge(it->second.owner, 0, before);
+      charge(c.host, now, 0);
+      it->second.value = std::move(req.value);
+      it->second.owner = c.host;
       reply(c, resp);
       onKeyChanged(key);
       return;
     }
     case proto::RequestType::Add: {
       const std::string& key = req.keys[0];
-      auto& cell = data_[key];
+      if (!present(key)) {
+        const std::size_t bytes = entryBytes(key, proto::kCounterBytes);
+        if (const std::string why = overBound(c.host, bytes, bytes); !why.empty())
+          return refuse(c, "ADD creating '" + key.substr(0, 64) + "'", why);
+        data_.emplace(key, Entry{{}, c.host});
+        charge(c.host, bytes - proto::kCounterBytes, 0);  // the counter's 8 bytes come below
+      }
+      Entry& entry = data_.at(key);
+      auto& cell = entry.value;
+      if (cell.empty()) charge(entry.owner, proto::kCounterBytes, 0);
       if (!cell.empty() && cell.size() != proto::kCounterBytes) {
         resp.type = proto::ResponseType::Error;
         resp.message = "the value under the key is " + std::to_string(cell.size()) +
@@ -473,8 +656,18 @@ bool TcpStoreServer::Impl::tryAnswerParked(Connection& c) {
   proto::Response resp;
   if (missing == p.keys.end()) {
     if (p.type == proto::RequestType::Get) {
-      resp.type = proto::ResponseType::Value;
-      resp.value = data_.at(p.keys[0]);
+      const auto& value = data_.at(p.keys[0]).value;
+      // The reply is a copy held until sent: it counts against the bound like anything else.
+      if (const std::string why = overBound(c.host, value.size(), value.size(), true);
+          !why.empty()) {
+        resp.type = proto::ResponseType::Error;
+        resp.message = "refused the reply to GET '" + p.keys[0].substr(0, 64) + "' (" +
+                       bytesText(value.size()) + "): " + why;
+        policy_.reportRefused("store server " + address_, c.peer, resp.message);
+      } else {
+        resp.type = proto::ResponseType::Value;
+        resp.value = value;
+      }
     }
   } else if (Clock::now() >= p.deadline) {
     resp.type = proto::ResponseType::Timeout;
@@ -550,6 +743,7 @@ void TcpStoreServer::Impl::flush(Connection& c) {
     c.out.clear();
     c.outSent = 0;
   }
+  account(c);
   updateInterest(c);
 }
 
@@ -579,6 +773,8 @@ void TcpStoreServer::Impl::close(std::uint64_t id) {
     deadlines_.erase({c.parked->deadline, id});
   }
   if (c.handshake) handshakeDeadlines_.erase({c.handshake->deadline(), id});
+  held_.charge(c.host, 0, c.counted);
+  replies_.charge(c.host, 0, c.countedReply);
   // Closing the fd removes it from the epoll set.
   connections_.erase(it);
 }

@@ -237,5 +237,31 @@ TEST(Perf, FailuresHaveNonZeroExitCodes) {
   EXPECT_NE(r.err.find("no_such_algorithm"), std::string::npos) << describe(r);
 }
 
+// Issue 25 (3): sizes near 2^64 used to corrupt the heap (the page rounding of the buffers
+// wrapped to 0) or end in std::bad_alloc; each is a usage error now, exit 2, naming the option,
+// before anything is allocated. 1000000G (about 1 PiB) is more memory than any host has.
+TEST(Perf, SizesThatOverflowOrCannotBeAllocatedAreUsageErrors) {
+  ProcessOptions opts;
+  opts.env = cleanLaunchEnv();
+  opts.timeout = std::chrono::seconds(30);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-b", "8", "-e", "18446744073709551615"}, "-e 18446744073709551615"},
+      {{"-b", "18446744073709551615", "-e", "18446744073709551615"}, "-b 18446744073709551615"},
+      {{"-b", "8", "-e", "17179869183G"}, "-e "},
+      {{"-b", "8", "-e", "9223372036854775808"}, "-e 9223372036854775808"},
+      {{"-b", "8", "-e", "1000000G"}, "-e 1073741824000000"},
+      {{"-b", "1000000G", "-e", "1000000G"}, "-e 1073741824000000"},
+  };
+  for (const auto& [sizes, named] : cases) {
+    std::vector<std::string> argv = {
+        toolPath("braid-perf"), "allreduce", "-n", "1", "-w", "0", "--reps", "1"};
+    argv.insert(argv.end(), sizes.begin(), sizes.end());
+    const auto r = runProcess(argv, opts);
+    EXPECT_EQ(r.exitCode(), 2) << describe(r);
+    EXPECT_NE(r.err.find(named), std::string::npos) << describe(r);
+    EXPECT_EQ(r.err.find("bad_alloc"), std::string::npos) << describe(r);
+  }
+}
+
 }  // namespace
 }  // namespace braid::tooltest

@@ -2,8 +2,11 @@
 // other ranks on a failure, signal reporting and forwarding, time limit, usage errors.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -339,6 +342,43 @@ TEST(BraidRun, ReportBindingsSaysWhereEachRankRuns) {
       << describe(r);
   const auto none = braidRun({"-n", "1", "--bind", "none", "--report-bindings", "true"});
   EXPECT_NE(none.err.find("rank 0: --bind none"), std::string::npos) << describe(none);
+}
+
+// BRAID_AUTH_KEY_FILE: braid-run generates no key then (the ranks read the file), a job whose
+// ranks read a good file runs authenticated without the no-key warning, and a file others can
+// read fails every rank naming the variable.
+TEST(BraidRun, AuthKeyFileIsReadByTheRanks) {
+  char dir[] = "/tmp/braid-run-key-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/key";
+  {
+    std::ofstream f(file);
+    f << "0123456789abcdef0123456789abcdef\n";
+  }
+  ASSERT_EQ(::chmod(file.c_str(), 0600), 0);
+  ProcessOptions opts;
+  opts.env = cleanLaunchEnv();
+  opts.env.emplace_back("BRAID_AUTH_KEY", std::nullopt);
+  opts.env.emplace_back("BRAID_AUTH_KEY_FILE", file);
+  opts.timeout = std::chrono::seconds(60);
+  auto r = braidRun({"-n", "2", "sh", "-c", "test -z \"$BRAID_AUTH_KEY\""}, opts);
+  EXPECT_EQ(r.exitCode(), 0) << "braid-run generated a key although BRAID_AUTH_KEY_FILE is set\n"
+                             << describe(r);
+  const std::vector<std::string> perf = {"-n",        "2",  toolPath("braid-perf"),
+                                         "allreduce", "-b", "8",
+                                         "-e",        "1K", "-n",
+                                         "1",         "-w", "0",
+                                         "--reps",    "1"};
+  r = braidRun(perf, opts);
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_EQ(r.err.find("no BRAID_AUTH_KEY"), std::string::npos) << describe(r);
+  ASSERT_EQ(::chmod(file.c_str(), 0644), 0);
+  r = braidRun(perf, opts);
+  EXPECT_NE(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.err.find("BRAID_AUTH_KEY_FILE"), std::string::npos) << describe(r);
+  EXPECT_NE(r.err.find("chmod 600"), std::string::npos) << describe(r);
+  ::unlink(file.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

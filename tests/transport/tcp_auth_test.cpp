@@ -234,6 +234,85 @@ TEST(TcpAuth, StrangersAtAListenPortAreDroppedWhileTheJobProceeds) {
   EXPECT_NE(log2.find("wrong proof"), std::string::npos) << log2;
 }
 
+// Issue 25 (1): without a key, a stranger that reads rank 0's address from the store and
+// connects first with a well-formed Hello claiming rank 1 of a 99-rank job used to make rank 0
+// throw Mismatch (and rank 1 wait out its connect timeout). It is dropped and logged now, and
+// the real rank 1 gets through; so is a Hello claiming a rank that is not expected here.
+TEST(TcpAuth, UnauthenticatedHelloClaimingAnotherWorldSizeIsDroppedNotFatal) {
+  TcpOptions o;
+  o.connectTimeout = 10000ms;
+  o.security.handshakeTimeout = 2000ms;
+  MemoryStore store;
+  RankResult rank0;
+  testing::internal::CaptureStderr();
+  std::thread r0([&] {
+    try {
+      auto t = createTcpTransport(store, 0, 2, o);
+      exchange(0, *t);
+    } catch (const Error& e) {
+      rank0.error = e.what();
+      rank0.code = e.code();
+    }
+  });
+  const std::string address = store.getString("tcp/addr/0", 5s);
+  std::vector<std::unique_ptr<Stranger>> forgers;
+  for (auto [rank, size] : {std::pair{1, 99}, std::pair{0, 2}, std::pair{1, 1 << 30}}) {
+    forgers.push_back(std::make_unique<Stranger>(address));
+    ASSERT_TRUE(forgers.back()->connected());
+    Bytes hello;
+    security::Initiator("", security::Service::Transport, tcp::encodeRankContext(rank, size))
+        .appendHello(hello);
+    forgers.back()->send(hello);
+  }
+  for (auto& f : forgers) EXPECT_TRUE(f->closedByPeer(3s)) << "the forged Hello was not refused";
+  RankResult rank1;
+  std::thread r1([&] {
+    try {
+      auto t = createTcpTransport(store, 1, 2, o);
+      exchange(1, *t);
+    } catch (const Error& e) {
+      rank1.error = e.what();
+      rank1.code = e.code();
+    }
+  });
+  r1.join();
+  r0.join();
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rank0.error, "");
+  EXPECT_EQ(rank1.error, "");
+  EXPECT_NE(log.find("dropped connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("claims to be rank 1 of a job of 99 ranks, this job has 2"), std::string::npos)
+      << log;
+}
+
+// With a key, the Hello's claim is bound into the proof: a rank that proves the job's key and
+// claims another world size is a misconfigured rank of this job, and rank 0 fails with Mismatch
+// naming both sizes.
+TEST(TcpAuth, AuthenticatedPeerWithAnotherWorldSizeIsAMismatch) {
+  TcpOptions o = withKey("job-key", 3000ms);
+  MemoryStore store;
+  RankResult rank0;
+  std::thread r0([&] {
+    try {
+      createTcpTransport(store, 0, 2, o);
+    } catch (const Error& e) {
+      rank0.error = e.what();
+      rank0.code = e.code();
+    }
+  });
+  RankResult rank1;
+  try {
+    createTcpTransport(store, 1, 3, o);  // a world of 3: it also waits for rank 2, in vain
+  } catch (const Error& e) {
+    rank1.error = e.what();
+  }
+  r0.join();
+  EXPECT_EQ(rank0.code, ErrorCode::Mismatch) << rank0.error;
+  EXPECT_NE(rank0.error.find("job of 3 ranks"), std::string::npos) << rank0.error;
+  EXPECT_NE(rank0.error.find("this job has 2"), std::string::npos) << rank0.error;
+  EXPECT_NE(rank1.error, "");
+}
+
 TEST(TcpAuth, WhitelistWithoutLoopbackKeepsLoopbackRanksApart) {
   MemoryStore store;
   TcpOptions o = withKey("job-key", 800ms);

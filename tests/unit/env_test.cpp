@@ -1,7 +1,10 @@
 // Launch conventions and their precedence; options parsing and its errors.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <braid/braid.hpp>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/reduce.hpp"
@@ -222,6 +225,154 @@ TEST_F(EnvTest, HierarchicalPieceSize) {
   for (const auto& v : environmentVariables())
     listed = listed || std::string(v.name) == "BRAID_HIER_PIECE_SIZE";
   EXPECT_TRUE(listed);
+}
+
+// Issue 25 (4): every numeric variable is range-checked where it is parsed. Each hostile value
+// must fail Options::fromEnv / LaunchInfo::fromEnv with an InvalidArgument naming the variable
+// (before: -1 ms timeouts meant 0, 2^63-1 ms overflowed the clock, 2^32 ranks wrapped to 0).
+void expectRejected(const char* name, const char* value, bool launch) {
+  setenv(name, value, 1);
+  try {
+    if (launch)
+      LaunchInfo::fromEnv();
+    else
+      Options::fromEnv();
+    ADD_FAILURE() << name << "=" << value << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+  unsetenv(name);
+}
+
+TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {
+  const char* kOverflow[] = {"9223372036854775807",
+                             "9223372036854775808",
+                             "18446744073709551615",
+                             "18446744073709551616",
+                             "-9223372036854775809",
+                             "4294967296",
+                             "-1",
+                             "1e3",
+                             "0x10",
+                             "12abc"};
+  for (const char* t : {"BRAID_CONNECT_TIMEOUT", "BRAID_EXEC_TIMEOUT"}) {
+    for (const char* v : kOverflow) expectRejected(t, v, false);
+    expectRejected(t, "0", false);           // 0 ms has no meaning for a timeout
+    expectRejected(t, "2592000001", false);  // over the 30-day bound
+  }
+  for (const char* t : {"BRAID_SPIN_US", "BRAID_DIAG_STALL", "BRAID_DIAG_GRACE",
+                        "BRAID_FLIGHT_RECORDER", "BRAID_SOCKET_NTHREADS", "BRAID_NSOCKS_PERTHREAD"})
+    for (const char* v : kOverflow) expectRejected(t, v, false);
+  for (const char* b : {"BRAID_SHM_DISABLE", "BRAID_SHM_CMA_DISABLE", "BRAID_SHM_LIGHT_WAKE",
+                        "BRAID_DETERMINISTIC", "BRAID_FLIGHT_SIGNAL", "BRAID_FINGERPRINT"}) {
+    for (const char* v : kOverflow) expectRejected(b, v, false);
+    expectRejected(b, "2", false);
+  }
+  for (const char* sz : {"BRAID_CHUNK_SIZE", "BRAID_BUFFSIZE", "BRAID_SMALL_MSG_SIZE",
+                         "BRAID_SHM_SLOTS", "BRAID_SHM_SLOT_SIZE", "BRAID_SHM_MAX_SEGMENT",
+                         "BRAID_SHM_CMA_THRESHOLD", "BRAID_SHM_STAGING", "BRAID_FUSION_THRESHOLD",
+                         "BRAID_SOCKET_STRIPE_MIN", "BRAID_HIER_PIECE_SIZE"})
+    for (const char* v : {"18446744073709551615", "18446744073709551616", "17179869184G", "2048G",
+                          "-1", "1.5M", "4T"})
+      expectRejected(sz, v, false);
+  for (const char* v : {"-1", "nan", "4294967297", "2147483648"})
+    expectRejected("BRAID_CYCLE_TIME", v, false);
+
+  // The launch variables: BRAID_RANK=2^32 with BRAID_WORLD_SIZE=1 used to run as rank 0, and
+  // BRAID_WORLD_SIZE=2^32+1 as a world of 1.
+  setenv("BRAID_STORE", "127.0.0.1:1234", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  for (auto [rankVar, sizeVar] :
+       {std::pair{"BRAID_RANK", "BRAID_WORLD_SIZE"}, std::pair{"RANK", "WORLD_SIZE"},
+        std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        std::pair{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+    setenv(sizeVar, "1", 1);
+    for (const char* v : {"4294967296", "-4294967296", "-1", "1", "18446744073709551616"})
+      expectRejected(rankVar, v, true);
+    setenv(rankVar, "0", 1);
+    for (const char* v : {"4294967297", "2147483648", "0", "-1", "9223372036854775808"})
+      expectRejected(sizeVar, v, true);
+    unsetenv(rankVar);
+    unsetenv(sizeVar);
+  }
+  setenv("BRAID_RANK", "0", 1);
+  setenv("BRAID_WORLD_SIZE", "2", 1);
+  for (const char* v : {"2", "-1", "4294967296"}) expectRejected("BRAID_LOCAL_RANK", v, true);
+  for (const char* v : {"2", "-1", "4294967296"}) expectRejected("BRAID_STORE_EXTERNAL", v, true);
+  unsetenv("BRAID_STORE");
+  setenv("MASTER_PORT", "65536", 1);
+  expectRejected("MASTER_PORT", "65536", true);
+  expectRejected("MASTER_PORT", "4294967296", true);
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+
+  // The bounds themselves are accepted.
+  setenv("BRAID_CONNECT_TIMEOUT", "1", 1);
+  setenv("BRAID_EXEC_TIMEOUT", "2592000000", 1);
+  const Options o = Options::fromEnv();
+  EXPECT_EQ(o.connectTimeout.count(), 1);
+  EXPECT_EQ(o.execTimeout.count(), 2592000000LL);
+  unsetenv("BRAID_CONNECT_TIMEOUT");
+  unsetenv("BRAID_EXEC_TIMEOUT");
+  setenv("BRAID_WORLD_SIZE", "2147483647", 1);
+  setenv("BRAID_RANK", "2147483646", 1);
+  setenv("BRAID_STORE", "127.0.0.1:1234", 1);
+  EXPECT_EQ(LaunchInfo::fromEnv().rank, 2147483646);
+  unsetenv("BRAID_STORE");
+}
+
+// BRAID_AUTH_KEY_FILE: the key from a file readable only by the user; anything looser, a link,
+// an empty file, or both variables set is an InvalidArgument naming the variable.
+TEST_F(EnvTest, AuthKeyFileMustBeTheUsersAlone) {
+  char dir[] = "/tmp/braid-keyfile-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/key";
+  const auto writeKey = [&](const std::string& text, mode_t mode) {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(file.c_str(), mode);
+  };
+  const auto rejected = [&](const char* why) {
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("BRAID_AUTH_KEY_FILE"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  writeKey("0123456789abcdef0123456789abcdef\n", 0600);
+  setenv("BRAID_AUTH_KEY_FILE", file.c_str(), 1);
+  EXPECT_EQ(Options::fromEnv().security.authKey, "0123456789abcdef0123456789abcdef");
+  writeKey("secret", 0400);
+  EXPECT_EQ(Options::fromEnv().security.authKey, "secret");
+  writeKey("secret", 0640);
+  rejected("chmod 600");
+  writeKey("secret", 0604);
+  rejected("mode 0604");
+  writeKey(" \n", 0600);
+  rejected("empty");
+  writeKey("secret", 0600);
+  const std::string link = std::string(dir) + "/link";
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  setenv("BRAID_AUTH_KEY_FILE", link.c_str(), 1);
+  rejected("cannot open");
+  setenv("BRAID_AUTH_KEY_FILE", dir, 1);
+  rejected("not a regular file");
+  setenv("BRAID_AUTH_KEY_FILE", (std::string(dir) + "/missing").c_str(), 1);
+  rejected("cannot open");
+  setenv("BRAID_AUTH_KEY_FILE", file.c_str(), 1);
+  setenv("BRAID_AUTH_KEY", "other", 1);
+  rejected("both set");
+  unsetenv("BRAID_AUTH_KEY");
+  unsetenv("BRAID_AUTH_KEY_FILE");
+  ::unlink(link.c_str());
+  ::unlink(file.c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace

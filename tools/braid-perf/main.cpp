@@ -5,6 +5,8 @@
 // operations timed on each rank; per-op mean; max over ranks]; the median repetition is
 // reported. With -c 1 one more operation runs on fresh inputs and every output element on every
 // rank is compared with an independently computed value.
+#include <unistd.h>
+
 #include <algorithm>
 #include <braid/braid.hpp>
 #include <braid/compress.hpp>
@@ -18,6 +20,7 @@
 #include <iostream>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -351,6 +354,20 @@ int run(int argc, char** argv) {
     std::fputs(kPerfUsage, stdout);
     return 0;
   }
+  // The two buffers must fit this host's memory: a size that does not is a usage error, before
+  // anything is allocated (an allocation that overcommit lets through would be killed while it
+  // is zeroed).
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long pageBytes = ::sysconf(_SC_PAGESIZE);
+  const std::size_t memory = static_cast<std::size_t>(std::max(pages, 0L)) *
+                             static_cast<std::size_t>(std::max(pageBytes, 0L));
+  if (memory > 0 && args.maxBytes > memory / 2) {
+    std::fprintf(stderr,
+                 "braid-perf: -e %zu: cannot allocate two buffers of that size (this host has "
+                 "%s of memory)\n(braid-perf --help shows the usage)\n",
+                 args.maxBytes, formatBytes(memory).c_str());
+    return kExitUsage;
+  }
   int rank = -1;
   try {
     Options options = Options::fromEnv();
@@ -363,8 +380,16 @@ int run(int argc, char** argv) {
                      comm->size());
       return kExitUsage;
     }
-    Benchmark bench(args, *comm);
-    return bench.run();
+    std::optional<Benchmark> bench;
+    try {
+      bench.emplace(args, *comm);
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "braid-perf: rank %d: -e %zu: cannot allocate two buffers of that size\n", rank,
+                   args.maxBytes);
+      return kExitUsage;
+    }
+    return bench->run();
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "braid-perf: rank %d: %s\n", rank, e.what());

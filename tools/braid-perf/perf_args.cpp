@@ -20,7 +20,8 @@ COLLECTIVE: allreduce allgather reducescatter broadcast reduce alltoall gather s
 
 options:
   -b, --minbytes SIZE       smallest size (default 8; K, M, G suffixes: binary multiples)
-  -e, --maxbytes SIZE       largest size (default 256M)
+  -e, --maxbytes SIZE       largest size (default 256M); two buffers of it are allocated, so
+                            more than half the host's memory is a usage error
   -f, --stepfactor F        multiply the size by F each step (default 4); maxbytes always runs
   -n, --iters N             back-to-back operations timed per repetition (default: by size,
                             200 up to 64K, 50 up to 1M, 10 up to 16M, 4 up to 64M, else 2)
@@ -46,7 +47,8 @@ over ranks is one repetition; the median over K repetitions is reported. algbw =
 busbw = algbw * factor (allreduce 2(n-1)/n; allgather, reducescatter, alltoall, gather, scatter
 (n-1)/n; broadcast, reduce, sendrecv 1). #wrong: wrong elements summed over ranks.
 
-exit status: 0 success, 1 a braid error, 2 bad usage, 3 wrong results.
+exit status: 0 success, 1 a braid error, 2 bad usage (also a size that overflows or cannot
+be allocated), 3 wrong results.
 )";
 
 namespace {
@@ -203,6 +205,13 @@ PerfArgs parsePerfArgs(int argc, char** argv) {
       if (o != ReduceOp::Sum && o != ReduceOp::Avg)
         throw UsageError(std::string("--compress needs -o sum or avg, not ") + toString(o));
   }
+  // Two buffers of maxBytes each, rounded up to pages: sizes beyond this bound overflow that
+  // arithmetic (what braid-perf allocates is checked against the host's memory in main.cpp).
+  for (auto [option, bytes] : {std::pair{"-b", args.minBytes}, std::pair{"-e", args.maxBytes}})
+    if (bytes > kMaxPerfBytes)
+      throw UsageError(std::string(option) + " " + std::to_string(bytes) +
+                       ": too large (braid-perf allocates two buffers of that size; at most " +
+                       std::to_string(kMaxPerfBytes) + " bytes)");
   if (args.minBytes > args.maxBytes)
     throw UsageError("-b " + std::to_string(args.minBytes) + " is larger than -e " +
                      std::to_string(args.maxBytes));

@@ -48,6 +48,9 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The largest -b / -e: two page-rounded buffers of this size still fit a size_t (1 EiB).
+inline constexpr std::size_t kMaxPerfBytes = std::size_t{1} << 60;
+
 /// Throws UsageError naming the offending argument.
 PerfArgs parsePerfArgs(int argc, char** argv);
 

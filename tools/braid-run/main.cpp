@@ -72,8 +72,9 @@ options:
 environment of each rank (global rank = node_rank * N + local rank):
   BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_WORLD_SIZE BRAID_NODE_RANK
   BRAID_STORE=HOST:PORT
-  BRAID_AUTH_KEY: passed through when set; otherwise a fresh random key for this job (on one
-  node; with --nnodes > 1 set the same BRAID_AUTH_KEY on every node). Every store and peer
+  BRAID_AUTH_KEY: passed through when set; otherwise, unless BRAID_AUTH_KEY_FILE is set (the
+  ranks then read the key from that file), a fresh random key for this job (on one node; with
+  --nnodes > 1 set the same BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE on every node). Every store and peer
   connection of the job proves knowledge of it (docs/security.md).
   torchrun's RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK ROLE_WORLD_SIZE
   MASTER_ADDR MASTER_PORT (MASTER_PORT is the store port + 1, so that a program that also
@@ -271,7 +272,9 @@ int run(int argc, char** argv) {
 
   std::vector<std::pair<std::string, std::string>> common;
   const char* inherited = std::getenv("BRAID_AUTH_KEY");
-  if ((inherited == nullptr || *inherited == '\0') && args.generateKey) {
+  const char* keyFile = std::getenv("BRAID_AUTH_KEY_FILE");  // the ranks read it themselves
+  if ((inherited == nullptr || *inherited == '\0') && (keyFile == nullptr || *keyFile == '\0') &&
+      args.generateKey) {
     if (args.nnodes == 1) {
       std::array<std::uint8_t, 32> key;
       braid::crypto::randomBytes(key);

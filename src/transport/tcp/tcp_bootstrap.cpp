@@ -7,7 +7,9 @@
 // Each connection opens with the handshake of common/handshake.hpp (service Transport, context
 // {rank, size}): Hello/Reply without a key, Hello/Reply/Proof/Accept with one. The connecting
 // rank checks that it reached the rank it meant to; the accepting rank checks that the
-// newcomer is a higher rank of a job of the same size that it has not accepted yet.
+// newcomer is a higher rank of a job of the same size that it has not accepted yet. A newcomer
+// that fails a check is dropped and logged; only an authenticated one (the job has a key) that
+// claims another world size fails the rank with Error(Mismatch).
 //
 // The accepting side runs every pending handshake at once in one poll loop, each bounded by
 // handshakeTimeout, so a stranger that connects and stays silent (or sends garbage, or has the
@@ -205,11 +207,18 @@ class Acceptor {
     if (theirs->size != size_) {
       in.session.reject(security::RejectReason::Refused,
                         "this job has " + std::to_string(size_) + " ranks");
-      throw Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + ": rank " +
-                                           std::to_string(theirs->rank) + " connected from " +
-                                           in.peer + " with a job of " +
-                                           std::to_string(theirs->size) + " ranks, this job has " +
-                                           std::to_string(size_));
+      const std::string claim = "rank " + std::to_string(theirs->rank) + " of a job of " +
+                                std::to_string(theirs->size) + " ranks";
+      // Only a peer that proved the job's key is a rank of this job, so only then is the
+      // disagreement a real misconfiguration. Without a key anybody can send any Hello: it is
+      // dropped like garbage, and ranks started with different world sizes are caught through
+      // the store at join instead (core/comm_create.cpp).
+      if (!policy_.authenticated())
+        return drop(in, "claims to be " + claim + ", this job has " + std::to_string(size_) +
+                            " (unauthenticated, ignored)");
+      throw Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + ": authenticated " +
+                                           claim + " connected from " + in.peer +
+                                           ", this job has " + std::to_string(size_));
     }
     PeerLink& link = mesh_.links[static_cast<std::size_t>(theirs->rank)];
     if (theirs->rank <= rank_ || link.fd) {
