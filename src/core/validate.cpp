@@ -1,6 +1,7 @@
 #include "core/validate.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 
 namespace braid::core {
@@ -36,11 +37,19 @@ void Validator::failUnsupported(DataType t, ReduceOp op) const {
                        : " (bool has sum, prod, min, max and the bitwise ops)"));
 }
 
+namespace {
+std::string shortestText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+}  // namespace
+
 void Validator::checkIntegerFactor(double factor) const {
   // The range check first: a cast of a value outside int64 would be undefined.
   if (!(factor >= -9223372036854775808.0 && factor < 9223372036854775808.0) ||
       static_cast<double>(static_cast<std::int64_t>(factor)) != factor)
-    fail("argument 'op' = premul_sum has factor " + std::to_string(factor) +
+    fail("argument 'op' = premul_sum has factor " + shortestText(factor) +
          ", which is not an integer in int64's range (integer dtypes need one)");
 }
 
