@@ -245,6 +245,10 @@ void scale(const KernelTable& table, DataType t, void* dst, const void* src, std
   if (table.scale[row] == nullptr)
     throw Error(ErrorCode::InvalidArgument,
                 std::string("scaleBy: premul_sum is not supported for dtype ") + toString(t));
+  // Integers convert the factor to int64 (out of range would be undefined behaviour).
+  if (isInteger(t) && !(factor >= -9223372036854775808.0 && factor < 9223372036854775808.0))
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("scaleBy: factor out of int64's range for dtype ") + toString(t));
   if (count == 0) return;
   table.scale[row](dst, src, count, factor);
 }
