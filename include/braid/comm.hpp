@@ -84,14 +84,17 @@ class Comm {
   const Options& options() const noexcept;
 
   // ---- collectives: blocking form, then asynchronous form returning Work ----
-  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op);
+  // A reduction is a ReduceOp or a Reduction carrying PremulSum's factor
+  // (braid::premulSum(f)); isSupported(dtype, op) says which pairs are defined, any other is
+  // Error(InvalidArgument) naming both, raised on the calling rank before anything is sent.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType dtype, Reduction op);
   Work allreduceAsync(const void* send, void* recv, std::size_t count, DataType dtype,
-                      ReduceOp op);
+                      Reduction op);
 
   /// Result on `root` only; recv may be null on other ranks.
-  void reduce(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+  void reduce(const void* send, void* recv, std::size_t count, DataType dtype, Reduction op,
               int root);
-  Work reduceAsync(const void* send, void* recv, std::size_t count, DataType dtype, ReduceOp op,
+  Work reduceAsync(const void* send, void* recv, std::size_t count, DataType dtype, Reduction op,
                    int root);
 
   /// In place: root's buf is sent, every other rank's buf is overwritten.
@@ -111,15 +114,15 @@ class Comm {
 
   /// send holds size()*count elements; rank r receives the reduction of slice r (count elements).
   void reduceScatter(const void* send, void* recv, std::size_t count, DataType dtype,
-                     ReduceOp op);
+                     Reduction op);
   Work reduceScatterAsync(const void* send, void* recv, std::size_t count, DataType dtype,
-                          ReduceOp op);
+                          Reduction op);
 
   /// send holds sum(counts) elements packed in rank order; rank r receives counts[r].
   void reduceScatterv(const void* send, void* recv, std::span<const std::size_t> counts,
-                      DataType dtype, ReduceOp op);
+                      DataType dtype, Reduction op);
   Work reduceScattervAsync(const void* send, void* recv, std::span<const std::size_t> counts,
-                           DataType dtype, ReduceOp op);
+                           DataType dtype, Reduction op);
 
   /// recv (root only) holds size()*count elements.
   void gather(const void* send, void* recv, std::size_t count, DataType dtype, int root);

@@ -21,6 +21,24 @@ const char* toString(DataType t) noexcept {
       return "fp32";
     case DataType::Float64:
       return "fp64";
+    case DataType::Bool:
+      return "bool";
+    case DataType::Int16:
+      return "int16";
+    case DataType::Uint16:
+      return "uint16";
+    case DataType::Uint32:
+      return "uint32";
+    case DataType::Uint64:
+      return "uint64";
+    case DataType::Float8E4M3Fn:
+      return "fp8e4m3";
+    case DataType::Float8E5M2:
+      return "fp8e5m2";
+    case DataType::Complex64:
+      return "complex64";
+    case DataType::Complex128:
+      return "complex128";
   }
   return "invalid-dtype";
 }
@@ -37,6 +55,14 @@ const char* toString(ReduceOp op) noexcept {
       return "max";
     case ReduceOp::Avg:
       return "avg";
+    case ReduceOp::BAnd:
+      return "band";
+    case ReduceOp::BOr:
+      return "bor";
+    case ReduceOp::BXor:
+      return "bxor";
+    case ReduceOp::PremulSum:
+      return "premul_sum";
   }
   return "invalid-op";
 }
@@ -84,6 +110,15 @@ std::optional<DataType> parseDataType(std::string_view s) noexcept {
   if (s == "bf16" || s == "bfloat16") return DataType::BFloat16;
   if (s == "fp32" || s == "float" || s == "float32" || s == "f32") return DataType::Float32;
   if (s == "fp64" || s == "double" || s == "float64") return DataType::Float64;
+  if (s == "bool") return DataType::Bool;
+  if (s == "int16" || s == "short") return DataType::Int16;
+  if (s == "uint16") return DataType::Uint16;
+  if (s == "uint32") return DataType::Uint32;
+  if (s == "uint64") return DataType::Uint64;
+  if (s == "fp8e4m3" || s == "float8_e4m3fn" || s == "e4m3") return DataType::Float8E4M3Fn;
+  if (s == "fp8e5m2" || s == "float8_e5m2" || s == "e5m2") return DataType::Float8E5M2;
+  if (s == "complex64" || s == "c64" || s == "cfloat") return DataType::Complex64;
+  if (s == "complex128" || s == "c128" || s == "cdouble") return DataType::Complex128;
   return std::nullopt;
 }
 
@@ -92,6 +127,8 @@ std::optional<ReduceOp> parseReduceOp(std::string_view s) noexcept {
     auto op = static_cast<ReduceOp>(i);
     if (s == toString(op)) return op;
   }
+  if (s == "product") return ReduceOp::Prod;
+  if (s == "premulsum" || s == "premul") return ReduceOp::PremulSum;
   return std::nullopt;
 }
 

@@ -111,6 +111,20 @@ void Comm::Impl::execute(Op& op) {
   opDone(op);
 }
 
+// PremulSum: the algorithms sum this rank's input multiplied by its factor, which the kernels
+// compute here into a buffer of the op (one pass over the input; the op's only allocation).
+void Comm::Impl::premultiply(Op& op) const {
+  std::size_t elems = op.args.count;
+  if (op.args.coll == Collective::ReduceScatter)
+    elems = op.args.count * static_cast<std::size_t>(size);
+  else if (op.args.coll == Collective::ReduceScatterv)
+    elems = std::accumulate(op.counts.begin(), op.counts.end(), std::size_t{0});
+  op.premulInput.resize(elems * dataTypeSize(op.args.dtype));
+  kernels::scaleBy(op.args.dtype, op.premulInput.data(), op.args.send, elems, op.factor);
+  op.args.send = op.premulInput.data();
+  op.args.op = ReduceOp::Sum;
+}
+
 void Comm::Impl::run(Op& op) {
   if (aborted.load(std::memory_order_acquire))
     throw Error(ErrorCode::Aborted, where(op.args.coll) + ": the communicator was aborted");
@@ -153,6 +167,7 @@ void Comm::Impl::run(Op& op) {
   ctx.pieceBytes = memo.pieceBytes;
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
+  if (op.args.op == ReduceOp::PremulSum) premultiply(op);
   algorithm->run(ctx, op.args);
   if (avg) {
     if (c == Collective::Allreduce || (c == Collective::Reduce && rank == op.args.root))

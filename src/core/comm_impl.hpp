@@ -33,6 +33,10 @@ struct Op {
   algo::CollArgs args;
   std::vector<std::size_t> counts, displs, recvCounts, recvDispls;
   int peer = -1;  // send/recv
+  // PremulSum: this rank's factor, and (while it runs) its input multiplied by it, which the
+  // algorithm then sums (Comm::Impl::run).
+  double factor = 1.0;
+  std::vector<std::uint8_t> premulInput;
   std::uint64_t tag = 0;
   std::size_t bytes = 0;                    // nccl-tests size, for selection and logs
   std::shared_ptr<detail::WorkState> work;  // null when run inline
@@ -127,6 +131,7 @@ struct Comm::Impl {
   /// Runs op (records it; a failure goes through opFailed).
   void execute(Op& op);
   void run(Op& op);
+  void premultiply(Op& op) const;
   void workerLoop();
   /// Posts an async send/recv (the caller holds `running`) and lists it in `inflight`; a failure
   /// finishes its Work.

@@ -18,15 +18,16 @@ struct OpBuilder {
   Comm::Impl& impl;
 
   Op collective(Collective c, const void* send, void* recv, std::size_t count, DataType t,
-                ReduceOp op, int root) {
+                Reduction op, int root) {
     Op o;
     o.args.coll = c;
     o.args.send = send;
     o.args.recv = recv;
     o.args.count = count;
     o.args.dtype = t;
-    o.args.op = op;
+    o.args.op = op.op;
     o.args.root = root;
+    o.factor = op.factor;
     return o;
   }
 
@@ -73,9 +74,9 @@ void finish(Comm::Impl& impl, Op& o) {
 }  // namespace
 
 static Op makeAllreduce(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
-                        DataType t, ReduceOp op) {
+                        DataType t, Reduction op) {
   core::Validator v(impl.rank, impl.size, Collective::Allreduce, impl.id);
-  v.dtype(t).op(op);
+  v.dtype(t).reduction(t, op);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("send", send, bytes).buffer("recv", recv, bytes).noPartialOverlap(send, recv, bytes);
   Op o = OpBuilder{impl}.collective(Collective::Allreduce, send, recv, count, t, op, 0);
@@ -84,18 +85,18 @@ static Op makeAllreduce(Comm::Impl& impl, const void* send, void* recv, std::siz
   return o;
 }
 
-void Comm::allreduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
+void Comm::allreduce(const void* send, void* recv, std::size_t count, DataType t, Reduction op) {
   impl_->runBlocking(makeAllreduce(*impl_, send, recv, count, t, op));
 }
 Work Comm::allreduceAsync(const void* send, void* recv, std::size_t count, DataType t,
-                          ReduceOp op) {
+                          Reduction op) {
   return impl_->runAsync(makeAllreduce(*impl_, send, recv, count, t, op));
 }
 
 static Op makeReduce(Comm::Impl& impl, const void* send, void* recv, std::size_t count, DataType t,
-                     ReduceOp op, int root) {
+                     Reduction op, int root) {
   core::Validator v(impl.rank, impl.size, Collective::Reduce, impl.id);
-  v.dtype(t).op(op).root(root);
+  v.dtype(t).reduction(t, op).root(root);
   std::size_t bytes = v.bytes("count", count, t, 1);
   v.buffer("send", send, bytes);
   if (impl.rank == root) v.buffer("recv", recv, bytes).noPartialOverlap(send, recv, bytes);
@@ -105,11 +106,11 @@ static Op makeReduce(Comm::Impl& impl, const void* send, void* recv, std::size_t
   return o;
 }
 
-void Comm::reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+void Comm::reduce(const void* send, void* recv, std::size_t count, DataType t, Reduction op,
                   int root) {
   impl_->runBlocking(makeReduce(*impl_, send, recv, count, t, op, root));
 }
-Work Comm::reduceAsync(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+Work Comm::reduceAsync(const void* send, void* recv, std::size_t count, DataType t, Reduction op,
                        int root) {
   return impl_->runAsync(makeReduce(*impl_, send, recv, count, t, op, root));
 }
@@ -183,9 +184,9 @@ Work Comm::allgathervAsync(const void* send, void* recv, std::span<const std::si
 }
 
 static Op makeReduceScatter(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
-                            DataType t, ReduceOp op) {
+                            DataType t, Reduction op) {
   core::Validator v(impl.rank, impl.size, Collective::ReduceScatter, impl.id);
-  v.dtype(t).op(op);
+  v.dtype(t).reduction(t, op);
   std::size_t bytes = v.bytes("count", count, t, 1);
   std::size_t total = v.bytes("count", count, t, static_cast<std::size_t>(impl.size));
   v.buffer("send", send, total).buffer("recv", recv, bytes);
@@ -195,18 +196,19 @@ static Op makeReduceScatter(Comm::Impl& impl, const void* send, void* recv, std:
   return o;
 }
 
-void Comm::reduceScatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
+void Comm::reduceScatter(const void* send, void* recv, std::size_t count, DataType t,
+                         Reduction op) {
   impl_->runBlocking(makeReduceScatter(*impl_, send, recv, count, t, op));
 }
 Work Comm::reduceScatterAsync(const void* send, void* recv, std::size_t count, DataType t,
-                              ReduceOp op) {
+                              Reduction op) {
   return impl_->runAsync(makeReduceScatter(*impl_, send, recv, count, t, op));
 }
 
 static Op makeReduceScatterv(Comm::Impl& impl, const void* send, void* recv,
-                             std::span<const std::size_t> counts, DataType t, ReduceOp op) {
+                             std::span<const std::size_t> counts, DataType t, Reduction op) {
   core::Validator v(impl.rank, impl.size, Collective::ReduceScatterv, impl.id);
-  v.dtype(t).op(op).perRank("counts", counts.size(), false);
+  v.dtype(t).reduction(t, op).perRank("counts", counts.size(), false);
   std::vector<std::size_t> d = packedDispls(counts);
   std::size_t extent = v.extent("counts", counts, d, t);
   std::size_t mine = v.bytes("counts[rank]", counts[impl.rank], t, 1);
@@ -220,11 +222,11 @@ static Op makeReduceScatterv(Comm::Impl& impl, const void* send, void* recv,
 }
 
 void Comm::reduceScatterv(const void* send, void* recv, std::span<const std::size_t> counts,
-                          DataType t, ReduceOp op) {
+                          DataType t, Reduction op) {
   impl_->runBlocking(makeReduceScatterv(*impl_, send, recv, counts, t, op));
 }
 Work Comm::reduceScattervAsync(const void* send, void* recv, std::span<const std::size_t> counts,
-                               DataType t, ReduceOp op) {
+                               DataType t, Reduction op) {
   return impl_->runAsync(makeReduceScatterv(*impl_, send, recv, counts, t, op));
 }
 

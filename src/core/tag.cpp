@@ -40,9 +40,9 @@ std::uint64_t commIdHash(std::string_view id) {
 std::uint64_t collectiveTag(Collective c, DataType t, ReduceOp op, int root, std::uint64_t seq,
                             std::uint64_t countKey, std::uint64_t commHash, bool fingerprint) {
   std::uint64_t tag =
-      (static_cast<std::uint64_t>(c) & 0x1f) | ((static_cast<std::uint64_t>(t) & 7) << 5) |
-      ((static_cast<std::uint64_t>(op) & 7) << 8) |
-      ((static_cast<std::uint64_t>(root) & 0xfff) << 11) | ((seq & kTagSeqMask) << 23);
+      (static_cast<std::uint64_t>(c) & 0x1f) | ((static_cast<std::uint64_t>(t) & 0x1f) << 5) |
+      ((static_cast<std::uint64_t>(op) & 0xf) << 10) |
+      ((static_cast<std::uint64_t>(root) & 0xfff) << 14) | ((seq & kTagSeqMask) << 26);
   if (fingerprint) {
     // The count's low bits enter unhashed: two counts that differ by less than 2^20 (the usual
     // mistake) always give different tags; other differences are missed with odds 2^-20.
@@ -57,20 +57,21 @@ std::uint64_t collectiveTag(Collective c, DataType t, ReduceOp op, int root, std
 
 std::uint64_t p2pTag(DataType t, std::uint32_t userTag) {
   return transport::kP2PTagBit | static_cast<std::uint64_t>(Collective::Send) |
-         ((static_cast<std::uint64_t>(t) & 7) << 5) | (static_cast<std::uint64_t>(userTag) << 11);
+         ((static_cast<std::uint64_t>(t) & 0x1f) << 5) |
+         (static_cast<std::uint64_t>(userTag) << 14);
 }
 
 TagFields decodeTag(std::uint64_t tag) {
   TagFields f;
   f.p2p = (tag & transport::kP2PTagBit) != 0;
   f.coll = static_cast<Collective>(tag & 0x1f);
-  f.dtype = static_cast<DataType>((tag >> 5) & 7);
-  f.op = static_cast<ReduceOp>((tag >> 8) & 7);
+  f.dtype = static_cast<DataType>((tag >> 5) & 0x1f);
+  f.op = static_cast<ReduceOp>((tag >> 10) & 0xf);
   if (f.p2p) {
-    f.userTag = static_cast<std::uint32_t>((tag >> 11) & 0xffffffffull);
+    f.userTag = static_cast<std::uint32_t>((tag >> 14) & 0xffffffffull);
   } else {
-    f.rootLow = static_cast<unsigned>((tag >> 11) & 0xfff);
-    f.seqLow = (tag >> 23) & kTagSeqMask;
+    f.rootLow = static_cast<unsigned>((tag >> 14) & 0xfff);
+    f.seqLow = (tag >> 26) & kTagSeqMask;
   }
   return f;
 }

@@ -1,13 +1,14 @@
 // The 64-bit tag every message of an operation carries: a fingerprint of the operation, so the
 // receiver detects ranks that called different collectives (Error(Mismatch)) instead of hanging
 // or corrupting memory. Layout of a collective's tag:
-//   bits  0-4   collective          bits  5-7   dtype          bits 8-10  reduction op
-//   bits 11-22  root (low 12 bits)  bits 23-42  sequence number of the collective on its
-//                                               communicator (low 20 bits)
+//   bits  0-4   collective          bits  5-9   dtype (32 values; kNumDataTypes = 17 in use)
+//   bits 10-13  reduction op (16 values; kNumReduceOps = 9 in use)
+//   bits 14-25  root (low 12 bits)  bits 26-42  sequence number of the collective on its
+//                                               communicator (low 17 bits)
 //   bits 43-62  fingerprint: the count key's low 20 bits XOR 20 bits of a hash of (the rest of
 //               the count key, communicator id, full root, full sequence number), so a different
 //               count or communicator changes the tag too (counts closer than 2^20 always do)
-//   bit  63     0 (1 marks a point-to-point tag: bits 0-10 as above, 11-42 the user's tag, no
+//   bit  63     0 (1 marks a point-to-point tag: bits 0-9 as above, 14-45 the user's tag, no
 //               sequence number: point-to-point messages pair by order)
 // The low fields are plain so that a receiver can say what its peer called (decodeTag); the
 // count itself does not fit and is fetched through the store on the error path
@@ -22,7 +23,11 @@
 
 namespace braid::core {
 
-inline constexpr unsigned kTagSeqBits = 20;
+inline constexpr unsigned kTagSeqBits = 17;
+inline constexpr unsigned kTagDtypeBits = 5;
+inline constexpr unsigned kTagOpBits = 4;
+static_assert(kNumDataTypes <= (1 << kTagDtypeBits), "every DataType must fit the tag's field");
+static_assert(kNumReduceOps <= (1 << kTagOpBits), "every ReduceOp must fit the tag's field");
 inline constexpr std::uint64_t kTagSeqMask = (1ull << kTagSeqBits) - 1;
 
 /// What the count contributes to a collective's fingerprint ("count key"): the count for fixed
@@ -52,7 +57,7 @@ struct TagFields {
 TagFields decodeTag(std::uint64_t tag);
 /// The sequence number closest to `near` whose low bits are `seqLow`.
 std::uint64_t nearestSeq(std::uint64_t seqLow, std::uint64_t near);
-/// "allreduce(fp32, sum) op #57" / "send/recv(fp32, tag 3)" (sequence numbers modulo 2^20).
+/// "allreduce(fp32, sum) op #57" / "send/recv(fp32, tag 3)" (sequence numbers modulo 2^17).
 std::string describeTag(std::uint64_t tag);
 
 }  // namespace braid::core

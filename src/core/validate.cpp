@@ -1,6 +1,7 @@
 #include "core/validate.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 
 namespace braid::core {
@@ -23,6 +24,33 @@ void Validator::failDtype(DataType t) const {
 
 void Validator::failOp(ReduceOp op) const {
   fail("argument 'op' has unknown value " + std::to_string(static_cast<int>(op)));
+}
+
+void Validator::failUnsupported(DataType t, ReduceOp op) const {
+  if (!isValid(t)) failDtype(t);
+  if (!isValid(op)) failOp(op);
+  fail(std::string("argument 'op' = ") + toString(op) +
+       " is not supported for argument 'dtype' = " + toString(t) +
+       (op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor
+            ? " (bitwise ops need an integer or bool dtype)"
+        : isComplex(t) ? " (complex dtypes have sum, prod, avg and premul_sum)"
+                       : " (bool has sum, prod, min, max and the bitwise ops)"));
+}
+
+namespace {
+std::string shortestText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
+}  // namespace
+
+void Validator::checkIntegerFactor(double factor) const {
+  // The range check first: a cast of a value outside int64 would be undefined.
+  if (!(factor >= -9223372036854775808.0 && factor < 9223372036854775808.0) ||
+      static_cast<double>(static_cast<std::int64_t>(factor)) != factor)
+    fail("argument 'op' = premul_sum has factor " + shortestText(factor) +
+         ", which is not an integer in int64's range (integer dtypes need one)");
 }
 
 void Validator::failRoot(int root) const {

@@ -32,6 +32,14 @@ class Validator {
     if (!isValid(op)) failOp(op);
     return *this;
   }
+  /// A reduction on dtype t: a known op that isSupported(t, op) (BAnd on fp32 is an error
+  /// naming both), and for PremulSum on an integer dtype an integral factor in int64's range.
+  Validator& reduction(DataType t, const Reduction& r) {
+    if (!isSupported(t, r.op)) [[unlikely]]
+      failUnsupported(t, r.op);
+    if (r.op == ReduceOp::PremulSum && isInteger(t)) checkIntegerFactor(r.factor);
+    return *this;
+  }
   Validator& root(int root) {
     if (root < 0 || root >= size_) failRoot(root);
     return *this;
@@ -72,6 +80,8 @@ class Validator {
   [[noreturn]] void fail(const std::string& what) const;
   [[noreturn, gnu::cold]] void failDtype(DataType t) const;
   [[noreturn, gnu::cold]] void failOp(ReduceOp op) const;
+  [[noreturn, gnu::cold]] void failUnsupported(DataType t, ReduceOp op) const;
+  void checkIntegerFactor(double factor) const;
   [[noreturn, gnu::cold]] void failRoot(int root) const;
   [[noreturn, gnu::cold]] void failBuffer(const char* name, std::size_t bytes) const;
   [[noreturn, gnu::cold]] void failOverlap() const;

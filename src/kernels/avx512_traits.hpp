@@ -101,6 +101,9 @@ struct IntLane512 : Avx512Lane {
   static V load(const T* p) { return _mm512_loadu_si512(p); }
   static void store(T* p, V v) { _mm512_storeu_si512(p, v); }
   static void stream(T* p, V v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
+  static V band(V a, V b) { return _mm512_and_si512(a, b); }
+  static V bor(V a, V b) { return _mm512_or_si512(a, b); }
+  static V bxor(V a, V b) { return _mm512_xor_si512(a, b); }
 };
 
 // 8-bit products: vpmullw on the even and the odd bytes, recombined (as the AVX2 level).
@@ -134,6 +137,30 @@ struct I64x8 : IntLane512<std::int64_t> {
   static V mul(V a, V b) { return _mm512_mullo_epi64(a, b); }
   static V min(V a, V b) { return _mm512_min_epi64(a, b); }
   static V max(V a, V b) { return _mm512_max_epi64(a, b); }
+};
+struct I16x32 : IntLane512<std::int16_t> {
+  static V add(V a, V b) { return _mm512_add_epi16(a, b); }
+  static V mul(V a, V b) { return _mm512_mullo_epi16(a, b); }
+  static V min(V a, V b) { return _mm512_min_epi16(a, b); }
+  static V max(V a, V b) { return _mm512_max_epi16(a, b); }
+};
+struct U16x32 : IntLane512<std::uint16_t> {
+  static V add(V a, V b) { return _mm512_add_epi16(a, b); }
+  static V mul(V a, V b) { return _mm512_mullo_epi16(a, b); }
+  static V min(V a, V b) { return _mm512_min_epu16(a, b); }
+  static V max(V a, V b) { return _mm512_max_epu16(a, b); }
+};
+struct U32x16 : IntLane512<std::uint32_t> {
+  static V add(V a, V b) { return _mm512_add_epi32(a, b); }
+  static V mul(V a, V b) { return _mm512_mullo_epi32(a, b); }
+  static V min(V a, V b) { return _mm512_min_epu32(a, b); }
+  static V max(V a, V b) { return _mm512_max_epu32(a, b); }
+};
+struct U64x8 : IntLane512<std::uint64_t> {
+  static V add(V a, V b) { return _mm512_add_epi64(a, b); }
+  static V mul(V a, V b) { return _mm512_mullo_epi64(a, b); }
+  static V min(V a, V b) { return _mm512_min_epu64(a, b); }
+  static V max(V a, V b) { return _mm512_max_epu64(a, b); }
 };
 
 }  // namespace

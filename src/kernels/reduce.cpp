@@ -113,6 +113,14 @@ int opColumn(ReduceOp op) {
       return 2;
     case ReduceOp::Max:
       return 3;
+    case ReduceOp::BAnd:
+      return 4;
+    case ReduceOp::BOr:
+      return 5;
+    case ReduceOp::BXor:
+      return 6;
+    case ReduceOp::PremulSum:
+      return 0;
   }
   throw Error(ErrorCode::InvalidArgument,
               "reduction kernel: unknown op " + std::to_string(static_cast<int>(op)));
@@ -145,13 +153,18 @@ void run(const KernelTable& table, DataType t, ReduceOp op, void* dst, const voi
     dtypeRow(t);  // throws the error naming what is wrong
     opColumn(op);
   }
-  // Sum, Prod, Min, Max, Avg (a sum, divided afterwards by the caller).
-  constexpr int kColumn[kNumReduceOps] = {0, 1, 2, 3, 0};
+  // Sum, Prod, Min, Max, Avg (a sum, divided afterwards by the caller), BAnd, BOr, BXor,
+  // PremulSum (a sum of inputs the caller premultiplied).
+  constexpr int kColumn[kNumReduceOps] = {0, 1, 2, 3, 0, 4, 5, 6, 0};
   const int row = static_cast<int>(t);
   const int col = kColumn[static_cast<int>(op)];
+  const detail::BinaryFn fn = table.binary[row][col];
+  if (fn == nullptr) [[unlikely]]
+    throw Error(ErrorCode::InvalidArgument, std::string("reduction kernel: op ") + toString(op) +
+                                                " is not supported for dtype " + toString(t));
   if (count == 0) return;
   const bool stream = shouldStream(mode, dst, a, b, count * dataTypeSize(t));
-  table.binary[row][col](dst, a, b, count, stream);
+  fn(dst, a, b, count, stream);
 }
 
 template <class T, class D>
@@ -173,9 +186,34 @@ void divide(const KernelTable& table, DataType t, void* buf, std::size_t count, 
       return divideIntegers<std::int32_t>(buf, count, divisor);
     case DataType::Int64:
       return divideIntegers<std::int64_t>(buf, count, std::int64_t{divisor});
+    case DataType::Int16:
+      return divideIntegers<std::int16_t>(buf, count, divisor);
+    case DataType::Uint16:
+      return divideIntegers<std::uint16_t>(buf, count, divisor);
+    case DataType::Uint32:
+      return divideIntegers<std::uint32_t>(buf, count, static_cast<std::uint32_t>(divisor));
+    case DataType::Uint64:
+      return divideIntegers<std::uint64_t>(buf, count, static_cast<std::uint64_t>(divisor));
     default:
+      if (table.divide[row] == nullptr)
+        throw Error(ErrorCode::InvalidArgument,
+                    std::string("divideBy: avg is not supported for dtype ") + toString(t));
       table.divide[row](buf, count, divisor);
   }
+}
+
+void scale(const KernelTable& table, DataType t, void* dst, const void* src, std::size_t count,
+           double factor) {
+  const int row = dtypeRow(t);
+  if (table.scale[row] == nullptr)
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("scaleBy: premul_sum is not supported for dtype ") + toString(t));
+  // Integers convert the factor to int64 (out of range would be undefined behaviour).
+  if (isInteger(t) && !(factor >= -9223372036854775808.0 && factor < 9223372036854775808.0))
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("scaleBy: factor out of int64's range for dtype ") + toString(t));
+  if (count == 0) return;
+  table.scale[row](dst, src, count, factor);
 }
 
 }  // namespace
@@ -271,6 +309,25 @@ void divideBy(DataType t, void* buf, std::size_t count, int divisor) {
   divide(activeTable(), t, buf, count, divisor);
 }
 
+void scaleBy(DataType t, void* dst, const void* src, std::size_t count, double factor) {
+  scale(activeTable(), t, dst, src, count, factor);
+}
+
+void scaleBy(Isa isa, DataType t, void* dst, const void* src, std::size_t count, double factor) {
+  scale(tableFor(isa, "scaleBy"), t, dst, src, count, factor);
+}
+
+bool hasKernel(Isa isa, DataType t, ReduceOp op) {
+  if (!isValid(t) || !isValid(op)) return false;
+  const KernelTable& table = tableFor(isa, "hasKernel");
+  const int row = static_cast<int>(t);
+  if (table.binary[row][opColumn(op)] == nullptr) return false;
+  // Avg also divides (integers portably, here), PremulSum also scales.
+  if (op == ReduceOp::Avg) return isInteger(t) || table.divide[row] != nullptr;
+  if (op == ReduceOp::PremulSum) return table.scale[row] != nullptr;
+  return true;
+}
+
 void reduce3(Isa isa, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
              std::size_t count, StoreMode mode) {
   run(tableFor(isa, "reduce3"), t, op, dst, a, b, count, mode);
@@ -296,6 +353,18 @@ float bf16ToFloat(std::uint16_t b) noexcept {
 }
 std::uint16_t floatToBf16(float f) noexcept {
   return detail::bf16Narrow(f);
+}
+float e4m3ToFloat(std::uint8_t b) noexcept {
+  return detail::e4m3Widen(b);
+}
+std::uint8_t floatToE4m3(float f) noexcept {
+  return detail::e4m3Narrow(f);
+}
+float e5m2ToFloat(std::uint8_t b) noexcept {
+  return detail::e5m2Widen(b);
+}
+std::uint8_t floatToE5m2(float f) noexcept {
+  return detail::e5m2Narrow(f);
 }
 
 }  // namespace braid::kernels

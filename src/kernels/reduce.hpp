@@ -1,6 +1,7 @@
 // Reduction kernels for every dtype x op, vectorised with explicit intrinsics for the CPU found
 // at run time (AVX-512 (+BF16), AVX2+F16C, portable scalar), chosen once per process.
-// fp16 and bf16 are widened to fp32, combined, and rounded back once (round-to-nearest-even).
+// fp16, bf16 and float8 are widened to fp32, combined, and rounded back once (round to nearest
+// even). Bitwise ops exist for integers and Bool; complex has Sum, Prod and Avg.
 // Every instruction-set level computes bit-identical results (NaN payloads aside), so the level
 // changes speed only; docs/architecture.md (Kernels) describes the design.
 #pragma once
@@ -20,6 +21,9 @@ void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 /// buf[i] /= divisor (integer division for integer types) — completes Avg.
 void divideBy(DataType t, void* buf, std::size_t count, int divisor);
+/// dst[i] = src[i] * factor, rounded once to the dtype (PremulSum's premultiplication; see
+/// braid::Reduction::factor for the compute types); dst may equal src. Bool: InvalidArgument.
+void scaleBy(DataType t, void* dst, const void* src, std::size_t count, double factor);
 /// The instruction set the kernels above use in this process: toString(activeIsa()).
 const char* selectedIsa() noexcept;
 
@@ -75,11 +79,19 @@ void reduce3(Isa isa, DataType t, ReduceOp op, void* dst, const void* a, const v
 void reduceInto(Isa isa, DataType t, ReduceOp op, void* dst, const void* src, std::size_t count,
                 StoreMode mode = StoreMode::Auto);
 void divideBy(Isa isa, DataType t, void* buf, std::size_t count, int divisor);
+void scaleBy(Isa isa, DataType t, void* dst, const void* src, std::size_t count, double factor);
+/// Whether the level's table has a kernel for (t, op) (every isSupported pair has one).
+bool hasKernel(Isa isa, DataType t, ReduceOp op);
 
 /// fp16 / bf16 scalar conversions (exact inverse for every finite half; RNE when narrowing).
 float halfToFloat(std::uint16_t h) noexcept;
 std::uint16_t floatToHalf(float f) noexcept;
 float bf16ToFloat(std::uint16_t b) noexcept;
 std::uint16_t floatToBf16(float f) noexcept;
+/// float8_e4m3fn / float8_e5m2 conversions with torch's rules (kernel_table.hpp).
+float e4m3ToFloat(std::uint8_t b) noexcept;
+std::uint8_t floatToE4m3(float f) noexcept;
+float e5m2ToFloat(std::uint8_t b) noexcept;
+std::uint8_t floatToE5m2(float f) noexcept;
 
 }  // namespace braid::kernels

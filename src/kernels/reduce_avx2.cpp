@@ -128,6 +128,9 @@ struct IntLane : Avx2Lane {
   static V load(const T* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static void store(T* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
   static void stream(T* p, V v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v); }
+  static V band(V a, V b) { return _mm256_and_si256(a, b); }
+  static V bor(V a, V b) { return _mm256_or_si256(a, b); }
+  static V bxor(V a, V b) { return _mm256_xor_si256(a, b); }
 };
 
 // 8-bit products: vpmullw on the even and the odd bytes (the low byte of a 16-bit product
@@ -169,13 +172,53 @@ struct I64 : IntLane<std::int64_t> {
   static V min(V a, V b) { return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(a, b)); }
   static V max(V a, V b) { return _mm256_blendv_epi8(a, b, _mm256_cmpgt_epi64(b, a)); }
 };
+struct I16 : IntLane<std::int16_t> {
+  static V add(V a, V b) { return _mm256_add_epi16(a, b); }
+  static V mul(V a, V b) { return _mm256_mullo_epi16(a, b); }
+  static V min(V a, V b) { return _mm256_min_epi16(a, b); }
+  static V max(V a, V b) { return _mm256_max_epi16(a, b); }
+};
+struct U16 : IntLane<std::uint16_t> {
+  static V add(V a, V b) { return _mm256_add_epi16(a, b); }
+  static V mul(V a, V b) { return _mm256_mullo_epi16(a, b); }
+  static V min(V a, V b) { return _mm256_min_epu16(a, b); }
+  static V max(V a, V b) { return _mm256_max_epu16(a, b); }
+};
+struct U32 : IntLane<std::uint32_t> {
+  static V add(V a, V b) { return _mm256_add_epi32(a, b); }
+  static V mul(V a, V b) { return _mm256_mullo_epi32(a, b); }
+  static V min(V a, V b) { return _mm256_min_epu32(a, b); }
+  static V max(V a, V b) { return _mm256_max_epu32(a, b); }
+};
+// Unsigned 64-bit order: the signed comparison of both operands with the sign bit flipped.
+struct U64 : IntLane<std::uint64_t> {
+  static V add(V a, V b) { return _mm256_add_epi64(a, b); }
+  static V mul(V a, V b) { return I64::mul(a, b); }
+  static V gt(V a, V b) {
+    const __m256i flip = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ull));
+    return _mm256_cmpgt_epi64(_mm256_xor_si256(a, flip), _mm256_xor_si256(b, flip));
+  }
+  static V min(V a, V b) { return _mm256_blendv_epi8(a, b, gt(a, b)); }
+  static V max(V a, V b) { return _mm256_blendv_epi8(a, b, gt(b, a)); }
+};
+
+template <class K>
+void fillInt(detail::KernelTable& t, DataType dt) {
+  fillRow<K>(t, dt);
+  fillBitwise<K>(t, dt);
+}
 
 detail::KernelTable makeTable() {
-  detail::KernelTable t{};
-  fillRow<I8>(t, DataType::Int8);
-  fillRow<U8>(t, DataType::Uint8);
-  fillRow<I32>(t, DataType::Int32);
-  fillRow<I64>(t, DataType::Int64);
+  // Bool, float8, complex and every scale entry stay the scalar level's.
+  detail::KernelTable t = detail::scalarKernels();
+  fillInt<I8>(t, DataType::Int8);
+  fillInt<U8>(t, DataType::Uint8);
+  fillInt<I16>(t, DataType::Int16);
+  fillInt<U16>(t, DataType::Uint16);
+  fillInt<I32>(t, DataType::Int32);
+  fillInt<U32>(t, DataType::Uint32);
+  fillInt<I64>(t, DataType::Int64);
+  fillInt<U64>(t, DataType::Uint64);
   fillRow<F16>(t, DataType::Float16);
   fillRow<Bf16>(t, DataType::BFloat16);
   fillRow<F32>(t, DataType::Float32);

@@ -23,12 +23,23 @@
 namespace braid::kernels {
 namespace {
 
+template <class K>
+void fillInt(detail::KernelTable& t, DataType dt) {
+  fillRow<K>(t, dt);
+  fillBitwise<K>(t, dt);
+}
+
 detail::KernelTable makeTable() {
-  detail::KernelTable t{};
-  fillRow<I8x64>(t, DataType::Int8);
-  fillRow<U8x64>(t, DataType::Uint8);
-  fillRow<I32x16>(t, DataType::Int32);
-  fillRow<I64x8>(t, DataType::Int64);
+  // Bool, float8, complex and every scale entry stay the scalar level's.
+  detail::KernelTable t = detail::scalarKernels();
+  fillInt<I8x64>(t, DataType::Int8);
+  fillInt<U8x64>(t, DataType::Uint8);
+  fillInt<I16x32>(t, DataType::Int16);
+  fillInt<U16x32>(t, DataType::Uint16);
+  fillInt<I32x16>(t, DataType::Int32);
+  fillInt<U32x16>(t, DataType::Uint32);
+  fillInt<I64x8>(t, DataType::Int64);
+  fillInt<U64x8>(t, DataType::Uint64);
   fillRow<F16x16>(t, DataType::Float16);
   fillRow<Bf16x16>(t, DataType::BFloat16);
   fillRow<F32x16>(t, DataType::Float32);

@@ -1,5 +1,7 @@
 // Portable level: plain C++ per element (one "lane"), the fallback on every CPU and the level
-// BRAID_KERNEL_ISA=scalar forces. fp16 converts in integer arithmetic (kernel_table.hpp).
+// BRAID_KERNEL_ISA=scalar forces, and the source of every entry a vector level does not
+// vectorise (they start from this table). fp16 and float8 convert in integer arithmetic
+// (kernel_table.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -58,6 +60,30 @@ struct IntLane : ScalarLane {
   }
   static V min(V a, V b) { return b < a ? b : a; }
   static V max(V a, V b) { return a < b ? b : a; }
+  static V band(V a, V b) { return static_cast<T>(a & b); }
+  static V bor(V a, V b) { return static_cast<T>(a | b); }
+  static V bxor(V a, V b) { return static_cast<T>(a ^ b); }
+  // PremulSum: an integral factor (validation checks it), converted modulo 2^bits.
+  static V scaleBy(V v, double factor) {
+    return mul(v, static_cast<T>(static_cast<U>(static_cast<std::int64_t>(factor))));
+  }
+};
+
+// Bool: one byte, any non-zero byte is true; results are 0 or 1. Sum and Max are logical or,
+// Prod and Min logical and (torch's semantics), the bitwise ops act on the 0/1 values.
+struct BoolLane : ScalarLane {
+  using T = std::uint8_t;
+  using V = std::uint8_t;
+  static V load(const T* p) { return *p != 0 ? 1 : 0; }
+  static void store(T* p, V v) { *p = v; }
+  static void stream(T* p, V v) { *p = v; }
+  static V add(V a, V b) { return a | b; }
+  static V mul(V a, V b) { return a & b; }
+  static V min(V a, V b) { return a & b; }
+  static V max(V a, V b) { return a | b; }
+  static V band(V a, V b) { return a & b; }
+  static V bor(V a, V b) { return a | b; }
+  static V bxor(V a, V b) { return a ^ b; }
 };
 
 template <class TT, class F>
@@ -70,6 +96,7 @@ struct FloatOps : ScalarLane {
   static V max(V a, V b) { return floatMax(a, b); }
   static V div(V a, V b) { return a / b; }
   static V splat(int d) { return static_cast<V>(d); }
+  static V scaleBy(V v, double factor) { return v * static_cast<V>(factor); }
 };
 
 template <class F>
@@ -91,20 +118,96 @@ struct Bf16Lane : FloatOps<std::uint16_t, float> {
   static void stream(std::uint16_t* p, float v) { store(p, v); }
 };
 
+struct E4m3Lane : FloatOps<std::uint8_t, float> {
+  static float load(const std::uint8_t* p) { return detail::e4m3Widen(*p); }
+  static void store(std::uint8_t* p, float v) { *p = detail::e4m3Narrow(v); }
+  static void stream(std::uint8_t* p, float v) { store(p, v); }
+};
+
+struct E5m2Lane : FloatOps<std::uint8_t, float> {
+  static float load(const std::uint8_t* p) { return detail::e5m2Widen(*p); }
+  static void store(std::uint8_t* p, float v) { *p = detail::e5m2Narrow(v); }
+  static void stream(std::uint8_t* p, float v) { store(p, v); }
+};
+
+// Complex: (re, im) pairs. Sum is per component; Prod is the textbook product
+// (ac - bd, ad + bc) in the component type, no special infinity/NaN recovery (as torch's CPU
+// kernels); Avg divides both components; PremulSum scales both by the real factor.
+template <class F>
+struct Cx {
+  F re, im;
+};
+template <class F>
+struct ComplexLane : ScalarLane {
+  using T = Cx<F>;
+  using V = Cx<F>;
+  static V load(const T* p) { return loadAny(p); }
+  static void store(T* p, V v) { storeAny(p, v); }
+  static void stream(T* p, V v) { storeAny(p, v); }
+  static V add(V a, V b) { return {a.re + b.re, a.im + b.im}; }
+  static V mul(V a, V b) {
+    // Two roundings per component, never fused: every level and the tests' expectation agree.
+    const volatile F ac = a.re * b.re, bd = a.im * b.im, ad = a.re * b.im, bc = a.im * b.re;
+    return {ac - bd, ad + bc};
+  }
+  static V div(V a, V b) { return {a.re / b.re, a.im / b.re}; }
+  static V splat(int d) { return {static_cast<F>(d), F{0}}; }
+  static V scaleBy(V v, double factor) {
+    const F f = static_cast<F>(factor);
+    return {v.re * f, v.im * f};
+  }
+};
+
+template <class K>
+void scaleLoop(void* dv, const void* sv, std::size_t n, double factor) {
+  auto* d = static_cast<typename K::T*>(dv);
+  const auto* s = static_cast<const typename K::T*>(sv);
+  for (std::size_t i = 0; i < n; ++i) K::store(d + i, K::scaleBy(K::load(s + i), factor));
+}
+
+template <class K>
+void fillInt(detail::KernelTable& t, DataType dt) {
+  fillRow<K>(t, dt);
+  fillBitwise<K>(t, dt);
+  t.scale[static_cast<int>(dt)] = &scaleLoop<K>;
+}
+
+template <class K>
+void fillFloat(detail::KernelTable& t, DataType dt) {
+  fillRow<K>(t, dt);
+  t.divide[static_cast<int>(dt)] = &divideLoop<K>;
+  t.scale[static_cast<int>(dt)] = &scaleLoop<K>;
+}
+
+template <class K>
+void fillComplex(detail::KernelTable& t, DataType dt) {
+  const auto r = static_cast<int>(dt);
+  t.binary[r][0] = &binaryLoop<K, OpSum>;
+  t.binary[r][1] = &binaryLoop<K, OpProd>;
+  t.divide[r] = &divideLoop<K>;
+  t.scale[r] = &scaleLoop<K>;
+}
+
 detail::KernelTable makeTable() {
   detail::KernelTable t{};
-  fillRow<IntLane<std::int8_t, std::uint8_t>>(t, DataType::Int8);
-  fillRow<IntLane<std::uint8_t, std::uint8_t>>(t, DataType::Uint8);
-  fillRow<IntLane<std::int32_t, std::uint32_t>>(t, DataType::Int32);
-  fillRow<IntLane<std::int64_t, std::uint64_t>>(t, DataType::Int64);
-  fillRow<HalfLane>(t, DataType::Float16);
-  fillRow<Bf16Lane>(t, DataType::BFloat16);
-  fillRow<PlainFloatLane<float>>(t, DataType::Float32);
-  fillRow<PlainFloatLane<double>>(t, DataType::Float64);
-  t.divide[static_cast<int>(DataType::Float16)] = &divideLoop<HalfLane>;
-  t.divide[static_cast<int>(DataType::BFloat16)] = &divideLoop<Bf16Lane>;
-  t.divide[static_cast<int>(DataType::Float32)] = &divideLoop<PlainFloatLane<float>>;
-  t.divide[static_cast<int>(DataType::Float64)] = &divideLoop<PlainFloatLane<double>>;
+  fillInt<IntLane<std::int8_t, std::uint8_t>>(t, DataType::Int8);
+  fillInt<IntLane<std::uint8_t, std::uint8_t>>(t, DataType::Uint8);
+  fillInt<IntLane<std::int16_t, std::uint16_t>>(t, DataType::Int16);
+  fillInt<IntLane<std::uint16_t, std::uint16_t>>(t, DataType::Uint16);
+  fillInt<IntLane<std::int32_t, std::uint32_t>>(t, DataType::Int32);
+  fillInt<IntLane<std::uint32_t, std::uint32_t>>(t, DataType::Uint32);
+  fillInt<IntLane<std::int64_t, std::uint64_t>>(t, DataType::Int64);
+  fillInt<IntLane<std::uint64_t, std::uint64_t>>(t, DataType::Uint64);
+  fillRow<BoolLane>(t, DataType::Bool);
+  fillBitwise<BoolLane>(t, DataType::Bool);
+  fillFloat<HalfLane>(t, DataType::Float16);
+  fillFloat<Bf16Lane>(t, DataType::BFloat16);
+  fillFloat<PlainFloatLane<float>>(t, DataType::Float32);
+  fillFloat<PlainFloatLane<double>>(t, DataType::Float64);
+  fillFloat<E4m3Lane>(t, DataType::Float8E4M3Fn);
+  fillFloat<E5m2Lane>(t, DataType::Float8E5M2);
+  fillComplex<ComplexLane<float>>(t, DataType::Complex64);
+  fillComplex<ComplexLane<double>>(t, DataType::Complex128);
   return t;
 }
 

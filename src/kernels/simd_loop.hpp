@@ -45,6 +45,25 @@ struct OpMax {
   }
 };
 
+struct OpBAnd {
+  template <class K>
+  static typename K::V apply(typename K::V a, typename K::V b) {
+    return K::band(a, b);
+  }
+};
+struct OpBOr {
+  template <class K>
+  static typename K::V apply(typename K::V a, typename K::V b) {
+    return K::bor(a, b);
+  }
+};
+struct OpBXor {
+  template <class K>
+  static typename K::V apply(typename K::V a, typename K::V b) {
+    return K::bxor(a, b);
+  }
+};
+
 template <class K, class Op>
 inline void binaryTail(typename K::T* d, const typename K::T* a, const typename K::T* b,
                        std::size_t n) {
@@ -116,6 +135,15 @@ constexpr void fillRow(detail::KernelTable& t, DataType dt) {
   t.binary[r][1] = &binaryLoop<K, OpProd>;
   t.binary[r][2] = &binaryLoop<K, OpMin>;
   t.binary[r][3] = &binaryLoop<K, OpMax>;
+}
+
+/// The bitwise columns of an integer (or Bool) row: K has band/bor/bxor.
+template <class K>
+constexpr void fillBitwise(detail::KernelTable& t, DataType dt) {
+  const auto r = static_cast<int>(dt);
+  t.binary[r][4] = &binaryLoop<K, OpBAnd>;
+  t.binary[r][5] = &binaryLoop<K, OpBOr>;
+  t.binary[r][6] = &binaryLoop<K, OpBXor>;
 }
 
 }  // namespace

@@ -289,6 +289,11 @@ FusedWork FusionBuffer::enqueue(void* data, std::size_t count, DataType dtype, R
   };
   if (!isValid(dtype)) throw bad("invalid dtype");
   if (!isValid(op)) throw bad("invalid op");
+  if (!isSupported(dtype, op))
+    throw bad(std::string("op ") + toString(op) + " is not supported for dtype " + toString(dtype));
+  // A ReduceOp carries no factor: PremulSum would silently sum with factor 1.
+  if (op == ReduceOp::PremulSum)
+    throw bad("premul_sum needs a factor; call Comm::allreduce with braid::premulSum(f)");
   if (count > 0 && data == nullptr) throw bad("data is null with count " + std::to_string(count));
   {
     std::lock_guard<std::mutex> lk(impl_->mu);

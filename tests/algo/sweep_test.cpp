@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <iterator>
 #include <span>
 #include <sstream>
 #include <string>
@@ -620,6 +622,89 @@ TEST_P(AlgoSweep, MatchesExpected) {
     if (HasFailure()) return;  // one failing case is enough to read
   }
 }
+
+// The added dtypes (bool, int16, unsigned 16/32/64, float8, complex) and ops (bitwise) through
+// every reduction algorithm, bit-exactly against harness/data's extendedExpected: a focused
+// subset (world sizes 3 and 4, counts 1, 13 and 257) instead of the full grid. Avg and
+// PremulSum are the communicator's (a divide after, a premultiply before the algorithm's sum):
+// tests/comm/collectives_test.cpp covers them.
+class AlgoSweepExtended : public testing::TestWithParam<Group> {};
+
+bool isAddedDtype(DataType t) {
+  return std::find(std::begin(kExtendedDataTypes), std::end(kExtendedDataTypes), t) !=
+         std::end(kExtendedDataTypes);
+}
+
+TEST_P(AlgoSweepExtended, AddedDtypesAndOpsMatchExpected) {
+  const Group g = GetParam();
+  const Collective coll = g.algo->coll;
+  const int n = g.size;
+  for (std::size_t count : {std::size_t{1}, std::size_t{13}, std::size_t{257}}) {
+    for (int ti = 0; ti < kNumDataTypes; ++ti) {
+      const auto t = static_cast<DataType>(ti);
+      const std::size_t es = dataTypeSize(t);
+      for (ReduceOp op : kEveryReduceOp) {
+        const bool addedOp = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+        if (!isSupported(t, op) || op == ReduceOp::Avg || op == ReduceOp::PremulSum ||
+            !(isAddedDtype(t) || addedOp))
+          continue;
+        const std::string what = std::string(toString(coll)) + " " + g.algo->name +
+                                 " n=" + std::to_string(n) + " " + toString(t) + " " +
+                                 toString(op) + " count=" + std::to_string(count);
+        const std::size_t inCount = coll == Collective::ReduceScatter ? count * n : count;
+        const int root = n - 1;
+        std::vector<std::string> reports(static_cast<std::size_t>(n));
+        RankSetup setup;
+        setup.size = n;
+        auto errors = runRanks(setup, [&](Context& ctx) {
+          const int me = ctx.rank;
+          std::vector<std::uint8_t> in(inCount * es + 1), out(count * es + 1, 0xa5);
+          for (std::size_t i = 0; i < inCount; ++i) extendedInput(t, op, me, i, in.data() + i * es);
+          CollArgs a;
+          a.coll = coll;
+          a.count = count;
+          a.dtype = t;
+          a.op = op;
+          a.root = root;
+          a.send = in.data();
+          a.recv = coll == Collective::Reduce && me != root ? nullptr : out.data();
+          g.algo->run(ctx, a);
+          if (coll == Collective::Reduce && me != root) return;
+          const std::size_t first = coll == Collective::ReduceScatter ? count * me : 0;
+          std::vector<std::uint8_t> e(es);
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            extendedExpected(t, op, n, first + i, e.data());
+            if (std::memcmp(out.data() + i * es, e.data(), es) != 0 && bad++ == 0)
+              reports[static_cast<std::size_t>(me)] = "element " + std::to_string(i) + " wrong";
+          }
+          if (bad) reports[static_cast<std::size_t>(me)] += " (" + std::to_string(bad) + " in all)";
+        });
+        for (int r = 0; r < n; ++r) {
+          const auto ur = static_cast<std::size_t>(r);
+          if (errors[ur])
+            ADD_FAILURE() << what << " rank " << r << " threw: " << errorText(errors[ur]);
+          if (!reports[ur].empty()) ADD_FAILURE() << what << " rank " << r << ": " << reports[ur];
+        }
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+std::vector<Group> reductionGroups() {
+  std::vector<Group> out;
+  for (const AlgoInfo& algo : algo::registry()) {
+    if (algo.coll != Collective::Allreduce && algo.coll != Collective::Reduce &&
+        algo.coll != Collective::ReduceScatter)
+      continue;
+    for (int n : {3, 4}) out.push_back({&algo, n, Suite::Types});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Extended, AlgoSweepExtended, testing::ValuesIn(reductionGroups()),
+                         paramName);
 
 INSTANTIATE_TEST_SUITE_P(Sizes, AlgoSweep, testing::ValuesIn(groups(Suite::Sizes, kSizes)),
                          paramName);

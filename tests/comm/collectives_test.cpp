@@ -30,5 +30,30 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveSweep,
                                             ::testing::Values("", "ring", "recursive_doubling")),
                          sweepName);
 
+// The added dtypes and ops (bool, int16, unsigned, float8, complex; bitwise, PremulSum with
+// per-rank factors, Avg) on the real communicator: a focused subset of world sizes and counts
+// (harness/checks.hpp, kExtendedCounts), auto selection and the ring forced; and every
+// unsupported combination rejected on every rank.
+class ExtendedSweep : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
+
+TEST_P(ExtendedSweep, AddedDtypesAndOps) {
+  const auto [n, algo] = GetParam();
+  runThreads(n, testOptions(algo), [&](Comm& c) {
+    checkExtendedReductions(c);
+    checkUnsupportedReductions(c);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ExtendedSweep,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values("", "ring")),
+                         sweepName);
+
+TEST(ExtendedDeterministic, AddedDtypesAndOpsInRankOrder) {
+  Options o = testOptions();
+  o.deterministic = true;
+  runThreads(3, o, [&](Comm& c) { checkExtendedReductions(c); });
+}
+
 }  // namespace
 }  // namespace braid::test

@@ -117,6 +117,14 @@ TEST_P(ShmDirectProcesses, ForcedSweep) {
       std::chrono::seconds(900));
 }
 
+// The added dtypes and ops (harness/checks.hpp, checkExtendedReductions) through the direct
+// shared-memory collectives between processes, and through the default choice on one host
+// (shm_ll for a line's worth, shm_direct above).
+TEST(ShmDirectProcessesExtended, AddedDtypesAndOps) {
+  for (const char* algo : {"shm_direct", ""})
+    runProcesses(3, testOptions(algo), [](Comm& c) { checkExtendedReductions(c); });
+}
+
 // Large messages between processes with the default chunk size: several staging rounds, and
 // alltoall single-copy (process_vm_readv between processes) where the kernel allows it and the
 // ranks outnumber this machine's CPUs (3 ranks and more on 2 CPUs), staged otherwise.

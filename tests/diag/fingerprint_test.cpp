@@ -51,6 +51,37 @@ TEST(Fingerprint, EveryFieldThatMustAgreeChangesTheTag) {
   EXPECT_EQ(plain, base & ((1ull << 43) - 1));
 }
 
+// Every dtype and op (the 5-bit dtype and 4-bit op fields hold all of them) encodes and
+// decodes, changes the tag, and leaves the other fields intact.
+TEST(Fingerprint, EveryDtypeAndOpEncodesAndDecodes) {
+  std::set<std::uint64_t> tags;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (int o = 0; o < kNumReduceOps; ++o) {
+      const auto dt = static_cast<DataType>(t);
+      const auto op = static_cast<ReduceOp>(o);
+      for (std::uint64_t seq : {0ull, 5ull, 131071ull, 131072ull, 987654321ull}) {
+        const auto tag = tagOf(Collective::ReduceScatter, dt, op, 4095, seq, 77, "0");
+        const core::TagFields f = core::decodeTag(tag);
+        EXPECT_FALSE(f.p2p);
+        EXPECT_EQ(f.coll, Collective::ReduceScatter);
+        EXPECT_EQ(f.dtype, dt) << toString(dt);
+        EXPECT_EQ(f.op, op) << toString(op);
+        EXPECT_EQ(f.rootLow, 4095u);
+        EXPECT_EQ(core::nearestSeq(f.seqLow, seq + 3), seq);
+        EXPECT_EQ(tag >> 63, 0u);
+        if (seq == 5) tags.insert(tag);
+      }
+      const core::TagFields p = core::decodeTag(core::p2pTag(dt, 0xffffffffu));
+      EXPECT_TRUE(p.p2p);
+      EXPECT_EQ(p.dtype, dt);
+      EXPECT_EQ(p.userTag, 0xffffffffu);
+      EXPECT_EQ(core::describeTag(tagOf(Collective::Allreduce, dt, op, 0, 9, 4, "0")),
+                std::string("allreduce(") + toString(dt) + ", " + toString(op) + ") op #9");
+    }
+  }
+  EXPECT_EQ(tags.size(), static_cast<std::size_t>(kNumDataTypes * kNumReduceOps));
+}
+
 TEST(Fingerprint, VariableCountsKeyOnlyWhatEveryRankAgreesOn) {
   const std::vector<std::size_t> a = {3, 1, 4, 1, 5}, b = {3, 1, 4, 1, 6}, c = {3, 1, 4, 1};
   EXPECT_EQ(core::countKey(Collective::Allgatherv, 0, a),

@@ -4,6 +4,7 @@
 
 #include "harness/data.hpp"
 
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -237,6 +238,141 @@ void sweepCollectives(Comm& c, std::span<const std::size_t> counts) {
     checkVariants(c, t, 150);
   }
   c.barrier();
+}
+
+// ---- the added dtypes and ops --------------------------------------------------------------
+
+namespace {
+
+bool isAddedOp(ReduceOp op) {
+  return op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor ||
+         op == ReduceOp::PremulSum;
+}
+
+bool isAddedDtype(DataType t) {
+  for (DataType x : kExtendedDataTypes)
+    if (x == t) return true;
+  return false;
+}
+
+// Compares `count` elements of got (from element `offset`) with extendedExpected at column
+// `first + i`, bit for bit.
+void expectBytes(DataType t, ReduceOp op, int n, const std::uint8_t* got, std::size_t first,
+                 std::size_t count, const std::string& what) {
+  const std::size_t es = dataTypeSize(t);
+  std::vector<std::uint8_t> e(es);
+  int reported = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    extendedExpected(t, op, n, first + i, e.data());
+    if (std::memcmp(got + i * es, e.data(), es) != 0 && reported++ < 3) {
+      std::string g, x;
+      char b[4];
+      for (std::size_t k = es; k-- > 0;) {
+        std::snprintf(b, sizeof b, "%02x", got[i * es + k]);
+        g += b;
+        std::snprintf(b, sizeof b, "%02x", e[k]);
+        x += b;
+      }
+      ADD_FAILURE() << what << ": element " << i << " is 0x" << g << ", expected 0x" << x;
+    }
+  }
+}
+
+std::vector<std::uint8_t> inputs(DataType t, ReduceOp op, int rank, std::size_t first,
+                                 std::size_t count) {
+  const std::size_t es = dataTypeSize(t);
+  std::vector<std::uint8_t> v(count * es + 1);
+  for (std::size_t i = 0; i < count; ++i) extendedInput(t, op, rank, first + i, v.data() + i * es);
+  return v;
+}
+
+}  // namespace
+
+void checkExtendedReductions(Comm& c, std::span<const std::size_t> counts) {
+  const int n = c.size(), me = c.rank();
+  for (std::size_t count : counts) {
+    for (int ti = 0; ti < kNumDataTypes; ++ti) {
+      const auto t = static_cast<DataType>(ti);
+      const std::size_t es = dataTypeSize(t);
+      for (ReduceOp op : kEveryReduceOp) {
+        if (!isSupported(t, op) || !(isAddedDtype(t) || isAddedOp(op))) continue;
+        const Reduction red = op == ReduceOp::PremulSum ? premulSum(premulFactor(t, me))
+                                                         : Reduction(op);
+        const std::string tail = " n=" + std::to_string(n) + " rank=" + std::to_string(me) + " " +
+                                 toString(t) + " " + toString(op) +
+                                 " count=" + std::to_string(count);
+        for (bool inPlace : {false, true}) {
+          auto send = inputs(t, op, me, 0, count);
+          std::vector<std::uint8_t> recv(count * es + 1);
+          std::uint8_t* out = inPlace ? send.data() : recv.data();
+          c.allreduce(send.data(), out, count, t, red);
+          expectBytes(t, op, n, out, 0, count, "allreduce" + std::string(inPlace ? " in-place" : "") + tail);
+        }
+        {
+          const int root = static_cast<int>((count + 1) % n);
+          auto send = inputs(t, op, me, 0, count);
+          std::vector<std::uint8_t> recv(count * es + 1);
+          c.reduce(send.data(), me == root ? recv.data() : nullptr, count, t, red, root);
+          if (me == root) expectBytes(t, op, n, recv.data(), 0, count, "reduce root=" + std::to_string(root) + tail);
+        }
+        for (bool inPlace : {false, true}) {
+          auto send = inputs(t, op, me, 0, count * n);
+          std::vector<std::uint8_t> recv(count * es + 1);
+          std::uint8_t* out = inPlace ? send.data() + me * count * es : recv.data();
+          c.reduceScatter(send.data(), out, count, t, red);
+          expectBytes(t, op, n, out, me * count, count,
+                      "reducescatter" + std::string(inPlace ? " in-place" : "") + tail);
+        }
+      }
+    }
+    for (DataType t : {DataType::Bool, DataType::Int16, DataType::Float8E5M2, DataType::Complex128})
+      checkNonReducing(c, t, count);
+  }
+  c.barrier();
+}
+
+void checkUnsupportedReductions(Comm& c) {
+  const std::string where = " on rank " + std::to_string(c.rank());
+  struct Case {
+    DataType t;
+    Reduction op;
+    const char* words[2];
+  };
+  const Case cases[] = {
+      {DataType::Float32, ReduceOp::BAnd, {"band", "fp32"}},
+      {DataType::BFloat16, ReduceOp::BOr, {"bor", "bf16"}},
+      {DataType::Float8E4M3Fn, ReduceOp::BXor, {"bxor", "fp8e4m3"}},
+      {DataType::Complex64, ReduceOp::BXor, {"bxor", "complex64"}},
+      {DataType::Complex64, ReduceOp::Min, {"min", "complex64"}},
+      {DataType::Complex128, ReduceOp::Max, {"max", "complex128"}},
+      {DataType::Bool, ReduceOp::Avg, {"avg", "bool"}},
+      {DataType::Bool, premulSum(2.0), {"premul_sum", "bool"}},
+      {DataType::Int32, premulSum(0.5), {"premul_sum", "factor"}},
+      {DataType::Uint64, premulSum(1e30), {"premul_sum", "factor"}},
+  };
+  std::vector<std::uint8_t> buf(64 * 16), out(64 * 16);
+  for (const Case& k : cases) {
+    auto expectRejected = [&](const char* coll, const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << coll << " " << toString(k.t) << " " << toString(k.op.op) << where
+                      << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+        const std::string msg = e.what();
+        for (const char* w : k.words)
+          EXPECT_NE(msg.find(w), std::string::npos) << coll << ": '" << w << "' not in: " << msg;
+        EXPECT_NE(msg.find(coll), std::string::npos) << msg;
+        EXPECT_NE(msg.find("rank " + std::to_string(c.rank())), std::string::npos) << msg;
+      }
+    };
+    expectRejected("allreduce", [&] { c.allreduce(buf.data(), out.data(), 4, k.t, k.op); });
+    expectRejected("reduce", [&] { c.reduce(buf.data(), out.data(), 4, k.t, k.op, 0); });
+    expectRejected("reducescatter", [&] { c.reduceScatter(buf.data(), out.data(), 1, k.t, k.op); });
+    expectRejected("allreduce", [&] { c.allreduceAsync(buf.data(), out.data(), 4, k.t, k.op).wait(); });
+  }
+  // Nothing was sent: the communicator still works.
+  checkAllreduce(c, DataType::Int32, ReduceOp::Sum, 5, false);
 }
 
 }  // namespace braid::test

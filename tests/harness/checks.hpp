@@ -24,4 +24,16 @@ void checkSendRecv(Comm& c, std::size_t count);
 /// Every check above over every count, dtype and op (a subset at large counts).
 void sweepCollectives(Comm& c, std::span<const std::size_t> counts = kSweepCounts);
 
+/// Counts of the focused sweep of the added dtypes and ops: 0, 1, odd, prime, more than a
+/// chunk of testOptions (64 B).
+inline constexpr std::size_t kExtendedCounts[] = {0, 1, 7, 13, 131};
+/// allreduce (out of place, in place), reduce and reduce_scatter (out of place, in place) for
+/// every supported (dtype, op) pair with an added dtype or an added op (bitwise, PremulSum with
+/// per-rank factors), compared bit-exactly with harness/data.hpp's extendedExpected; plus the
+/// non-reducing collectives for bool, int16 and complex128.
+void checkExtendedReductions(Comm& c, std::span<const std::size_t> counts = kExtendedCounts);
+/// Unsupported (dtype, op) pairs and bad PremulSum factors: Error(InvalidArgument) naming op
+/// and dtype on every rank, nothing sent (the communicator works afterwards).
+void checkUnsupportedReductions(Comm& c);
+
 }  // namespace braid::test

@@ -102,10 +102,14 @@ check_listen() {
   echo "listen addresses ok ($reason)"
 }
 
-# Every collective, every dtype x op, checked on every element, small odd sizes, chunks of 1 KiB
-# so that the pipelined paths run. Then, on a fresh cluster (a second job on the same store port
-# could meet the first one's store), the paths matrix with INFO logging.
-perf=("$bin/braid-perf" all -b 8 -e 100K -f 7 -n 2 -w 1 --reps 1 -d all -o all)
+# Every collective, the original eight dtypes x five ops plus bool and bxor (49 supported
+# pairs), checked on every element, small odd sizes, chunks of 1 KiB so that the pipelined paths
+# run. `-d all -o all` would be 123 pairs, three times the time; the other added dtypes and ops
+# are swept over threads and processes (tests/comm, tests/algo). Then, on a fresh cluster (a
+# second job on the same store port could meet the first one's store), the paths matrix with
+# INFO logging.
+perf=("$bin/braid-perf" all -b 8 -e 100K -f 7 -n 2 -w 1 --reps 1
+  -d fp32,fp64,fp16,bf16,int8,uint8,int32,int64,bool -o sum,prod,min,max,avg,bxor)
 paths=("$bin/braid-info" --paths)
 common=(--timeout 240 --env BRAID_CHUNK_SIZE=1K --env BRAID_SMALL_MSG_SIZE=4K)
 

@@ -249,6 +249,21 @@ TEST(FusionBufferTest, BadInputNamesRank) {
       EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(c.rank())), std::string::npos)
           << e.what();
     }
+    // Unsupported (dtype, op) pairs and PremulSum (a ReduceOp has no factor) are rejected at
+    // the call, naming op and dtype.
+    float f = 1;
+    for (ReduceOp op : {ReduceOp::BAnd, ReduceOp::PremulSum}) {
+      try {
+        fb.allreduce(&f, 1, DataType::Float32, op);
+        throw std::runtime_error(std::string("no error for ") + toString(op) + " on fp32");
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+        EXPECT_NE(std::string(e.what()).find(toString(op)), std::string::npos) << e.what();
+      }
+    }
+    std::int32_t bits = c.rank() == 0 ? 0b1100 : 0b1010;
+    fb.allreduce(&bits, 1, DataType::Int32, ReduceOp::BXor).wait();
+    EXPECT_EQ(bits, 0b0110);
     float v = 1;
     fb.allreduce(&v, 1, DataType::Float32, ReduceOp::Sum).wait();
     EXPECT_EQ(v, 2.0f);

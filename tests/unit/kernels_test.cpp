@@ -77,6 +77,36 @@ std::uint16_t roundToBf16(float f) {
   return roundBySearch(f, 0x7f80, std::ldexp(1.0, 128), [](unsigned p) { return bf16Value(p); });
 }
 
+// float8: the harness's encoders (harness/data.cpp: search over every pattern).
+std::uint8_t roundToE4m3(float f) {
+  return encodeE4m3(f);
+}
+std::uint8_t roundToE5m2(float f) {
+  return encodeE5m2(f);
+}
+
+TEST(KernelReference, Float8EncodersAgreeOnKnownValues) {
+  EXPECT_EQ(roundToE4m3(1.0f), 0x38);
+  EXPECT_EQ(roundToE4m3(448.0f), 0x7e);    // the largest finite value
+  EXPECT_EQ(roundToE4m3(464.0f), 0x7e);    // tie between 448 and "480" -> even (448)
+  EXPECT_EQ(roundToE4m3(465.0f), 0x7f);    // rounds past 448: NaN (no saturation, as torch)
+  EXPECT_EQ(roundToE4m3(INFINITY), 0x7f);  // no infinity: NaN
+  EXPECT_EQ(roundToE4m3(-INFINITY), 0xff);
+  EXPECT_EQ(roundToE4m3(17.0f), 0x58);                  // tie between 16 and 18 -> even (16)
+  EXPECT_EQ(roundToE4m3(std::ldexp(1.0f, -9)), 0x01);   // the smallest subnormal
+  EXPECT_EQ(roundToE4m3(std::ldexp(1.0f, -10)), 0x00);  // tie -> even (0)
+  EXPECT_EQ(roundToE4m3(-0.0f), 0x80);
+  EXPECT_EQ(roundToE5m2(1.0f), 0x3c);
+  EXPECT_EQ(roundToE5m2(57344.0f), 0x7b);  // the largest finite value
+  EXPECT_EQ(roundToE5m2(61439.0f), 0x7b);
+  EXPECT_EQ(roundToE5m2(61440.0f), 0x7c);  // tie -> even: infinity
+  EXPECT_EQ(roundToE5m2(-INFINITY), 0xfc);
+  EXPECT_EQ(roundToE5m2(NAN), 0x7f);
+  EXPECT_EQ(roundToE5m2(std::ldexp(1.0f, -16)), 0x01);
+  EXPECT_EQ(roundToE5m2(5.0f), 0x45);
+  EXPECT_EQ(roundToE5m2(9.0f), 0x48);  // tie between 8 and 10 -> even (8)
+}
+
 TEST(KernelReference, EncodersAgreeOnKnownValues) {
   EXPECT_EQ(roundToHalf(1.0f), 0x3c00);
   EXPECT_EQ(roundToHalf(2049.0f), 0x6800);           // tie -> even (2048)
@@ -116,6 +146,7 @@ F refMax(F a, F b) {
 template <class F>
 F floatOp(ReduceOp op, F a, F b) {
   switch (op) {
+    case ReduceOp::PremulSum:
     case ReduceOp::Sum:
     case ReduceOp::Avg:
       return a + b;
@@ -125,6 +156,8 @@ F floatOp(ReduceOp op, F a, F b) {
       return refMin(a, b);
     case ReduceOp::Max:
       return refMax(a, b);
+    default:
+      break;
   }
   return a;
 }
@@ -132,6 +165,13 @@ F floatOp(ReduceOp op, F a, F b) {
 template <class T, class U>
 T intOp(ReduceOp op, T a, T b) {
   switch (op) {
+    case ReduceOp::BAnd:
+      return static_cast<T>(a & b);
+    case ReduceOp::BOr:
+      return static_cast<T>(a | b);
+    case ReduceOp::BXor:
+      return static_cast<T>(a ^ b);
+    case ReduceOp::PremulSum:
     case ReduceOp::Sum:
     case ReduceOp::Avg:
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
@@ -154,6 +194,27 @@ T loadAt(const std::uint8_t* p, std::size_t i) {
 template <class T>
 void storeAt(std::uint8_t* p, std::size_t i, T v) {
   std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+}
+
+// Complex: (re, im) of F; Sum per component, Prod (ac - bd, ad + bc) with every product and
+// the difference/sum rounded separately (no fused multiply-add).
+template <class F>
+void complexElement(ReduceOp op, const std::uint8_t* a, const std::uint8_t* b, std::size_t i,
+                    Expected& e) {
+  const F ar = loadAt<F>(a, 2 * i), ai = loadAt<F>(a, 2 * i + 1);
+  const F br = loadAt<F>(b, 2 * i), bi = loadAt<F>(b, 2 * i + 1);
+  F re, im;
+  if (op == ReduceOp::Prod) {
+    const volatile F ac = ar * br, bd = ai * bi, ad = ar * bi, bc = ai * br;
+    re = ac - bd;
+    im = ad + bc;
+  } else {
+    re = ar + br;
+    im = ai + bi;
+  }
+  e.nan[i] = std::isnan(re) || std::isnan(im);
+  storeAt(e.bytes.data(), 2 * i, re);
+  storeAt(e.bytes.data(), 2 * i + 1, im);
 }
 
 // One element: expected bits and NaN-ness of a op b for dtype t.
@@ -200,6 +261,56 @@ void expectElement(DataType t, ReduceOp op, const std::uint8_t* a, const std::ui
       e.nan[i] = std::isnan(r);
       return storeAt(out, i, roundToBf16(r));
     }
+    case DataType::Int16:
+      return storeAt(out, i,
+                     intOp<std::int16_t, std::uint16_t>(op, loadAt<std::int16_t>(a, i),
+                                                        loadAt<std::int16_t>(b, i)));
+    case DataType::Uint16:
+      return storeAt(out, i,
+                     intOp<std::uint16_t, std::uint16_t>(op, loadAt<std::uint16_t>(a, i),
+                                                         loadAt<std::uint16_t>(b, i)));
+    case DataType::Uint32:
+      return storeAt(out, i,
+                     intOp<std::uint32_t, std::uint32_t>(op, loadAt<std::uint32_t>(a, i),
+                                                         loadAt<std::uint32_t>(b, i)));
+    case DataType::Uint64:
+      return storeAt(out, i,
+                     intOp<std::uint64_t, std::uint64_t>(op, loadAt<std::uint64_t>(a, i),
+                                                         loadAt<std::uint64_t>(b, i)));
+    case DataType::Bool: {
+      // Any non-zero byte is true; results are 0 or 1 (torch: sum/max or, prod/min and).
+      const bool x = loadAt<std::uint8_t>(a, i) != 0, y = loadAt<std::uint8_t>(b, i) != 0;
+      bool r = false;
+      switch (op) {
+        case ReduceOp::Prod:
+        case ReduceOp::Min:
+        case ReduceOp::BAnd:
+          r = x && y;
+          break;
+        case ReduceOp::BXor:
+          r = x != y;
+          break;
+        default:
+          r = x || y;
+      }
+      return storeAt(out, i, static_cast<std::uint8_t>(r ? 1 : 0));
+    }
+    case DataType::Float8E4M3Fn: {
+      float r = floatOp(op, static_cast<float>(e4m3Value(loadAt<std::uint8_t>(a, i))),
+                        static_cast<float>(e4m3Value(loadAt<std::uint8_t>(b, i))));
+      e.nan[i] = std::isnan(r);
+      return storeAt(out, i, roundToE4m3(r));
+    }
+    case DataType::Float8E5M2: {
+      float r = floatOp(op, static_cast<float>(e5m2Value(loadAt<std::uint8_t>(a, i))),
+                        static_cast<float>(e5m2Value(loadAt<std::uint8_t>(b, i))));
+      e.nan[i] = std::isnan(r);
+      return storeAt(out, i, roundToE5m2(r));
+    }
+    case DataType::Complex64:
+      return complexElement<float>(op, a, b, i, e);
+    case DataType::Complex128:
+      return complexElement<double>(op, a, b, i, e);
   }
 }
 
@@ -248,6 +359,7 @@ std::vector<std::uint64_t> specialPatterns(DataType t) {
     case DataType::Int32:
       return {0, 1, 2, 0x7fffffff, 0x80000000, 0xffffffff, 0x10000, 0x8001};
     case DataType::Int64:
+    case DataType::Uint64:
       return {0,
               1,
               2,
@@ -257,6 +369,26 @@ std::vector<std::uint64_t> specialPatterns(DataType t) {
               0x100000000,
               0x80000001,
               0xffffffff};
+    case DataType::Int16:
+    case DataType::Uint16:
+      return {0, 1, 2, 0x7fff, 0x8000, 0xffff, 0x100, 0x8001, 0xff};
+    case DataType::Uint32:
+      return {0, 1, 2, 0x7fffffff, 0x80000000, 0xffffffff, 0x10000, 0x8001};
+    case DataType::Bool:
+      return {0, 1, 2, 0xff, 0x80};  // any non-zero byte is true
+    case DataType::Float8E4M3Fn:
+      // 0, -0, min/max subnormal, min normal, 1, 1+ulp, 448 (max), -448, NaN, -NaN, 16, 1, 2,
+      // 256, 0.5, 2^-7 (tie material), 240
+      return {0x00, 0x80, 0x01, 0x07, 0x08, 0x38, 0x39, 0x7e, 0xfe, 0x7f,
+              0xff, 0x58, 0x38, 0x40, 0x78, 0x30, 0x08, 0x77, 0x81, 0xb8};
+    case DataType::Float8E5M2:
+      // 0, -0, min/max subnormal, min normal, 1, 1+ulp, 57344 (max), inf, -inf, NaN, 2, 8,
+      // 0.5, -1, 32768
+      return {0x00, 0x80, 0x01, 0x03, 0x04, 0x3c, 0x3d, 0x7b, 0x7c, 0xfc,
+              0x7f, 0x40, 0x48, 0x38, 0xbc, 0x78, 0xfb, 0x81, 0x7d};
+    case DataType::Complex64:
+    case DataType::Complex128:
+      return {};  // makeInputs draws the components as fp32 / fp64 values
   }
   return {};
 }
@@ -267,8 +399,25 @@ void makeInputs(DataType t, std::size_t n, std::vector<std::uint8_t>& a,
   const std::size_t es = dataTypeSize(t);
   a.assign(n * es, 0);
   b.assign(n * es, 0);
-  const auto sp = specialPatterns(t);
   std::mt19937_64 rng(0x5eed + static_cast<unsigned>(t) * 7919 + n);
+  if (isComplex(t)) {
+    // Each component from the fp32 / fp64 inputs (their specials, then random values).
+    const DataType part = t == DataType::Complex64 ? DataType::Float32 : DataType::Float64;
+    std::vector<std::uint8_t> ra, rb, ia, ib;
+    makeInputs(part, n, ra, rb);
+    makeInputs(part, n + 1, ia, ib);
+    const std::size_t ps = es / 2;
+    for (std::size_t i = 0; i < n; ++i) {
+      // Imaginary parts from a differently seeded, shifted sequence: every pairing differs.
+      const std::size_t j = (i * 7 + 3) % (n + 1);
+      std::memcpy(a.data() + i * es, ra.data() + i * ps, ps);
+      std::memcpy(a.data() + i * es + ps, ia.data() + j * ps, ps);
+      std::memcpy(b.data() + i * es, rb.data() + i * ps, ps);
+      std::memcpy(b.data() + i * es + ps, ib.data() + j * ps, ps);
+    }
+    return;
+  }
+  const auto sp = specialPatterns(t);
   for (std::size_t i = 0; i < n; ++i) {
     std::uint64_t x, y;
     if (i < sp.size() * sp.size()) {
@@ -284,6 +433,8 @@ void makeInputs(DataType t, std::size_t n, std::vector<std::uint8_t>& a,
       if (t == DataType::Float32 && (i & 1)) y = (y & 0x80ffffffu) | (x & 0x7f000000u);
       if (t == DataType::Float64 && (i & 1))
         y = (y & 0x801fffffffffffffULL) | (x & 0x7fe0000000000000ULL);
+      if (t == DataType::Float8E4M3Fn && (i & 1)) y = (y & 0x87) | (x & 0x70);
+      if (t == DataType::Float8E5M2 && (i & 1)) y = (y & 0x83) | (x & 0x78);
     }
     std::memcpy(a.data() + i * es, &x, es);  // little endian: the low bytes
     std::memcpy(b.data() + i * es, &y, es);
@@ -344,6 +495,16 @@ std::string describe(Isa isa, DataType t, ReduceOp op, std::size_t n, Form f, St
          std::to_string(offD);
 }
 
+// A complex element with a NaN part: each NaN part only has to be a NaN, the others exact.
+template <class F>
+bool complexNanOk(const std::uint8_t* got, const std::uint8_t* want) {
+  for (int k = 0; k < 2; ++k) {
+    const F g = loadAt<F>(got, k), w = loadAt<F>(want, k);
+    if (std::isnan(w) ? !std::isnan(g) : std::memcmp(&g, &w, sizeof(F)) != 0) return false;
+  }
+  return true;
+}
+
 // Returns "" or a description of the first mismatch.
 std::string check(DataType t, const std::uint8_t* got, const Expected& e, std::size_t n) {
   const std::size_t es = dataTypeSize(t);
@@ -362,6 +523,18 @@ std::string check(DataType t, const std::uint8_t* got, const Expected& e, std::s
         case DataType::Float32:
           ok = std::isnan(loadAt<float>(got, i));
           break;
+        case DataType::Float8E4M3Fn:
+          ok = std::isnan(e4m3Value(loadAt<std::uint8_t>(got, i)));
+          break;
+        case DataType::Float8E5M2:
+          ok = std::isnan(e5m2Value(loadAt<std::uint8_t>(got, i)));
+          break;
+        case DataType::Complex64:
+          ok = complexNanOk<float>(g, x);
+          break;
+        case DataType::Complex128:
+          ok = complexNanOk<double>(g, x);
+          break;
         default:
           ok = std::isnan(loadAt<double>(got, i));
           break;
@@ -371,8 +544,8 @@ std::string check(DataType t, const std::uint8_t* got, const Expected& e, std::s
     }
     if (!ok) {
       std::uint64_t gv = 0, xv = 0;
-      std::memcpy(&gv, g, es);
-      std::memcpy(&xv, x, es);
+      std::memcpy(&gv, g, std::min<std::size_t>(es, 8));  // complex128: the real part
+      std::memcpy(&xv, x, std::min<std::size_t>(es, 8));
       char buf[128];
       std::snprintf(buf, sizeof buf, "element %zu: got 0x%llx, expected 0x%llx%s", i,
                     static_cast<unsigned long long>(gv), static_cast<unsigned long long>(xv),
@@ -446,9 +619,16 @@ TEST_P(KernelSweep, EveryIsaOpLengthOffsetAndAliasingMatchesReference) {
   const std::size_t lengths[] = {0,  1,  2,  3,   7,   8,   9,   15,  16,  17,   31,   32,     33,
                                  63, 64, 65, 127, 128, 129, 255, 257, 700, 1000, 4099, 1000003};
   std::vector<std::uint8_t> a, b;
+  const bool added = std::find(std::begin(kExtendedDataTypes), std::end(kExtendedDataTypes), t) !=
+                     std::end(kExtendedDataTypes);
   for (std::size_t n : lengths) {
     makeInputs(t, n, a, b);
-    for (ReduceOp op : kAllReduceOps) {
+    for (ReduceOp op : kEveryReduceOp) {
+      // Every op the dtype supports; PremulSum's kernel is Sum (the premultiplication:
+      // ScaleMatchesReferenceAtEveryIsa). The added dtypes and ops skip the longest length.
+      if (!isSupported(t, op) || op == ReduceOp::PremulSum) continue;
+      const bool addedOp = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+      if ((added || addedOp) && n > 5000) continue;
       Expected e{std::vector<std::uint8_t>(n * es), std::vector<bool>(n, false)};
       for (std::size_t i = 0; i < n; ++i) expectElement(t, op, a.data(), b.data(), i, e);
       const bool big = n > 5000;
@@ -470,11 +650,17 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, KernelSweep, ::testing::ValuesIn(kAllDataTyp
                          [](const ::testing::TestParamInfo<DataType>& info) {
                            return std::string(toString(info.param));
                          });
+INSTANTIATE_TEST_SUITE_P(AddedDtypes, KernelSweep, ::testing::ValuesIn(kExtendedDataTypes),
+                         [](const ::testing::TestParamInfo<DataType>& info) {
+                           return std::string(toString(info.param));
+                         });
 
 // Avg completion: every level divides like p / float(divisor) rounded once (integers: C++
 // truncating division).
 TEST(Kernels, DivideMatchesReferenceAtEveryIsa) {
-  for (DataType t : kAllDataTypes) {
+  for (int ti = 0; ti < kNumDataTypes; ++ti) {
+    const auto t = static_cast<DataType>(ti);
+    if (t == DataType::Bool) continue;  // Avg is not defined on bool
     const std::size_t es = dataTypeSize(t);
     for (std::size_t n : {0, 1, 7, 15, 16, 17, 33, 65, 1001}) {
       std::vector<std::uint8_t> a, b;
@@ -525,6 +711,56 @@ TEST(Kernels, DivideMatchesReferenceAtEveryIsa) {
               storeAt(out, i, roundToBf16(r));
               break;
             }
+            case DataType::Int16:
+              storeAt(out, i,
+                      static_cast<std::int16_t>(loadAt<std::int16_t>(a.data(), i) / divisor));
+              break;
+            case DataType::Uint16:
+              storeAt(out, i,
+                      static_cast<std::uint16_t>(loadAt<std::uint16_t>(a.data(), i) / divisor));
+              break;
+            case DataType::Uint32:
+              storeAt(out, i,
+                      static_cast<std::uint32_t>(loadAt<std::uint32_t>(a.data(), i) /
+                                                 static_cast<std::uint32_t>(divisor)));
+              break;
+            case DataType::Uint64:
+              storeAt(out, i,
+                      static_cast<std::uint64_t>(loadAt<std::uint64_t>(a.data(), i) /
+                                                 static_cast<std::uint64_t>(divisor)));
+              break;
+            case DataType::Float8E4M3Fn: {
+              float r = static_cast<float>(e4m3Value(loadAt<std::uint8_t>(a.data(), i))) /
+                        static_cast<float>(divisor);
+              e.nan[i] = std::isnan(r);
+              storeAt(out, i, roundToE4m3(r));
+              break;
+            }
+            case DataType::Float8E5M2: {
+              float r = static_cast<float>(e5m2Value(loadAt<std::uint8_t>(a.data(), i))) /
+                        static_cast<float>(divisor);
+              e.nan[i] = std::isnan(r);
+              storeAt(out, i, roundToE5m2(r));
+              break;
+            }
+            case DataType::Complex64:
+            case DataType::Complex128: {
+              const bool c64 = t == DataType::Complex64;
+              for (std::size_t k = 2 * i; k < 2 * i + 2; ++k) {
+                if (c64) {
+                  float r = loadAt<float>(a.data(), k) / static_cast<float>(divisor);
+                  if (std::isnan(r)) e.nan[i] = true;
+                  storeAt(out, k, r);
+                } else {
+                  double r = loadAt<double>(a.data(), k) / divisor;
+                  if (std::isnan(r)) e.nan[i] = true;
+                  storeAt(out, k, r);
+                }
+              }
+              break;
+            }
+            case DataType::Bool:
+              break;
           }
         }
         for (Isa isa : kernels::supportedIsas()) {
@@ -739,6 +975,213 @@ INSTANTIATE_TEST_SUITE_P(Levels, KernelLevel, ::testing::ValuesIn(kernels::kAllI
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(kernels::toString(info.param));
                          });
+
+// PremulSum's premultiplication: x * factor in the compute type (fp32 for the 16- and 8-bit
+// floats, fp32, complex64; fp64 for fp64, complex128), rounded once; integers wrap.
+template <class T, class U>
+void scaleIntRef(const std::vector<std::uint8_t>& a, std::size_t n, double f, Expected& e) {
+  const auto k = static_cast<U>(static_cast<std::int64_t>(f));
+  for (std::size_t i = 0; i < n; ++i)
+    storeAt(e.bytes.data(), i,
+            static_cast<T>(static_cast<U>(static_cast<U>(loadAt<T>(a.data(), i)) * k)));
+}
+
+TEST(Kernels, ScaleMatchesReferenceAtEveryIsa) {
+  for (int ti = 0; ti < kNumDataTypes; ++ti) {
+    const auto t = static_cast<DataType>(ti);
+    if (t == DataType::Bool) continue;
+    const std::size_t es = dataTypeSize(t);
+    const std::vector<double> factors =
+        isInteger(t) ? std::vector<double>{0, 1, -1, 3, -2, 1099511627776.0}
+                     : std::vector<double>{1, -2, 0.1, 0.3333333333333333, 1e-3, 3e5};
+    for (std::size_t n : {0, 1, 7, 16, 33, 1001}) {
+      std::vector<std::uint8_t> a, b;
+      makeInputs(t, n, a, b);
+      for (double f : factors) {
+        Expected e{std::vector<std::uint8_t>(n * es), std::vector<bool>(n, false)};
+        const auto ff = static_cast<float>(f);
+        switch (t) {
+          case DataType::Int8:
+            scaleIntRef<std::int8_t, std::uint8_t>(a, n, f, e);
+            break;
+          case DataType::Uint8:
+            scaleIntRef<std::uint8_t, std::uint8_t>(a, n, f, e);
+            break;
+          case DataType::Int16:
+            scaleIntRef<std::int16_t, std::uint16_t>(a, n, f, e);
+            break;
+          case DataType::Uint16:
+            scaleIntRef<std::uint16_t, std::uint16_t>(a, n, f, e);
+            break;
+          case DataType::Int32:
+            scaleIntRef<std::int32_t, std::uint32_t>(a, n, f, e);
+            break;
+          case DataType::Uint32:
+            scaleIntRef<std::uint32_t, std::uint32_t>(a, n, f, e);
+            break;
+          case DataType::Int64:
+            scaleIntRef<std::int64_t, std::uint64_t>(a, n, f, e);
+            break;
+          case DataType::Uint64:
+            scaleIntRef<std::uint64_t, std::uint64_t>(a, n, f, e);
+            break;
+          default:
+            for (std::size_t i = 0; i < n; ++i) {
+              std::uint8_t* out = e.bytes.data();
+              float r = 0;
+              switch (t) {
+                case DataType::Float16:
+                  r = static_cast<float>(halfValue(loadAt<std::uint16_t>(a.data(), i))) * ff;
+                  storeAt(out, i, roundToHalf(r));
+                  break;
+                case DataType::BFloat16:
+                  r = static_cast<float>(bf16Value(loadAt<std::uint16_t>(a.data(), i))) * ff;
+                  storeAt(out, i, roundToBf16(r));
+                  break;
+                case DataType::Float8E4M3Fn:
+                  r = static_cast<float>(e4m3Value(loadAt<std::uint8_t>(a.data(), i))) * ff;
+                  storeAt(out, i, roundToE4m3(r));
+                  break;
+                case DataType::Float8E5M2:
+                  r = static_cast<float>(e5m2Value(loadAt<std::uint8_t>(a.data(), i))) * ff;
+                  storeAt(out, i, roundToE5m2(r));
+                  break;
+                case DataType::Float32:
+                  r = loadAt<float>(a.data(), i) * ff;
+                  storeAt(out, i, r);
+                  break;
+                case DataType::Float64: {
+                  const double d = loadAt<double>(a.data(), i) * f;
+                  storeAt(out, i, d);
+                  r = static_cast<float>(d);
+                  break;
+                }
+                case DataType::Complex64:
+                  for (std::size_t k = 2 * i; k < 2 * i + 2; ++k) {
+                    const float c = loadAt<float>(a.data(), k) * ff;
+                    if (std::isnan(c)) r = NAN;
+                    storeAt(out, k, c);
+                  }
+                  break;
+                case DataType::Complex128:
+                  for (std::size_t k = 2 * i; k < 2 * i + 2; ++k) {
+                    const double c = loadAt<double>(a.data(), k) * f;
+                    if (std::isnan(c)) r = NAN;
+                    storeAt(out, k, c);
+                  }
+                  break;
+                default:
+                  break;
+              }
+              e.nan[i] = std::isnan(r);
+            }
+        }
+        for (Isa isa : kernels::supportedIsas()) {
+          std::vector<std::uint8_t> dst(n * es + 1, 0xa5), inplace = a;
+          kernels::scaleBy(isa, t, dst.data(), a.data(), n, f);
+          std::string bad = check(t, dst.data(), e, n);
+          ASSERT_TRUE(bad.empty()) << kernels::toString(isa) << " " << toString(t) << " n=" << n
+                                   << " factor=" << f << ": " << bad;
+          ASSERT_EQ(dst[n * es], 0xa5) << "wrote past the end";
+          kernels::scaleBy(isa, t, inplace.data(), inplace.data(), n, f);
+          bad = check(t, inplace.data(), e, n);
+          ASSERT_TRUE(bad.empty()) << kernels::toString(isa) << " " << toString(t)
+                                   << " in place n=" << n << " factor=" << f << ": " << bad;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, Float8ConversionsMatchReferenceForEveryPattern) {
+  for (unsigned p = 0; p < 256; ++p) {
+    const auto b = static_cast<std::uint8_t>(p);
+    const double v4 = e4m3Value(b), v5 = e5m2Value(b);
+    if (std::isnan(v4)) {
+      EXPECT_TRUE(std::isnan(kernels::e4m3ToFloat(b))) << p;
+    } else {
+      ASSERT_EQ(kernels::e4m3ToFloat(b), v4) << p;
+      ASSERT_EQ(kernels::floatToE4m3(static_cast<float>(v4)), b) << p;
+    }
+    if (std::isnan(v5)) {
+      EXPECT_TRUE(std::isnan(kernels::e5m2ToFloat(b))) << p;
+    } else {
+      ASSERT_EQ(kernels::e5m2ToFloat(b), v5) << p;
+      ASSERT_EQ(kernels::floatToE5m2(static_cast<float>(v5)), b) << p;
+    }
+  }
+  // Every fp32 exponent, random mantissas and signs, NaN included: torch's NaN rules are exact
+  // (0x7f with the input's sign).
+  std::mt19937 rng(11);
+  for (int i = 0; i < 300000; ++i) {
+    std::uint32_t u = rng();
+    if (i < 512) u = (u & 0x807fffffu) | (static_cast<std::uint32_t>(i % 256) << 23);
+    float f;
+    std::memcpy(&f, &u, 4);
+    ASSERT_EQ(kernels::floatToE4m3(f), roundToE4m3(f)) << std::hex << u;
+    ASSERT_EQ(kernels::floatToE5m2(f), roundToE5m2(f)) << std::hex << u;
+  }
+  // Midpoints and their neighbours, where rounding decides.
+  for (unsigned p = 0; p < 0x7f; ++p) {
+    for (double (*val)(std::uint8_t) : {&e4m3Value, &e5m2Value}) {
+      const double lo = val(static_cast<std::uint8_t>(p)),
+                   hi = val(static_cast<std::uint8_t>(p + 1));
+      if (std::isnan(lo) || std::isnan(hi) || std::isinf(hi)) continue;
+      const float mid = static_cast<float>((lo + hi) / 2);
+      for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid}) {
+        ASSERT_EQ(kernels::floatToE4m3(f), roundToE4m3(f)) << f;
+        ASSERT_EQ(kernels::floatToE5m2(f), roundToE5m2(f)) << f;
+      }
+    }
+  }
+}
+
+TEST(Kernels, Float8AccumulatesInFloatAndRoundsOncePerStep) {
+  for (Isa isa : kernels::supportedIsas()) {
+    // e4m3: 16 + 1 = 17 is a tie between 16 and 18: rounds to 16 at each step.
+    std::uint8_t a = roundToE4m3(16.0f), one = roundToE4m3(1.0f);
+    kernels::reduceInto(isa, DataType::Float8E4M3Fn, ReduceOp::Sum, &a, &one, 1);
+    kernels::reduceInto(isa, DataType::Float8E4M3Fn, ReduceOp::Sum, &a, &one, 1);
+    EXPECT_EQ(kernels::e4m3ToFloat(a), 16.0f) << kernels::toString(isa);
+    // 1.125 * 1.125 = 1.265625 is exact in fp32, rounds to 1.25 once.
+    std::uint8_t x = roundToE4m3(1.125f), y = roundToE4m3(1.125f);
+    kernels::reduceInto(isa, DataType::Float8E4M3Fn, ReduceOp::Prod, &x, &y, 1);
+    EXPECT_EQ(kernels::e4m3ToFloat(x), 1.25f);
+    // Overflow: e4m3fn has no infinity (NaN), e5m2 saturates to infinity.
+    std::uint8_t big = roundToE4m3(448.0f), big2 = roundToE4m3(448.0f);
+    kernels::reduceInto(isa, DataType::Float8E4M3Fn, ReduceOp::Sum, &big, &big2, 1);
+    EXPECT_EQ(big, 0x7f);
+    std::uint8_t h = roundToE5m2(57344.0f), h2 = roundToE5m2(57344.0f);
+    kernels::reduceInto(isa, DataType::Float8E5M2, ReduceOp::Sum, &h, &h2, 1);
+    EXPECT_EQ(h, 0x7c);
+  }
+}
+
+TEST(Kernels, EveryLevelHasAKernelForEverySupportedPairAndNoOther) {
+  for (Isa isa : kernels::supportedIsas()) {
+    for (int ti = 0; ti < kNumDataTypes; ++ti) {
+      const auto t = static_cast<DataType>(ti);
+      for (ReduceOp op : kEveryReduceOp) {
+        EXPECT_EQ(kernels::hasKernel(isa, t, op), isSupported(t, op))
+            << kernels::toString(isa) << " " << toString(t) << " " << toString(op);
+        if (!isSupported(t, op) && op != ReduceOp::Avg && op != ReduceOp::PremulSum) {
+          std::uint8_t buf[32] = {};
+          try {
+            kernels::reduce3(isa, t, op, buf, buf, buf, 1);
+            ADD_FAILURE() << toString(t) << " " << toString(op) << " accepted";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+            EXPECT_NE(std::string(e.what()).find(toString(op)), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(toString(t)), std::string::npos) << e.what();
+          }
+        }
+      }
+    }
+  }
+  std::uint8_t x = 1;
+  EXPECT_THROW(kernels::scaleBy(DataType::Bool, &x, &x, 1, 2.0), Error);
+  EXPECT_THROW(kernels::divideBy(DataType::Bool, &x, 1, 2), Error);
+}
 
 TEST(Kernels, ReportsTheIsaItDispatchesTo) {
   EXPECT_NE(std::string(kernels::selectedIsa()).size(), 0u);

@@ -322,6 +322,13 @@ int Benchmark::run() {
         op->reduces ? args_.redops : std::vector<ReduceOp>{ReduceOp::Sum};
     for (DataType dtype : args_.dtypes) {
       for (ReduceOp redop : redops) {
+        if (op->reduces && !isSupported(dtype, redop)) {
+          // -d all / -o all cross every dtype with every op: skip what braid rejects.
+          if (comm_.rank() == 0)
+            std::printf("# %s: %s is not supported for %s, skipped\n", op->name, toString(redop),
+                        toString(dtype));
+          continue;
+        }
         for (std::size_t size : sizeSteps(args_)) {
           std::size_t count = size / dataTypeSize(dtype);
           if (op->perRankSplit) count = count / static_cast<std::size_t>(n) * n;

@@ -27,9 +27,12 @@ options:
                             200 up to 64K, 50 up to 1M, 10 up to 16M, 4 up to 64M, else 2)
   -w, --warmup_iters N      untimed operations before each size (default 5)
   -c, --check 0|1           verify every element on every rank after timing (default 1)
-  -d, --datatype T          fp32 (default), fp64, fp16, bf16, int8, uint8, int32, int64, a list,
-                            or all
-  -o, --op OP               sum (default), prod, min, max, avg, a list, or all
+  -d, --datatype T          fp32 (default), fp64, fp16, bf16, int8, uint8, int16, uint16,
+                            int32, uint32, int64, uint64, bool, fp8e4m3, fp8e5m2, complex64,
+                            complex128, a list, or all
+  -o, --op OP               sum (default), prod, min, max, avg, band, bor, bxor, premul_sum
+                            (factor 1), a list, or all; pairs braid does not support (band on
+                            fp32, min on complex, avg on bool) are skipped with a note
   -r, --root R              root of broadcast, reduce, gather, scatter (default 0)
   --algo RULES              force algorithms: sets Options::algo (BRAID_ALGO's syntax)
   --json FILE               also write one JSON object per line per result ('-': stdout)

@@ -12,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace braid::tools {
 namespace {
@@ -33,7 +34,22 @@ std::int64_t exactLimit(DataType t) {
     case DataType::Int32:
     case DataType::Int64:
     case DataType::Float64:
+    case DataType::Uint32:
+    case DataType::Uint64:
+    case DataType::Complex128:
       return std::int64_t{1} << 30;
+    case DataType::Int16:
+      return 32767;
+    case DataType::Uint16:
+      return 65535;
+    case DataType::Bool:
+      return 1;
+    case DataType::Float8E4M3Fn:
+      return 16;
+    case DataType::Float8E5M2:
+      return 8;
+    case DataType::Complex64:
+      return std::int64_t{1} << 24;
   }
   return 0;
 }
@@ -52,7 +68,11 @@ std::uint32_t DataPattern::sumHash(int rank, std::size_t index) {
 }
 
 DataPattern::DataPattern(DataType dtype, std::optional<ReduceOp> op, int nranks)
-    : op_(op), nranks_(std::max(nranks, 1)), signed_(dtype != DataType::Uint8) {
+    : op_(op),
+      nranks_(std::max(nranks, 1)),
+      signed_(dtype != DataType::Uint8 && dtype != DataType::Uint16 && dtype != DataType::Uint32 &&
+              dtype != DataType::Uint64 && dtype != DataType::Bool),
+      bool_(dtype == DataType::Bool) {
   const std::int64_t limit = exactLimit(dtype);
   const std::int64_t perRank = limit / nranks_;
   sum_ = makeRange(perRank, signed_);
@@ -60,6 +80,7 @@ DataPattern::DataPattern(DataType dtype, std::optional<ReduceOp> op, int nranks)
   avg_ = makeRange(perRank - nranks_, signed_);
   moved_ = makeRange(std::min<std::int64_t>(limit, 1 << 20), signed_);
   maxTwos_ = std::bit_width(static_cast<std::uint64_t>(limit)) - 1;
+  minmax_ = makeRange(std::min<std::int64_t>(limit, 100), signed_);
 }
 
 std::int64_t DataPattern::avgTotal(std::size_t index) const {
@@ -73,6 +94,14 @@ std::int64_t DataPattern::avgAdjust(std::int64_t total) const {
 }
 
 double DataPattern::value(int rank, std::size_t index) const {
+  if (bool_ ||
+      (op_ && (*op_ == ReduceOp::BAnd || *op_ == ReduceOp::BOr || *op_ == ReduceOp::BXor))) {
+    // Bool: 0/1 with columns of all-true; bitwise ops on integers: 0..127 (every type).
+    const auto i = static_cast<std::uint32_t>(index);
+    const std::uint32_t h = (i * 2654435761u) ^ (static_cast<std::uint32_t>(rank) * 40503u + i);
+    if (bool_) return (i % 4 == 0) ? 1 : static_cast<double>((h >> 7) & 1u);
+    return static_cast<double>((h >> 5) & 0x7fu);
+  }
   if (!op_) {
     const auto i = static_cast<std::uint32_t>(index);
     return static_cast<double>(
@@ -80,6 +109,7 @@ double DataPattern::value(int rank, std::size_t index) const {
   }
   switch (*op_) {
     case ReduceOp::Sum:
+    case ReduceOp::PremulSum:  // braid-perf passes the factor 1
       return static_cast<double>(term(sumHash(rank, index), sum_));
     case ReduceOp::Avg: {
       // Same value on every rank when there is no room to adjust: the average is exact.
@@ -98,15 +128,31 @@ double DataPattern::value(int rank, std::size_t index) const {
     case ReduceOp::Max: {
       const auto i = static_cast<std::uint32_t>(index);
       const std::uint32_t h = i * 31u + static_cast<std::uint32_t>(rank) * 17u + (i >> 6);
-      return signed_ ? static_cast<double>(h % 201u) - 100 : static_cast<double>(h % 201u);
+      return static_cast<double>(term(h, minmax_));
     }
+    default:
+      break;
   }
   return 0;
 }
 
 double DataPattern::reduced(std::size_t index) const {
   if (!op_) return value(0, index);
-  if (*op_ == ReduceOp::Sum) {
+  if (bool_ || *op_ == ReduceOp::BAnd || *op_ == ReduceOp::BOr || *op_ == ReduceOp::BXor) {
+    auto acc = static_cast<std::int64_t>(value(0, index));
+    for (int r = 1; r < nranks_; ++r) {
+      const auto v = static_cast<std::int64_t>(value(r, index));
+      const ReduceOp o = *op_;
+      if (o == ReduceOp::BXor)
+        acc ^= v;
+      else if (o == ReduceOp::BAnd || o == ReduceOp::Prod || o == ReduceOp::Min)
+        acc &= v;  // bool: prod and min are logical and
+      else
+        acc |= v;  // bool: sum and max are logical or
+    }
+    return static_cast<double>(acc);
+  }
+  if (*op_ == ReduceOp::Sum || *op_ == ReduceOp::PremulSum) {
     std::int64_t total = 0;
     for (int r = 0; r < nranks_; ++r) total += term(sumHash(r, index), sum_);
     return static_cast<double>(total);
@@ -166,6 +212,24 @@ float halfBitsToFloat(std::uint16_t h) noexcept {
     magnitude = std::bit_cast<float>(((exp + 127u - 15u) << 23) | (mant << 13));
   }
   return sign != 0 ? -magnitude : magnitude;
+}
+
+std::uint8_t exactToE4m3Bits(double v) noexcept {
+  const std::uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  v = std::fabs(v);
+  if (v == 0) return sign;
+  int e = 0;
+  const double m = std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  // 1.xxx * 2^(e-1): biased exponent e - 1 + 7, three mantissa bits of 2m - 1.
+  const auto mant = static_cast<unsigned>((2 * m - 1) * 8);
+  return static_cast<std::uint8_t>(sign | ((e + 6) << 3) | mant);
+}
+
+double e4m3BitsToDouble(std::uint8_t b) noexcept {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if ((b & 0x7f) == 0x7f) return std::numeric_limits<double>::quiet_NaN();
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  return (b & 0x80) ? -v : v;
 }
 
 std::uint16_t floatToBf16Bits(float f) noexcept {

@@ -45,6 +45,8 @@ class DataPattern {
   Range avg_;        // Avg: as sum_, leaving room for the last rank's adjustment
   bool avgAdjusts_;  // false: too little room; every rank sends the same value instead
   Range moved_;      // data that is only moved
+  bool bool_;        // Bool: 0/1 values, logical reductions
+  Range minmax_;     // Min, Max
   int maxTwos_;      // Prod: at most this many factors of 2 per index
 };
 
@@ -52,6 +54,10 @@ class DataPattern {
 std::uint16_t floatToHalfBits(float f) noexcept;
 float halfBitsToFloat(std::uint16_t h) noexcept;
 std::uint16_t floatToBf16Bits(float f) noexcept;
+/// float8 of an exactly representable value (the check's data only: integers up to 16 for
+/// e4m3fn, 8 for e5m2, and 0) and back.
+std::uint8_t exactToE4m3Bits(double v) noexcept;
+double e4m3BitsToDouble(std::uint8_t b) noexcept;
 
 /// Stores the (exactly representable) value v as element i of a dtype buffer.
 inline void storeElement(DataType t, void* buf, std::size_t i, double v) noexcept {
@@ -83,6 +89,37 @@ inline void storeElement(DataType t, void* buf, std::size_t i, double v) noexcep
     case DataType::Float64:
       put(v);
       break;
+    case DataType::Bool:
+      put(static_cast<std::uint8_t>(v != 0 ? 1 : 0));
+      break;
+    case DataType::Int16:
+      put(static_cast<std::int16_t>(v));
+      break;
+    case DataType::Uint16:
+      put(static_cast<std::uint16_t>(v));
+      break;
+    case DataType::Uint32:
+      put(static_cast<std::uint32_t>(v));
+      break;
+    case DataType::Uint64:
+      put(static_cast<std::uint64_t>(v));
+      break;
+    case DataType::Float8E4M3Fn:
+      put(exactToE4m3Bits(v));
+      break;
+    case DataType::Float8E5M2:  // the high byte of the fp16 (exact values only)
+      put(static_cast<std::uint8_t>(floatToHalfBits(static_cast<float>(v)) >> 8));
+      break;
+    case DataType::Complex64: {  // (v, 0)
+      const float c[2] = {static_cast<float>(v), 0.0f};
+      std::memcpy(static_cast<unsigned char*>(buf) + i * sizeof c, c, sizeof c);
+      break;
+    }
+    case DataType::Complex128: {
+      const double c[2] = {v, 0.0};
+      std::memcpy(static_cast<unsigned char*>(buf) + i * sizeof c, c, sizeof c);
+      break;
+    }
   }
 }
 
@@ -109,6 +146,34 @@ inline double loadElement(DataType t, const void* buf, std::size_t i) noexcept {
       return get(float{});
     case DataType::Float64:
       return get(double{});
+    case DataType::Bool:
+      return get(std::uint8_t{});
+    case DataType::Int16:
+      return get(std::int16_t{});
+    case DataType::Uint16:
+      return get(std::uint16_t{});
+    case DataType::Uint32:
+      return get(std::uint32_t{});
+    case DataType::Uint64:
+      return static_cast<double>(get(std::uint64_t{}));
+    case DataType::Float8E4M3Fn:
+      return e4m3BitsToDouble(get(std::uint8_t{}));
+    case DataType::Float8E5M2:
+      return halfBitsToFloat(static_cast<std::uint16_t>(get(std::uint8_t{}) << 8));
+    case DataType::Complex64:
+    case DataType::Complex128: {
+      // The check's complex data is real: a non-zero imaginary part reads as NaN (wrong).
+      double c[2];
+      if (t == DataType::Complex64) {
+        float f[2];
+        std::memcpy(f, static_cast<const unsigned char*>(buf) + i * sizeof f, sizeof f);
+        c[0] = f[0];
+        c[1] = f[1];
+      } else {
+        std::memcpy(c, static_cast<const unsigned char*>(buf) + i * sizeof c, sizeof c);
+      }
+      return c[1] == 0 ? c[0] : std::numeric_limits<double>::quiet_NaN();
+    }
   }
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -139,6 +204,24 @@ decltype(auto) withDtype(DataType t, F&& f) {
       return f(DtypeTag<DataType::Float32>{});
     case DataType::Float64:
       return f(DtypeTag<DataType::Float64>{});
+    case DataType::Bool:
+      return f(DtypeTag<DataType::Bool>{});
+    case DataType::Int16:
+      return f(DtypeTag<DataType::Int16>{});
+    case DataType::Uint16:
+      return f(DtypeTag<DataType::Uint16>{});
+    case DataType::Uint32:
+      return f(DtypeTag<DataType::Uint32>{});
+    case DataType::Uint64:
+      return f(DtypeTag<DataType::Uint64>{});
+    case DataType::Float8E4M3Fn:
+      return f(DtypeTag<DataType::Float8E4M3Fn>{});
+    case DataType::Float8E5M2:
+      return f(DtypeTag<DataType::Float8E5M2>{});
+    case DataType::Complex64:
+      return f(DtypeTag<DataType::Complex64>{});
+    case DataType::Complex128:
+      return f(DtypeTag<DataType::Complex128>{});
   }
   return f(DtypeTag<DataType::Float32>{});
 }

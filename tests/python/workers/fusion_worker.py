@@ -171,7 +171,7 @@ def main():
         expect_error(lambda: fb.add(torch.zeros(3, dtype=torch.bool)), "cannot reduce dtype",
                      "bool tensor")
         expect_error(lambda: fb.add(torch.zeros(3), "xor"), "unknown reduce op", "op name")
-        e = expect_error(lambda: fb._impl.add(torch.zeros(3), "bxor"), "unknown op", "C++ op")
+        e = expect_error(lambda: fb._impl.add(torch.zeros(3), "nand"), "unknown op", "C++ op")
         assert f"rank {rank}" in str(e), str(e)
         expect_error(lambda: braid_torch.FusionBuffer(threshold_bytes=0), "threshold_bytes",
                      "threshold 0")
