@@ -181,7 +181,10 @@ struct Options {
 /// Who this process is in the job, from a launcher's environment. Precedence (first set wins):
 /// BRAID_RANK/BRAID_WORLD_SIZE/BRAID_LOCAL_RANK, then torchrun's RANK/WORLD_SIZE/LOCAL_RANK,
 /// then Open MPI's OMPI_COMM_WORLD_*, then Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID.
-/// Store address: BRAID_STORE (host:port), else MASTER_ADDR:MASTER_PORT.
+/// Store address: BRAID_STORE (host:port), else MASTER_ADDR:MASTER_PORT, else what the launcher
+/// of the rank convention gives: under Slurm derived from the step's node list, job and step id;
+/// under Open MPI exchanged through its PMIx server when the communicator is created
+/// (docs/env.md, "Store address").
 struct LaunchInfo {
   int rank = 0;
   int size = 1;
@@ -192,6 +195,17 @@ struct LaunchInfo {
   bool storeExternal = false;
   /// Which convention supplied rank and size: "braid", "torchrun", "openmpi", "slurm", "default".
   std::string source = "default";
+  /// Where storeHost/storePort came from: "BRAID_STORE", "MASTER_ADDR/MASTER_PORT", "slurm"
+  /// (derived), "pmix" (exchanged at creation: storePort is 0 until then), "none".
+  std::string storeSource = "none";
+  /// How the address was derived (braid-info prints it; errors about the store quote it).
+  std::string storeDetail;
+  /// Non-empty: the job this launch belongs to ("slurm job 42 step 0"). Rank 0 records it in the
+  /// store and the other ranks check it, so a derived port that another job's store holds is an
+  /// Error naming both jobs, never a join of the wrong job.
+  std::string jobId;
+  /// Rank 0 binds its store on every local address (storeHost is how the others reach it).
+  bool storeBindAny = false;
 
   static LaunchInfo fromEnv();
 };

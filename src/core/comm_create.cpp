@@ -6,6 +6,7 @@
 #include <braid/comm.hpp>
 #include <cstdio>
 
+#include "bootstrap/pmix.hpp"
 #include "core/calibrate.hpp"
 #include "core/comm_impl.hpp"
 #include "core/process_settings.hpp"
@@ -215,19 +216,113 @@ std::unique_ptr<Comm> Comm::fromEnv(const Options& options) {
   return create(LaunchInfo::fromEnv(), options);
 }
 
-std::unique_ptr<Comm> Comm::create(const LaunchInfo& launch, const Options& options) {
-  if (launch.size < 1 || launch.rank < 0 || launch.rank >= launch.size)
-    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launch.rank) +
+namespace {
+
+// The address rank 0 publishes through PMIx for a job on several hosts: BRAID_LISTEN_ADDR or
+// BRAID_SOCKET_IFNAME's choice when set, else the first address of an interface that is up and
+// not loopback (IPv4 first, link-local IPv6 never; of BRAID_SOCKET_FAMILY when set), as NCCL's
+// bootstrap picks its interface; loopback when there is none.
+std::string addressForPeers(const Options& o, int rank) {
+  const auto interfaces = transport::tcp::localInterfaceAddresses();
+  if (!o.listenAddress.empty() || !o.socketIfname.empty())
+    return transport::tcp::chooseListenAddress({o.listenAddress, o.socketIfname, o.socketFamily},
+                                               interfaces, "", rank)
+        .address;
+  for (int family : {4, 6}) {
+    if (o.socketFamily != 0 && o.socketFamily != family) continue;
+    for (const auto& a : interfaces)
+      if (a.family == family && !a.loopback && !a.linkLocal) return a.address;
+  }
+  return o.socketFamily == 6 ? "::1" : "127.0.0.1";
+}
+
+// "host:port" or "[v6]:port" as rank 0 published it.
+void parseExchanged(const std::string& s, LaunchInfo& li) {
+  const auto colon = s.rfind(':');
+  std::string host = colon == std::string::npos ? "" : s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  unsigned long port = 0;
+  try {
+    port = colon == std::string::npos ? 0 : std::stoul(s.substr(colon + 1));
+  } catch (const std::exception&) {
+    port = 0;
+  }
+  if (host.empty() || port == 0 || port > 65535)
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(li.rank) + ": rank 0 published '" +
+                                         s + "' through PMIx, which is not HOST:PORT");
+  li.storeHost = host;
+  li.storePort = static_cast<std::uint16_t>(port);
+}
+
+// Rank 0 of a launcher-derived store records the job's identity; the others check it, so a
+// derived port held by another job's store is an error naming both jobs.
+void checkJob(Store& store, const LaunchInfo& li, const Options& o) {
+  if (li.jobId.empty()) return;
+  const std::string key = "braid/launch/job";
+  const std::string where = "rank " + std::to_string(li.rank) + ": the store at " + li.storeHost +
+                            ":" + std::to_string(li.storePort) + " (" + li.storeDetail + ")";
+  if (li.rank == 0) {
+    store.set(key, std::vector<std::uint8_t>(li.jobId.begin(), li.jobId.end()));
+    return;
+  }
+  std::vector<std::uint8_t> got;
+  try {
+    got = store.get(key, o.connectTimeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), where + " did not say which job it serves within " +
+                              std::to_string(o.connectTimeout.count()) +
+                              " ms (another program holds the port?): " + e.detail());
+  }
+  const std::string theirs(got.begin(), got.end());
+  if (theirs != li.jobId)
+    throw Error(ErrorCode::InvalidArgument, where + " serves " + theirs + ", not " + li.jobId +
+                                                ": the port is taken by another job; set "
+                                                "BRAID_STORE=HOST:PORT");
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& options) {
+  if (launchIn.size < 1 || launchIn.rank < 0 || launchIn.rank >= launchIn.size)
+    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launchIn.rank) +
                                                 " is outside world size " +
-                                                std::to_string(launch.size));
-  if (launch.size == 1 && launch.storePort == 0)
+                                                std::to_string(launchIn.size));
+  if (launchIn.size == 1 && launchIn.storePort == 0 && launchIn.storeSource != "pmix")
     return create(std::make_shared<MemoryStore>(), 0, 1, options);
+  LaunchInfo launch = launchIn;
   std::shared_ptr<TcpStoreServer> server;
-  if (launch.rank == 0 && !launch.storeExternal)
-    server = std::make_shared<TcpStoreServer>(launch.storeHost, launch.storePort, options.security);
+  if (launch.storeSource == "pmix") {
+    // Rank 0 binds first (a free port: nothing to collide with), then the address goes through
+    // the launcher's PMIx server to every rank.
+    std::string mine;
+    if (launch.rank == 0) {
+      const bool oneHost = !launch.storeHost.empty();
+      const std::string host = oneHost ? launch.storeHost : addressForPeers(options, 0);
+      server = std::make_shared<TcpStoreServer>(oneHost ? host : "", 0, options.security);
+      mine = host.find(':') != std::string::npos
+                 ? "[" + host + "]:" + std::to_string(server->port())
+                 : host + ":" + std::to_string(server->port());
+    }
+    parseExchanged(bootstrap::pmixExchange(mine, launch.rank, options.connectTimeout), launch);
+  } else if (launch.rank == 0 && !launch.storeExternal) {
+    try {
+      server = std::make_shared<TcpStoreServer>(launch.storeBindAny ? "" : launch.storeHost,
+                                                launch.storePort, options.security);
+    } catch (const Error& e) {
+      if (launch.storeSource != "slurm") throw;
+      throw Error(e.code(), "rank 0 (" + launch.jobId + "): cannot serve the store on port " +
+                                std::to_string(launch.storePort) +
+                                ", derived from Slurm's "
+                                "variables (" +
+                                launch.storeDetail + "): " + e.detail() +
+                                "; another program or job holds it: set BRAID_STORE=HOST:PORT");
+    }
+  }
   auto store =
       std::make_shared<TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout,
                                  TcpStore::kDefaultOpTimeout, options.security);
+  checkJob(*store, launch, options);
   auto gen = store->add("braid/generation/" + std::to_string(launch.rank), 1) - 1;
   return std::unique_ptr<Comm>(new Comm(makeImpl(std::move(store), std::move(server), launch.rank,
                                                  launch.size, std::to_string(gen), options)));

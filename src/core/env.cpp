@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "bootstrap/pmix.hpp"
+#include "bootstrap/slurm.hpp"
 #include "common/address_filter.hpp"
 #include "common/peer_policy.hpp"
 #include "kernels/reduce.hpp"
@@ -27,6 +29,12 @@ const std::vector<EnvVarDoc> kVariables = {
     {"MASTER_ADDR / MASTER_PORT", "-", "torchrun's store address, used when BRAID_STORE is unset"},
     {"OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK", "-", "Open MPI's (third precedence)"},
     {"SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "-", "Slurm's (fourth precedence)"},
+    {"SLURM_STEP_NODELIST / SLURM_JOB_NODELIST / SLURM_NODELIST", "-",
+     "Slurm: the store is on the first host of the first one set (no BRAID_STORE needed)"},
+    {"SLURM_JOB_ID / SLURM_STEP_ID / SLURM_NODEID", "-",
+     "Slurm: the store port is derived from the job and step id (20000-29999)"},
+    {"PMIX_NAMESPACE / OMPI_COMM_WORLD_LOCAL_SIZE", "-",
+     "Open MPI: the store address is exchanged through mpirun's PMIx server"},
     {"BRAID_CHUNK_SIZE", "256K", "pipelining unit: large transfers are cut into chunks this big"},
     {"BRAID_BUFFSIZE", "4M", "scratch memory per communicator, allocated once (bounds chunking)"},
     {"BRAID_SMALL_MSG_SIZE", "64K", "allreduce up to this size uses recursive doubling"},
@@ -169,6 +177,76 @@ bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
   host = std::string(h);
   port = static_cast<std::uint16_t>(p);
   return true;
+}
+
+// Slurm gives every task the step's node list and the job and step ids, so every task derives
+// the same address: the first host of the list (loopback when the step has one node), and a port
+// of the job and step (bootstrap::slurmStorePort). Task 0 runs on the step's first node (node id
+// 0) under every distribution but arbitrary; a task 0 elsewhere is an error naming it.
+void slurmStore(LaunchInfo& li) {
+  const char* listVar = nullptr;
+  for (const char* v : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    if (get(v) != nullptr) {
+      listVar = v;
+      break;
+    }
+  }
+  const char* jobVar = get("SLURM_JOB_ID") != nullptr ? "SLURM_JOB_ID" : "SLURM_JOBID";
+  const char* stepVar = get("SLURM_STEP_ID") != nullptr ? "SLURM_STEP_ID" : "SLURM_STEPID";
+  if (listVar == nullptr || get(jobVar) == nullptr)
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "launch environment (slurm, rank " + std::to_string(li.rank) +
+            "): no store "
+            "address: SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) and SLURM_JOB_ID are needed "
+            "to derive one (run the program with srun), or set BRAID_STORE=HOST:PORT");
+  const auto job = static_cast<std::uint64_t>(intVar(jobVar, 0, 0, 4294967295LL));
+  const auto step = static_cast<std::uint64_t>(intVar(stepVar, 0, 0, 4294967295LL));
+  const auto hosts = bootstrap::expandHostList(get(listVar), listVar, 2);
+  const bool oneNode = hosts.size() == 1;
+  if (li.rank == 0 && !oneNode && intVar("SLURM_NODEID", 0, 0, INT_MAX) != 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "launch environment (slurm): task 0 runs on node " +
+                    std::string(get("SLURM_NODEID")) + " of " + listVar + "='" + get(listVar) +
+                    "', not on its first host " + hosts[0] +
+                    " where the other tasks look for the store; set BRAID_STORE=HOST:PORT (or "
+                    "use a distribution that places task 0 first)");
+  li.storeHost = oneNode ? "127.0.0.1" : hosts[0];
+  li.storeBindAny = !oneNode;
+  li.storePort = bootstrap::slurmStorePort(job, step);
+  li.storeSource = "slurm";
+  li.jobId = "slurm job " + std::to_string(job) + " step " + std::to_string(step);
+  li.storeDetail =
+      (oneNode ? std::string("loopback (") + listVar + "='" + get(listVar) + "' is one node)"
+               : "first host of " + std::string(listVar) + "='" + get(listVar) + "'") +
+      ", port " + std::to_string(bootstrap::kSlurmPortLow) + " + (" + jobVar + "=" +
+      std::to_string(job) + " mod 625) x 16 + (" + stepVar + "=" + std::to_string(step) +
+      " mod 16)";
+}
+
+// Open MPI's mpirun is a PMIx server: the address is exchanged through it when the
+// communicator is created (bootstrap::pmixExchange). Loopback when every rank is on one host.
+void pmixStore(LaunchInfo& li) {
+  const char* ns = get("PMIX_NAMESPACE");
+  if (ns == nullptr || !bootstrap::pmixBuilt())
+    throw Error(ErrorCode::InvalidArgument,
+                "launch environment (openmpi, rank " + std::to_string(li.rank) +
+                    "): no store address: " +
+                    (ns == nullptr ? "the launcher set no PMIX_NAMESPACE (it is not a PMIx server)"
+                                   : "this braid was built without PMIx (libpmix-dev)") +
+                    "; set BRAID_STORE=HOST:PORT (or MASTER_ADDR and MASTER_PORT)");
+  const bool oneHost =
+      intVar("OMPI_COMM_WORLD_LOCAL_SIZE", 0, 0, INT_MAX) == static_cast<long long>(li.size);
+  li.storeHost = oneHost ? "127.0.0.1" : "";
+  li.storePort = 0;
+  li.storeSource = "pmix";
+  li.jobId = std::string("openmpi PMIx namespace ") + ns;
+  li.storeDetail = std::string("exchanged through the launcher's PMIx server (namespace ") + ns +
+                   ") when the communicator is created; rank 0 serves it on " +
+                   (oneHost ? "loopback (every rank is on one host)"
+                            : "its first interface address (BRAID_LISTEN_ADDR / "
+                              "BRAID_SOCKET_IFNAME choose another)") +
+                   ", on a free port";
 }
 
 }  // namespace
@@ -345,13 +423,20 @@ LaunchInfo LaunchInfo::fromEnv() {
     throw Error(ErrorCode::InvalidArgument,
                 "launch environment (" + li.source + "): rank " + std::to_string(li.rank) +
                     " is outside world size " + std::to_string(li.size));
+  // Store address: BRAID_STORE, then torchrun's, then what the rank convention's launcher gives.
   if (const char* s = get("BRAID_STORE")) {
     if (!parseHostPort(s, li.storeHost, li.storePort))
       throw badValue("BRAID_STORE", s, "HOST:PORT");
+    li.storeSource = "BRAID_STORE";
   } else if (get("MASTER_ADDR") != nullptr && get("MASTER_PORT") != nullptr) {
     li.storeHost = get("MASTER_ADDR");
     const long long p = intVar("MASTER_PORT", 0, 1, 65535);
     li.storePort = static_cast<std::uint16_t>(p);
+    li.storeSource = "MASTER_ADDR/MASTER_PORT";
+  } else if (li.size > 1 && li.source == "slurm") {
+    slurmStore(li);
+  } else if (li.size > 1 && li.source == "openmpi") {
+    pmixStore(li);
   } else if (li.size > 1) {
     throw Error(ErrorCode::InvalidArgument,
                 "launch environment (" + li.source + ", rank " + std::to_string(li.rank) +
@@ -359,6 +444,11 @@ LaunchInfo LaunchInfo::fromEnv() {
                     "MASTER_PORT), or start the job with braid-run");
   }
   li.storeExternal = boolVar("BRAID_STORE_EXTERNAL", false);
+  if (li.storeExternal && (li.storeSource == "slurm" || li.storeSource == "pmix"))
+    throw Error(ErrorCode::InvalidArgument,
+                "BRAID_STORE_EXTERNAL=1 needs the external store's address in BRAID_STORE (the "
+                "address " +
+                    li.storeSource + " gives is one rank 0 serves)");
   return li;
 }
 

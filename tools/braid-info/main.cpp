@@ -101,9 +101,19 @@ void printEnvironment() {
 void printLaunchAndOptions() {
   try {
     const LaunchInfo li = LaunchInfo::fromEnv();
-    std::printf("launch: %s, rank %d of %d, local rank %d, store %s:%u%s\n", li.source.c_str(),
-                li.rank, li.size, li.localRank, li.storeHost.c_str(),
-                static_cast<unsigned>(li.storePort), li.storeExternal ? " (external)" : "");
+    // The launcher detected (whose rank variables are used) and where the store address came
+    // from: BRAID_STORE, MASTER_ADDR/MASTER_PORT, derived from Slurm's variables, or PMIx.
+    std::printf("launch: %s, rank %d of %d, local rank %d\n", li.source.c_str(), li.rank, li.size,
+                li.localRank);
+    if (li.storeSource == "pmix")
+      std::printf("store: from pmix: %s\n", li.storeDetail.c_str());
+    else if (li.storeSource == "none")
+      std::printf("store: none (one rank: in-process store)\n");
+    else
+      std::printf("store: %s:%u%s, from %s%s%s\n", li.storeHost.c_str(),
+                  static_cast<unsigned>(li.storePort), li.storeExternal ? " (external)" : "",
+                  li.storeSource.c_str(), li.storeDetail.empty() ? "" : ": ",
+                  li.storeDetail.c_str());
   } catch (const std::exception& e) {
     std::printf("launch: invalid environment: %s\n", e.what());
   }
