@@ -12,9 +12,11 @@ Error bad(std::string_view what, std::string_view list, std::size_t at, const st
                                                std::to_string(at + 1) + " (Slurm host list)");
 }
 
-// One bracket's content "01-03,07" as the strings it stands for.
+// One bracket's content "01-03,07" as the strings it stands for, at most `limit` of them (every
+// range is still checked).
 std::vector<std::string> expandRanges(std::string_view ranges, std::string_view what,
-                                      std::string_view list, std::size_t offset) {
+                                      std::string_view list, std::size_t offset,
+                                      std::size_t limit) {
   std::vector<std::string> out;
   std::size_t start = 0;
   while (start <= ranges.size()) {
@@ -36,7 +38,7 @@ std::vector<std::string> expandRanges(std::string_view ranges, std::string_view 
     const std::uint64_t b = number(hi, dash == std::string_view::npos ? 0 : dash + 1);
     if (b < a)
       throw bad(what, list, offset + start, "range " + std::string(item) + " ends below its start");
-    for (std::uint64_t v = a; v <= b; ++v) {
+    for (std::uint64_t v = a; v <= b && out.size() < limit; ++v) {
       std::string s = std::to_string(v);
       if (s.size() < lo.size()) s.insert(0, lo.size() - s.size(), '0');
       out.push_back(std::move(s));
@@ -63,7 +65,7 @@ void expandName(std::string_view name, std::string_view what, std::string_view l
     const std::size_t close = name.find(']', open);
     if (close == std::string_view::npos) throw bad(what, list, offset + open, "'[' without ']'");
     const auto values =
-        expandRanges(name.substr(open + 1, close - open - 1), what, list, offset + open + 1);
+        expandRanges(name.substr(open + 1, close - open - 1), what, list, offset + open + 1, limit);
     std::vector<std::string> next;
     for (const auto& p : partial) {
       for (const auto& v : values) {

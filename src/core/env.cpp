@@ -27,6 +27,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_STORE_EXTERNAL", "0", "1: the store is served elsewhere; rank 0 does not serve it"},
     {"RANK / WORLD_SIZE / LOCAL_RANK", "-", "torchrun's launch variables (second precedence)"},
     {"MASTER_ADDR / MASTER_PORT", "-", "torchrun's store address, used when BRAID_STORE is unset"},
+    {"TORCHELASTIC_USE_AGENT_STORE", "-",
+     "True (torchrun's agent serves torch's store at MASTER_PORT): braid's is at MASTER_PORT + 1"},
     {"OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK", "-", "Open MPI's (third precedence)"},
     {"SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "-", "Slurm's (fourth precedence)"},
     {"SLURM_STEP_NODELIST / SLURM_JOB_NODELIST / SLURM_NODELIST", "-",
@@ -433,6 +435,19 @@ LaunchInfo LaunchInfo::fromEnv() {
     const long long p = intVar("MASTER_PORT", 0, 1, 65535);
     li.storePort = static_cast<std::uint16_t>(p);
     li.storeSource = "MASTER_ADDR/MASTER_PORT";
+    // torchrun's agent (torch 2) serves torch's own store at MASTER_PORT and tells its workers
+    // so; braid's rank 0 then serves braid's store on the next port.
+    if (const char* a = get("TORCHELASTIC_USE_AGENT_STORE");
+        a != nullptr && (std::string_view(a) == "True" || std::string_view(a) == "1")) {
+      if (p == 65535)
+        throw badValue("MASTER_PORT", get("MASTER_PORT"),
+                       "below 65535 under torchrun's agent store");
+      li.storePort = static_cast<std::uint16_t>(p + 1);
+      li.storeDetail =
+          "MASTER_PORT + 1 (torchrun's agent serves torch's store at MASTER_PORT: "
+          "TORCHELASTIC_USE_AGENT_STORE=" +
+          std::string(a) + ")";
+    }
   } else if (li.size > 1 && li.source == "slurm") {
     slurmStore(li);
   } else if (li.size > 1 && li.source == "openmpi") {

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# Real launchers start braid with nothing to configure (issue 24, docs/cluster.md):
+#   launchers_test.sh CASE BUILD_DIR
+# CASE: mpirun_perf mpirun_sweep mpirun_kill (Debian's Open MPI mpirun on this host),
+#       slurm_srun slurm_sbatch slurm_kill (a one-node Slurm cluster this script starts: munged,
+#       slurmctld and slurmd in the foreground with a minimal slurm.conf in a temporary
+#       directory, all stopped at exit), torchrun, braid_run_hosts.
+# The commands of docs/cluster.md are run exactly as written: the block after the page's
+# "<!-- launchers-test: NAME -->" marker, with BUILD_DIR/bin first in PATH.
+# Exit: 0 pass, 1 fail, 77 skipped (the reason printed) where a launcher is missing or cannot
+# run. Nothing is left behind: every process started under the temporary directory is checked
+# gone, and /dev/shm has no braid entry it did not have before.
+set -uo pipefail
+
+case_name=${1:?usage: launchers_test.sh CASE BUILD_DIR}
+build=$(cd "${2:?usage: launchers_test.sh CASE BUILD_DIR}" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+doc="$here/../../docs/cluster.md"
+bin="$build/bin"
+export PATH="$bin:$PATH"
+export BRAID_DEBUG=NONE  # the ranks' expected warnings (no auth key) would bury the output
+
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+tmp=$(mktemp -d /tmp/braid_launchers.XXXXXX) || fail "mktemp"
+shm_before=$(ls /dev/shm 2>/dev/null | grep braid | sort)
+daemons=()
+
+# Processes whose working directory is inside $tmp: everything the launchers started here.
+processes_in_tmp() {
+  local p
+  for p in /proc/[0-9]*; do
+    [[ "$(readlink "$p/cwd" 2>/dev/null)" == "$tmp"* ]] && echo "${p#/proc/}"
+  done
+}
+
+cleanup() {
+  local rc=$?
+  local pid
+  cd / || true  # so that this shell is not among the processes in $tmp
+  for pid in "${daemons[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for pid in "${daemons[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  done
+  local left
+  for _ in $(seq 50); do
+    left=$(processes_in_tmp)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  if [ -n "$left" ]; then
+    echo "FAIL: processes left behind: $(for p in $left; do tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null; echo; done)"
+    for p in $left; do kill -KILL "$p" 2>/dev/null; done
+    rc=1
+  fi
+  local shm_after
+  shm_after=$(ls /dev/shm 2>/dev/null | grep braid | sort)
+  if [ "$shm_after" != "$shm_before" ]; then
+    echo "FAIL: /dev/shm entries left behind: $(comm -13 <(echo "$shm_before") <(echo "$shm_after"))"
+    rc=1
+  fi
+  rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+cd "$tmp" || fail "cd $tmp"
+for tool in braid-perf braid-info braid-run braid_launched_test; do
+  [ -x "$bin/$tool" ] || fail "$bin/$tool is not built"
+done
+
+# The shell block of docs/cluster.md after the marker for $1.
+doc_block() {
+  awk -v m="<!-- launchers-test: $1 -->" '
+    $0 == m { found = 1; next }
+    found && !inside && /^```sh/ { inside = 1; next }
+    inside && /^```/ { exit }
+    inside { print }' "$doc"
+}
+
+# Runs docs/cluster.md's block $1 in $tmp; its output goes to $tmp/$1.out (and to ours).
+run_doc() {
+  local block
+  block=$(doc_block "$1")
+  [ -n "$block" ] || fail "docs/cluster.md has no block marked launchers-test: $1"
+  echo "--- docs/cluster.md, $1:"
+  echo "$block"
+  echo "---"
+  timeout 90 bash -c "$block" > "$tmp/$1.out" 2>&1
+  local rc=$?
+  cat "$tmp/$1.out"
+  return $rc
+}
+
+# braid-perf checked its data and found every element right.
+perf_ok() {
+  grep -q "wrong elements: 0 (OK)" "$1" && ! grep -qE "wrong elements: [1-9]" "$1"
+}
+
+# --------------------------------------------------------------------------- Open MPI
+mpirun_ready() {
+  command -v mpirun > /dev/null || skip "no mpirun (Debian: openmpi-bin; scripts/install_deps.sh)"
+  # As root mpirun needs these; fewer cores than ranks needs oversubscription. Set as Open MPI's
+  # environment variables so the docs' command lines stay as a user types them.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+  timeout 30 mpirun -np 1 true > "$tmp/probe.out" 2>&1 ||
+    skip "mpirun cannot start a process here: $(tail -3 "$tmp/probe.out")"
+}
+
+need_pmix() {
+  timeout 30 mpirun -np 2 braid-info > "$tmp/info.out" 2>&1
+  grep -q "built without PMIx" "$tmp/info.out" &&
+    skip "this build has no PMIx (libpmix-dev was not found by CMake)"
+  grep -q "store: from pmix" "$tmp/info.out" || fail "braid-info under mpirun: $(cat "$tmp/info.out")"
+}
+
+case_mpirun_perf() {
+  mpirun_ready
+  need_pmix
+  run_doc mpirun || fail "the docs' mpirun example failed"
+  perf_ok "$tmp/mpirun.out" || fail "the docs' mpirun example did not check its data OK"
+  local n
+  for n in 1 2 3 4 5; do
+    echo "--- mpirun -np $n braid-perf"
+    timeout 60 mpirun -np $n braid-perf allreduce,broadcast,alltoall -b 8 -e 64K -c 1 -n 2 -w 1 \
+      > "$tmp/np$n.out" 2>&1 || { cat "$tmp/np$n.out"; fail "mpirun -np $n braid-perf failed"; }
+    perf_ok "$tmp/np$n.out" || { cat "$tmp/np$n.out"; fail "np $n: data not checked OK"; }
+  done
+}
+
+case_mpirun_sweep() {
+  mpirun_ready
+  need_pmix
+  local n
+  for n in 1 2 3 4 5; do
+    echo "--- mpirun -np $n braid_launched_test"
+    timeout 100 mpirun -np $n braid_launched_test > "$tmp/np$n.out" 2>&1 ||
+      { cat "$tmp/np$n.out"; fail "mpirun -np $n braid_launched_test failed"; }
+    local want="store from pmix"
+    [ $n -eq 1 ] && want="store from none"
+    [ "$(grep -c "launched: rank .* of $n, launch openmpi, $want" "$tmp/np$n.out")" -eq $n ] ||
+      { cat "$tmp/np$n.out"; fail "np $n: not every rank joined as openmpi, $want"; }
+    [ "$(grep -c "PASSED" "$tmp/np$n.out")" -eq $n ] ||
+      { cat "$tmp/np$n.out"; fail "np $n: not every rank passed"; }
+  done
+}
+
+# Survivors of a killed rank: each printed PeerLost (exit 3), and some survivor names rank $2.
+check_survivors() {
+  local out=$1 victim=$2 n=$3 r
+  for ((r = 0; r < n; ++r)); do
+    [ $r -eq "$victim" ] && continue
+    grep -q "launched: rank $r: PeerLost" "$out" || { cat "$out"; fail "rank $r did not report PeerLost"; }
+  done
+  grep "launched: rank" "$out" | grep -q "rank $victim (" ||
+    { cat "$out"; fail "no survivor's error names rank $victim"; }
+}
+
+case_mpirun_kill() {
+  mpirun_ready
+  need_pmix
+  echo "--- mpirun -np 3 braid_launched_test --victim 1 (mpirun stops the others at once)"
+  timeout 60 mpirun -np 3 braid_launched_test --victim 1 > "$tmp/kill.out" 2>&1
+  local rc=$?
+  cat "$tmp/kill.out"
+  [ $rc -ne 0 ] || fail "mpirun exited 0 although rank 1 was killed"
+  grep -q "process rank 1 .*signal 9" "$tmp/kill.out" || fail "mpirun did not name rank 1 and signal 9"
+  echo "--- with --enable-recovery (the others run on and report)"
+  timeout 60 mpirun --enable-recovery -np 4 braid_launched_test --victim 2 > "$tmp/recover.out" 2>&1
+  rc=$?
+  cat "$tmp/recover.out"
+  check_survivors "$tmp/recover.out" 2 4
+  # Open MPI 4.1's mpirun exits 0 under --enable-recovery whatever the ranks' statuses (docs).
+  echo "mpirun --enable-recovery exited $rc"
+}
+
+# --------------------------------------------------------------------------- Slurm
+# Starts munged, slurmctld and slurmd (foreground, as our children) on loopback with a
+# slurm.conf in $tmp; exports SLURM_CONF for srun/sbatch.
+slurm_start() {
+  local c
+  for c in munged slurmctld slurmd srun sbatch sinfo; do
+    command -v $c > /dev/null || skip "no $c (Debian: slurm-wlm, munge; scripts/install_deps.sh)"
+  done
+  [ "$(id -u)" -eq 0 ] || skip "slurmd must run as root to start tasks"
+  local s="$tmp/slurm"
+  mkdir -p "$s/state" "$s/spool"
+  chmod 755 "$tmp" "$s"
+  head -c 1024 /dev/urandom > "$s/munge.key"
+  chmod 400 "$s/munge.key"
+  munged -F -f --key-file="$s/munge.key" --socket="$s/munge.sock" --pid-file="$s/munged.pid" \
+    --log-file="$s/munged.log" --seed-file="$s/munged.seed" > "$s/munged.out" 2>&1 &
+  daemons+=($!)
+  for _ in $(seq 50); do [ -S "$s/munge.sock" ] && break; sleep 0.1; done
+  [ -S "$s/munge.sock" ] || skip "munged did not start: $(tail -3 "$s/munged.out")"
+  # Ports of our own, free now; job ids of our own, so a concurrent test cluster on this host
+  # (another build's) derives other store ports.
+  local port p
+  for _ in $(seq 20); do
+    port=$((40000 + RANDOM % 20000))
+    p=$(printf ':%04X|:%04X' $port $((port + 1)))
+    grep -qiE " 0+:($p) " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+  done
+  local node
+  node=$(hostname -s)
+  cat > "$s/slurm.conf" <<EOF
+ClusterName=braidtest$$
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$s/munge.sock
+CredType=cred/munge
+StateSaveLocation=$s/state
+SlurmdSpoolDir=$s/spool
+SlurmctldPidFile=$s/slurmctld.pid
+SlurmdPidFile=$s/slurmd.pid
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SelectType=select/linear
+SchedulerType=sched/builtin
+ReturnToService=2
+FirstJobId=$((1 + RANDOM % 600000))
+SlurmdParameters=config_overrides
+SlurmctldLogFile=$s/slurmctld.log
+SlurmdLogFile=$s/slurmd.log
+NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+EOF
+  export SLURM_CONF="$s/slurm.conf"
+  slurmctld -D -c -f "$SLURM_CONF" > "$s/slurmctld.out" 2>&1 &
+  daemons+=($!)
+  slurmd -D -f "$SLURM_CONF" -N "$node" > "$s/slurmd.out" 2>&1 &
+  daemons+=($!)
+  for _ in $(seq 100); do
+    sinfo -h -o %t 2>/dev/null | grep -q idle && break
+    sleep 0.2
+  done
+  sinfo -h -o %t 2>/dev/null | grep -q idle ||
+    skip "the Slurm cluster did not come up: $(tail -3 "$s/slurmctld.out" "$s/slurmd.out")"
+  echo "slurm: one-node cluster up (slurmctld port $port, $SLURM_CONF)"
+}
+
+case_slurm_srun() {
+  slurm_start
+  run_doc slurm_srun || fail "the docs' srun example failed"
+  perf_ok "$tmp/slurm_srun.out" || fail "the docs' srun example did not check its data OK"
+  echo "--- srun -n 4 braid-info"
+  timeout 60 srun -n 4 braid-info > "$tmp/info.out" 2>&1 || { cat "$tmp/info.out"; fail "srun braid-info"; }
+  grep -E "^(launch|store):" "$tmp/info.out"
+  [ "$(grep -c "^launch: slurm, rank" "$tmp/info.out")" -eq 4 ] || fail "not 4 ranks as slurm"
+  [ "$(grep "^store:" "$tmp/info.out" | sort -u | wc -l)" -eq 1 ] || fail "ranks disagree on the store"
+  grep -q "^store: 127.0.0.1:2[0-9]*, from slurm" "$tmp/info.out" || fail "store not derived from slurm"
+  echo "--- srun -n 3 braid_launched_test"
+  timeout 100 srun -n 3 braid_launched_test > "$tmp/sweep.out" 2>&1 ||
+    { cat "$tmp/sweep.out"; fail "srun braid_launched_test failed"; }
+  [ "$(grep -c "launch slurm, store from slurm" "$tmp/sweep.out")" -eq 3 ] || { cat "$tmp/sweep.out"; fail "sweep"; }
+  [ "$(grep -c "PASSED" "$tmp/sweep.out")" -eq 3 ] || { cat "$tmp/sweep.out"; fail "not every rank passed"; }
+}
+
+case_slurm_sbatch() {
+  slurm_start
+  run_doc slurm_sbatch || fail "the docs' sbatch example failed"
+  [ "$(grep -c "wrong elements: 0 (OK)" "$tmp/slurm_sbatch.out")" -eq 2 ] ||
+    fail "the two concurrent steps did not both check their data OK"
+}
+
+case_slurm_kill() {
+  slurm_start
+  echo "--- srun -n 3 braid_launched_test --victim 1"
+  timeout 60 srun -n 3 braid_launched_test --victim 1 > "$tmp/kill.out" 2>&1
+  local rc=$?
+  cat "$tmp/kill.out"
+  echo "srun exited $rc"
+  [ $rc -ne 0 ] || fail "srun exited 0 although task 1 was killed"
+  grep -q "task 1: Killed" "$tmp/kill.out" || fail "srun did not name task 1"
+  check_survivors "$tmp/kill.out" 1 3
+}
+
+# --------------------------------------------------------------------------- torchrun, braid-run
+case_torchrun() {
+  # The repository's .venv (scripts/install_deps.sh: torch 2) first, else the system's.
+  local venv="$here/../../.venv/bin"
+  [ -x "$venv/torchrun" ] && export PATH="$bin:$venv:$PATH"
+  command -v torchrun > /dev/null || skip "no torchrun"
+  timeout 60 torchrun --nproc_per_node 1 --master_port 29733 --no_python true > "$tmp/probe.out" 2>&1 ||
+    skip "torchrun cannot start a process here: $(tail -1 "$tmp/probe.out")"
+  run_doc torchrun || fail "the docs' torchrun example failed"
+  perf_ok "$tmp/torchrun.out" || fail "the docs' torchrun example did not check its data OK"
+}
+
+case_braid_run_hosts() {
+  run_doc braid_run_hosts || fail "the docs' multi-host braid-run example failed"
+  [ "$(grep -c "wrong elements: 0 (OK)" "$tmp/braid_run_hosts.out")" -ge 1 ] ||
+    fail "the docs' braid-run example did not check its data OK"
+}
+
+declare -F "case_$case_name" > /dev/null || fail "unknown case $case_name"
+"case_$case_name"
+echo "PASS: $case_name"
