@@ -2,6 +2,7 @@
 # Real launchers start braid with nothing to configure (issue 24, docs/cluster.md):
 #   launchers_test.sh CASE BUILD_DIR
 # CASE: mpirun_perf mpirun_sweep mpirun_kill (Debian's Open MPI mpirun on this host),
+#       mpirun_hosts (two emulated hosts: network namespaces, -H with their addresses),
 #       slurm_srun slurm_sbatch slurm_kill (a one-node Slurm cluster this script starts: munged,
 #       slurmctld and slurmd in the foreground with a minimal slurm.conf in a temporary
 #       directory, all stopped at exit), torchrun, braid_run_hosts.
@@ -9,7 +10,7 @@
 # "<!-- launchers-test: NAME -->" marker, with BUILD_DIR/bin first in PATH.
 # Exit: 0 pass, 1 fail, 77 skipped (the reason printed) where a launcher is missing or cannot
 # run. Nothing is left behind: every process started under the temporary directory is checked
-# gone, and /dev/shm has no braid entry it did not have before.
+# gone, the namespaces are deleted, and /dev/shm has no braid entry it did not have before.
 set -uo pipefail
 
 case_name=${1:?usage: launchers_test.sh CASE BUILD_DIR}
@@ -182,6 +183,64 @@ case_mpirun_kill() {
   check_survivors "$tmp/recover.out" 2 4
   # Open MPI 4.1's mpirun exits 0 under --enable-recovery whatever the ranks' statuses (docs).
   echo "mpirun --enable-recovery exited $rc"
+}
+
+# Two emulated hosts: network namespaces joined by a veth pair (198.18.0.1 and .2). mpirun runs
+# in the first; in place of ssh its rsh agent (a script here) starts Open MPI's orted in the
+# namespace of the address it is given, as ssh would on that host.
+netns=()
+netns_cleanup() {
+  local ns pid
+  for ns in "${netns[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+  done
+  for ns in "${netns[@]}"; do
+    for _ in $(seq 50); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+    ip netns del "$ns" 2>/dev/null
+  done
+}
+
+case_mpirun_hosts() {
+  mpirun_ready
+  need_pmix
+  [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+  command -v ip > /dev/null || skip "no ip (iproute2)"
+  local a="bln$$_0" b="bln$$_1"
+  trap 'netns_cleanup; cleanup' EXIT
+  ip netns add "$a" 2> "$tmp/ip.err" || skip "cannot create a network namespace: $(cat "$tmp/ip.err")"
+  netns+=("$a")
+  ip netns add "$b" || fail "ip netns add $b"
+  netns+=("$b")
+  ip link add e0 netns "$a" type veth peer name e1 netns "$b" || fail "veth pair"
+  { ip -n "$a" addr add 198.18.0.1/24 dev e0 && ip -n "$b" addr add 198.18.0.2/24 dev e1 &&
+    ip -n "$a" link set e0 up && ip -n "$b" link set e1 up &&
+    ip -n "$a" link set lo up && ip -n "$b" link set lo up; } || fail "configuring the namespaces"
+  {
+    echo '#!/bin/sh'
+    echo '# mpirun rsh agent: AGENT HOST COMMAND... runs COMMAND in the namespace of HOST.'
+    echo 'host=$1; shift'
+    echo "case \"\$host\" in 198.18.0.1) ns=$a ;; 198.18.0.2) ns=$b ;;"
+    echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;; esac'
+    echo 'exec ip netns exec "$ns" sh -c "$*"'
+  } > "$tmp/agent.sh"
+  chmod +x "$tmp/agent.sh"
+  local mp=(ip netns exec "$a" mpirun --mca plm_rsh_agent "$tmp/agent.sh")
+  echo "--- mpirun -H 198.18.0.1:2,198.18.0.2:2 -np 4 braid-info --paths"
+  timeout 60 "${mp[@]}" -H 198.18.0.1:2,198.18.0.2:2 -np 4 braid-info --paths > "$tmp/paths.out" 2>&1 ||
+    { cat "$tmp/paths.out"; fail "braid-info --paths on two hosts"; }
+  cat "$tmp/paths.out"
+  grep -qE "^ +0 +self +shm +tcp +tcp" "$tmp/paths.out" || fail "ranks 0,1 | 2,3 are not two hosts"
+  echo "--- mpirun -H 198.18.0.1:2,198.18.0.2:2 -np 4 braid-perf"
+  timeout 60 "${mp[@]}" -H 198.18.0.1:2,198.18.0.2:2 -np 4 braid-perf allreduce,allgather,alltoall \
+    -b 8 -e 256K -c 1 -n 2 -w 1 > "$tmp/perf.out" 2>&1 ||
+    { cat "$tmp/perf.out"; fail "braid-perf on two hosts"; }
+  perf_ok "$tmp/perf.out" || { cat "$tmp/perf.out"; fail "two hosts: data not checked OK"; }
+  echo "--- mpirun -H 198.18.0.1:3,198.18.0.2:2 -np 5 braid_launched_test"
+  timeout 100 "${mp[@]}" -H 198.18.0.1:3,198.18.0.2:2 -np 5 braid_launched_test > "$tmp/sweep.out" 2>&1 ||
+    { cat "$tmp/sweep.out"; fail "the sweep on two hosts"; }
+  [ "$(grep -c "launch openmpi, store from pmix" "$tmp/sweep.out")" -eq 5 ] ||
+    { cat "$tmp/sweep.out"; fail "not every rank joined through pmix"; }
+  [ "$(grep -c "PASSED" "$tmp/sweep.out")" -eq 5 ] || { cat "$tmp/sweep.out"; fail "not every rank passed"; }
 }
 
 # --------------------------------------------------------------------------- Slurm
