@@ -5,7 +5,8 @@
 #       mpirun_hosts (two emulated hosts: network namespaces, -H with their addresses),
 #       slurm_srun slurm_sbatch slurm_kill (a one-node Slurm cluster this script starts: munged,
 #       slurmctld and slurmd in the foreground with a minimal slurm.conf in a temporary
-#       directory, all stopped at exit), torchrun, braid_run_hosts.
+#       directory, all stopped at exit), slurm_hosts (the same on two emulated nodes: network
+#       namespaces), torchrun, braid_run_hosts.
 # The commands of docs/cluster.md are run exactly as written: the block after the page's
 # "<!-- launchers-test: NAME -->" marker, with BUILD_DIR/bin first in PATH.
 # Exit: 0 pass, 1 fail, 77 skipped (the reason printed) where a launcher is missing or cannot
@@ -244,19 +245,50 @@ case_mpirun_hosts() {
 }
 
 # --------------------------------------------------------------------------- Slurm
-# Starts munged, slurmctld and slurmd (foreground, as our children) on loopback with a
-# slurm.conf in $tmp; exports SLURM_CONF for srun/sbatch.
+# Starts munged, slurmctld and slurmd (foreground, as our children) with a slurm.conf in $tmp and
+# exports SLURM_CONF for srun/sbatch. `slurm_start` : one node on loopback. `slurm_start two`:
+# two emulated nodes, bnode1 and bnode2, each in a network namespace (198.18.0.1 and .2) with a
+# UTS and mount namespace of its own (its hostname; an /etc/hosts naming both nodes, bind-mounted
+# there only); slurmctld runs on bnode1 and `on_login` runs a command there (as a login node).
+slurm_mode=one
+on_login() {
+  if [ "$slurm_mode" = two ]; then in_node "bln$$_0" bnode1 "$@"; else "$@"; fi
+}
+in_node() {
+  local ns=$1 name=$2
+  shift 2
+  nsenter --net="/run/netns/$ns" unshare -m -u sh -c \
+    "hostname $name && mount --bind '$tmp/slurm/hosts' /etc/hosts && exec \"\$@\"" sh "$@"
+}
+
 slurm_start() {
+  slurm_mode=${1:-one}
   local c
   for c in munged slurmctld slurmd srun sbatch sinfo; do
     command -v $c > /dev/null || skip "no $c (Debian: slurm-wlm, munge; scripts/install_deps.sh)"
   done
   [ "$(id -u)" -eq 0 ] || skip "slurmd must run as root to start tasks"
   local s="$tmp/slurm"
-  mkdir -p "$s/state" "$s/spool"
+  mkdir -p "$s/state"
   chmod 755 "$tmp" "$s"
+  if [ "$slurm_mode" = two ]; then
+    command -v nsenter > /dev/null && command -v unshare > /dev/null && command -v ip > /dev/null ||
+      skip "needs nsenter, unshare (util-linux) and ip (iproute2)"
+    local a="bln$$_0" b="bln$$_1"
+    trap 'netns_cleanup; cleanup' EXIT
+    ip netns add "$a" 2> "$tmp/ip.err" || skip "cannot create a network namespace: $(cat "$tmp/ip.err")"
+    netns+=("$a")
+    ip netns add "$b" || fail "ip netns add $b"
+    netns+=("$b")
+    ip link add e0 netns "$a" type veth peer name e1 netns "$b" || fail "veth pair"
+    { ip -n "$a" addr add 198.18.0.1/24 dev e0 && ip -n "$b" addr add 198.18.0.2/24 dev e1 &&
+      ip -n "$a" link set e0 up && ip -n "$b" link set e1 up &&
+      ip -n "$a" link set lo up && ip -n "$b" link set lo up; } || fail "configuring the namespaces"
+    printf '127.0.0.1 localhost\n198.18.0.1 bnode1\n198.18.0.2 bnode2\n' > "$s/hosts"
+  fi
   head -c 1024 /dev/urandom > "$s/munge.key"
   chmod 400 "$s/munge.key"
+  # A Unix socket by path: reachable from every network namespace.
   munged -F -f --key-file="$s/munge.key" --socket="$s/munge.sock" --pid-file="$s/munged.pid" \
     --log-file="$s/munged.log" --seed-file="$s/munged.seed" > "$s/munged.out" 2>&1 &
   daemons+=($!)
@@ -264,56 +296,100 @@ slurm_start() {
   [ -S "$s/munge.sock" ] || skip "munged did not start: $(tail -3 "$s/munged.out")"
   # Ports of our own, free now; job ids of our own, so a concurrent test cluster on this host
   # (another build's) derives other store ports.
-  local port p
+  local port
   for _ in $(seq 20); do
     port=$((40000 + RANDOM % 20000))
-    p=$(printf ':%04X|:%04X' $port $((port + 1)))
-    grep -qiE " 0+:($p) " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+    grep -qiE ":($(printf '%04X|%04X' $port $((port + 1)))) " /proc/net/tcp /proc/net/tcp6 \
+      2> /dev/null || break
   done
-  local node
+  local node ctld nodes
   node=$(hostname -s)
-  cat > "$s/slurm.conf" <<EOF
-ClusterName=braidtest$$
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$s/munge.sock
-CredType=cred/munge
-StateSaveLocation=$s/state
-SlurmdSpoolDir=$s/spool
-SlurmctldPidFile=$s/slurmctld.pid
-SlurmdPidFile=$s/slurmd.pid
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SelectType=select/linear
-SchedulerType=sched/builtin
-ReturnToService=2
-FirstJobId=$((1 + RANDOM % 600000))
-SlurmdParameters=config_overrides
-SlurmctldLogFile=$s/slurmctld.log
-SlurmdLogFile=$s/slurmd.log
-NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
-EOF
+  ctld="$node(127.0.0.1)"
+  nodes="NodeName=$node NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN"
+  local partition="$node"
+  if [ "$slurm_mode" = two ]; then
+    ctld="bnode1(198.18.0.1)"
+    nodes="NodeName=bnode1 NodeAddr=198.18.0.1 CPUs=4 State=UNKNOWN
+NodeName=bnode2 NodeAddr=198.18.0.2 CPUs=4 State=UNKNOWN"
+    partition="bnode[1-2]"
+  fi
+  {
+    echo "ClusterName=braidtest$$"
+    echo "SlurmctldHost=$ctld"
+    echo "SlurmctldPort=$port"
+    echo "SlurmdPort=$((port + 1))"
+    echo "SlurmUser=root"
+    echo "SlurmdUser=root"
+    echo "AuthType=auth/munge"
+    echo "AuthInfo=socket=$s/munge.sock"
+    echo "CredType=cred/munge"
+    echo "StateSaveLocation=$s/state"
+    echo "SlurmdSpoolDir=$s/spool.%n"
+    echo "SlurmctldPidFile=$s/slurmctld.pid"
+    echo "SlurmdPidFile=$s/slurmd.%n.pid"
+    echo "ProctrackType=proctrack/linuxproc"
+    echo "TaskPlugin=task/none"
+    echo "JobAcctGatherType=jobacct_gather/none"
+    echo "AccountingStorageType=accounting_storage/none"
+    echo "JobCompType=jobcomp/none"
+    echo "MpiDefault=none"
+    echo "SelectType=select/linear"
+    echo "SchedulerType=sched/builtin"
+    echo "ReturnToService=2"
+    echo "FirstJobId=$((1 + RANDOM % 600000))"
+    echo "SlurmdParameters=config_overrides"
+    echo "SlurmctldLogFile=$s/slurmctld.log"
+    echo "SlurmdLogFile=$s/slurmd.%n.log"
+    echo "$nodes"
+    echo "PartitionName=debug Nodes=$partition Default=YES MaxTime=INFINITE State=UP"
+  } > "$s/slurm.conf"
   export SLURM_CONF="$s/slurm.conf"
-  slurmctld -D -c -f "$SLURM_CONF" > "$s/slurmctld.out" 2>&1 &
-  daemons+=($!)
-  slurmd -D -f "$SLURM_CONF" -N "$node" > "$s/slurmd.out" 2>&1 &
-  daemons+=($!)
+  if [ "$slurm_mode" = two ]; then
+    in_node "bln$$_0" bnode1 slurmctld -D -c -f "$SLURM_CONF" > "$s/slurmctld.out" 2>&1 &
+    daemons+=($!)
+    in_node "bln$$_0" bnode1 slurmd -D -f "$SLURM_CONF" -N bnode1 > "$s/slurmd1.out" 2>&1 &
+    daemons+=($!)
+    in_node "bln$$_1" bnode2 slurmd -D -f "$SLURM_CONF" -N bnode2 > "$s/slurmd2.out" 2>&1 &
+    daemons+=($!)
+  else
+    slurmctld -D -c -f "$SLURM_CONF" > "$s/slurmctld.out" 2>&1 &
+    daemons+=($!)
+    slurmd -D -f "$SLURM_CONF" -N "$node" > "$s/slurmd.out" 2>&1 &
+    daemons+=($!)
+  fi
+  local want=1
+  [ "$slurm_mode" = two ] && want=2
   for _ in $(seq 100); do
-    sinfo -h -o %t 2>/dev/null | grep -q idle && break
+    [ "$(on_login sinfo -h -N -o %t 2> /dev/null | grep -c idle)" -eq $want ] && break
     sleep 0.2
   done
-  sinfo -h -o %t 2>/dev/null | grep -q idle ||
-    skip "the Slurm cluster did not come up: $(tail -3 "$s/slurmctld.out" "$s/slurmd.out")"
-  echo "slurm: one-node cluster up (slurmctld port $port, $SLURM_CONF)"
+  [ "$(on_login sinfo -h -N -o %t 2> /dev/null | grep -c idle)" -eq $want ] ||
+    skip "the Slurm cluster did not come up: $(tail -n 3 "$s"/*.out)"
+  echo "slurm: $want-node cluster up (slurmctld port $port, $SLURM_CONF)"
+}
+
+case_slurm_hosts() {
+  slurm_start two
+  echo "--- srun -N 2 -n 4 braid-info (from bnode1)"
+  on_login timeout 60 srun -N 2 -n 4 braid-info > "$tmp/info.out" 2>&1 || { cat "$tmp/info.out"; fail "srun braid-info"; }
+  grep "^store:" "$tmp/info.out" | sort | uniq -c
+  [ "$(grep -c "^store: bnode1:2[0-9]*, from slurm: first host of SLURM_STEP_NODELIST='bnode\[1-2\]'" "$tmp/info.out")" -eq 4 ] ||
+    fail "the 4 tasks did not derive bnode1 from SLURM_STEP_NODELIST"
+  echo "--- srun -N 2 -n 4 braid-info --paths"
+  on_login timeout 60 srun -N 2 -n 4 braid-info --paths > "$tmp/paths.out" 2>&1 ||
+    { cat "$tmp/paths.out"; fail "srun braid-info --paths"; }
+  cat "$tmp/paths.out"
+  grep -qE "^ +0 +self +shm +tcp +tcp" "$tmp/paths.out" || fail "tasks 0,1 | 2,3 are not two hosts"
+  echo "--- srun -N 2 -n 4 braid-perf"
+  on_login timeout 60 srun -N 2 -n 4 braid-perf allreduce,allgather,alltoall -b 8 -e 256K -c 1 -n 2 -w 1 \
+    > "$tmp/perf.out" 2>&1 || { cat "$tmp/perf.out"; fail "srun braid-perf on two nodes"; }
+  perf_ok "$tmp/perf.out" || { cat "$tmp/perf.out"; fail "two nodes: data not checked OK"; }
+  echo "--- srun -N 2 -n 3 braid_launched_test --victim 2 (task 2 on bnode2)"
+  on_login timeout 60 srun -N 2 -n 3 braid_launched_test --victim 2 > "$tmp/kill.out" 2>&1
+  local rc=$?
+  cat "$tmp/kill.out"
+  [ $rc -ne 0 ] || fail "srun exited 0 although task 2 was killed"
+  check_survivors "$tmp/kill.out" 2 3
 }
 
 case_slurm_srun() {
