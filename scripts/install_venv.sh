@@ -9,8 +9,8 @@
 # holds leftovers. A failed install leaves no stamp, so the next run starts over.
 #
 # The interpreter: $BRAID_VENV_PYTHON if set, else the first Python 3.11 on PATH (python3.11,
-# python3) that has venv and ensurepip, skipping the system's /usr/bin ones (Debian's has no
-# ensurepip without python3-venv, and its site-packages would leak into the tests).
+# python3) that has venv and ensurepip outside /usr/bin (this machine image's pyenv 3.11),
+# else Debian's /usr/bin/python3.11 with python3.11-venv installed for it.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$repo/.venv"
@@ -32,11 +32,22 @@ EOF
   return 1
 }
 
-python="$(find_python)" || {
-  echo "install_venv: no Python 3.11 with venv/ensurepip on PATH (outside /usr/bin);" \
-       "set BRAID_VENV_PYTHON" >&2
-  exit 1
-}
+if ! python="$(find_python)"; then
+  # A plain Debian 12 machine: its own Python 3.11, once python3.11-venv brings ensurepip
+  # (the venv does not see the system's site-packages either way).
+  if [ -x /usr/bin/python3.11 ]; then
+    if ! /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null; then
+      SUDO=""
+      [ "$(id -u)" -eq 0 ] || SUDO=sudo
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3.11-venv >/dev/null
+    fi
+    python=/usr/bin/python3.11
+  else
+    echo "install_venv: no Python 3.11 with venv/ensurepip on PATH; set BRAID_VENV_PYTHON" >&2
+    exit 1
+  fi
+fi
 want="$(sha256sum "$req" | cut -d' ' -f1) $python"
 
 exec 9>"$repo/.venv.lock"
