@@ -148,6 +148,22 @@ def _serve_gloo_groups_with_braid():
     import braid_torch
     import torch.distributed.distributed_c10d as c10d
 
+    if hasattr(c10d.Backend, "_ensure_backend_registered"):  # torch 2.x registers lazily
+        c10d.Backend._ensure_backend_registered("gloo")
+    plugins = getattr(c10d.Backend, "_plugins", {})
+    if "GLOO" in plugins and hasattr(c10d.Backend, "_BackendPlugin"):
+        # torch 2.x: groups are made by the registered creator (extended API); the wrapper's
+        # helper group calls ProcessGroupGloo directly and so stays gloo.
+        def braid_creator(opts, backend_options=None):
+            return braid_torch._create_backend(opts.store, opts.group_rank, opts.group_size,
+                                               opts.timeout)
+
+        plugins["GLOO"] = c10d.Backend._BackendPlugin(braid_creator, True)
+        # Not BackendType.GLOO: torch 2.15's DDP logger casts a GLOO-typed backend to
+        # ProcessGroupGloo to read its settings (a segfault on a braid backend).
+        c10d.Backend.backend_type_map["gloo"] = c10d.ProcessGroup.BackendType.CUSTOM
+        return
+
     real_gloo = c10d.ProcessGroupGloo
 
     def braid_in_place_of_gloo(store, rank, world_size, timeout=c10d.default_pg_timeout):
