@@ -8,40 +8,101 @@ namespace braid_torch {
 
 std::optional<braid::DataType> reducibleType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return braid::DataType::Float32;
-    case at::kDouble: return braid::DataType::Float64;
-    case at::kHalf: return braid::DataType::Float16;
-    case at::kBFloat16: return braid::DataType::BFloat16;
-    case at::kChar: return braid::DataType::Int8;
-    case at::kByte: return braid::DataType::Uint8;
-    case at::kInt: return braid::DataType::Int32;
-    case at::kLong: return braid::DataType::Int64;
-    default: return std::nullopt;
+    case at::kFloat:
+      return braid::DataType::Float32;
+    case at::kDouble:
+      return braid::DataType::Float64;
+    case at::kHalf:
+      return braid::DataType::Float16;
+    case at::kBFloat16:
+      return braid::DataType::BFloat16;
+    case at::kChar:
+      return braid::DataType::Int8;
+    case at::kByte:
+      return braid::DataType::Uint8;
+    case at::kInt:
+      return braid::DataType::Int32;
+    case at::kLong:
+      return braid::DataType::Int64;
+    default:
+      return std::nullopt;
   }
 }
+
+namespace {
+
+constexpr const char* kReducible =
+    "braid reduces float32, float64, float16, bfloat16, int8, uint8, int32 and int64";
+constexpr const char* kOps = "with SUM, AVG, PRODUCT, MIN and MAX";
+
+const char* opName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
 
 braid::DataType requireReducible(const at::Tensor& t, const char* op) {
   auto d = reducibleType(t.scalar_type());
-  TORCH_CHECK(d.has_value(), "braid: ", op, " cannot reduce dtype ", t.scalar_type(),
-              " (reductions support float32, float64, float16, bfloat16, int8, uint8, int32, "
-              "int64; collectives that only move data accept any dtype)");
+  TORCH_CHECK(d.has_value(), "braid: ", op, " cannot reduce dtype ", t.scalar_type(), " (",
+              kReducible, "; collectives that only move data accept any dtype)");
   return *d;
 }
 
-braid::ReduceOp toBraidOp(const c10d::ReduceOp& op, const char* opName) {
-  switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
-    case c10d::ReduceOp::SUM: return braid::ReduceOp::Sum;
-    case c10d::ReduceOp::AVG: return braid::ReduceOp::Avg;
-    case c10d::ReduceOp::PRODUCT: return braid::ReduceOp::Prod;
-    case c10d::ReduceOp::MIN: return braid::ReduceOp::Min;
-    case c10d::ReduceOp::MAX: return braid::ReduceOp::Max;
-    case c10d::ReduceOp::BAND: TORCH_CHECK(false, "braid: ", opName, " does not support ReduceOp.BAND (braid reduces with SUM, AVG, PRODUCT, MIN, MAX)");
-    case c10d::ReduceOp::BOR: TORCH_CHECK(false, "braid: ", opName, " does not support ReduceOp.BOR (braid reduces with SUM, AVG, PRODUCT, MIN, MAX)");
-    case c10d::ReduceOp::BXOR: TORCH_CHECK(false, "braid: ", opName, " does not support ReduceOp.BXOR (braid reduces with SUM, AVG, PRODUCT, MIN, MAX)");
-    case c10d::ReduceOp::PREMUL_SUM: TORCH_CHECK(false, "braid: ", opName, " does not support ReduceOp.PREMUL_SUM (an NCCL extension; scale the tensor, then SUM)");
-    default: break;
+Reduction toReduction(const c10d::ReduceOp& op, const at::Tensor& t, const char* what) {
+  const auto type = static_cast<c10d::ReduceOp::RedOpType>(op);
+  const char* name = opName(type);
+  TORCH_CHECK(name != nullptr, "braid: ", what, " got an unknown ReduceOp (",
+              static_cast<int>(op.op_), ") on dtype ", t.scalar_type());
+  const auto dtype = reducibleType(t.scalar_type());
+  // Both names in every message: which of the two is the problem, and the combination.
+  TORCH_CHECK(dtype.has_value(), "braid: ", what, " cannot reduce dtype ", t.scalar_type(),
+              " (ReduceOp.", name, " on dtype ", t.scalar_type(), " is not supported: ", kReducible,
+              " ", kOps, "; collectives that only move data accept any dtype)");
+  std::optional<braid::ReduceOp> mapped;
+  switch (type) {
+    case c10d::ReduceOp::SUM:
+      mapped = braid::ReduceOp::Sum;
+      break;
+    case c10d::ReduceOp::AVG:
+      mapped = braid::ReduceOp::Avg;
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      mapped = braid::ReduceOp::Prod;
+      break;
+    case c10d::ReduceOp::MIN:
+      mapped = braid::ReduceOp::Min;
+      break;
+    case c10d::ReduceOp::MAX:
+      mapped = braid::ReduceOp::Max;
+      break;
+    default:
+      break;  // BAND, BOR, BXOR, PREMUL_SUM
   }
-  TORCH_CHECK(false, "braid: ", opName, " got an unknown ReduceOp (", static_cast<int>(op.op_), ")");
+  TORCH_CHECK(mapped.has_value(), "braid: ", what, " does not support ReduceOp.", name,
+              " (ReduceOp.", name, " on dtype ", t.scalar_type(), " is not supported: ", kReducible,
+              " ", kOps, ")");
+  return {*dtype, *mapped};
 }
 
 void checkTensor(const at::Tensor& t, const char* op, const char* what) {

@@ -2,7 +2,7 @@
 rank's (deterministic) contribution, never through torch.distributed itself.
 
 Run as N ranks by tests/python/test_collectives.py (env://, tcp:// or file://) or under
-build/bin/braid-run -n N /usr/bin/python3 tests/python/workers/collectives_worker.py.
+build/bin/braid-run -n N .venv/bin/python tests/python/workers/collectives_worker.py.
 """
 
 import datetime
