@@ -24,12 +24,13 @@ std::optional<braid::DataType> reducibleType(at::ScalarType t);
 /// The braid type a reduction over `t` runs in; throws naming the operation and the dtype.
 braid::DataType requireReducible(const at::Tensor& t, const char* op);
 
-/// braid's element type and op for a reduction of `t` with torch's `op`. Throws, naming the
-/// operation (`what`), the ReduceOp and the dtype, for a dtype braid does not reduce and for the
-/// ops braid lacks (BAND, BOR, BXOR, PREMUL_SUM).
+/// braid's element type and reduction for a reduction of `t` with torch's `op` (PREMUL_SUM
+/// carries its factor). Throws, naming the operation (`what`), the ReduceOp and the dtype, for a
+/// dtype braid does not reduce and for a combination braid::isSupported rejects (BAND on float,
+/// MIN on complex, AVG on bool).
 struct Reduction {
   braid::DataType dtype;
-  braid::ReduceOp op;
+  braid::Reduction op;
 };
 Reduction toReduction(const c10d::ReduceOp& op, const at::Tensor& t, const char* what);
 

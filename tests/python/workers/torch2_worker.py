@@ -2,7 +2,8 @@
 _coalescing_manager fast paths FSDP uses), gather_into_tensor, all_to_all_single with uneven
 splits, dist.monitored_barrier, per-call timeouts (option structs), set_timeout, abort(),
 shutdown()/destroy_process_group, split_group, new_subgroups, init_device_mesh and DTensor
-redistribution, and the errors for the ops and dtypes braid cannot reduce.
+redistribution, reductions of every dtype with every op, and the errors for the combinations
+no backend defines.
 
 Results are compared with gloo (a gloo group of the same ranks, same inputs) or with values
 computed here from each rank's known contribution. BRAID_TEST_BACKEND picks the string given to
@@ -10,6 +11,8 @@ init_process_group ("braid" or "cpu:braid").
 """
 
 import datetime
+import functools
+import operator
 import os
 import sys
 import threading
@@ -165,23 +168,82 @@ def check_move_dtypes(rank, world):
     assert_equal(c, e, "complex64 SUM")
 
 
+def check_reductions_of_every_dtype(rank, world):
+    # Every dtype torch reduces on the CPU, with every op braid defines on it, against values
+    # computed here with Python integers (small ones, so every sum is exact in float8 too).
+    n = 11
+    per = [[(r + 2 * i) % 3 for i in range(n)] for r in range(world)]
+
+    def fold(f):
+        return [functools.reduce(f, [per[r][i] for r in range(world)]) for i in range(n)]
+
+    R = dist.ReduceOp
+    int_ops = ((R.SUM, operator.add), (R.PRODUCT, operator.mul), (R.MIN, min), (R.MAX, max),
+               (R.BAND, operator.and_), (R.BOR, operator.or_), (R.BXOR, operator.xor))
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
+                  torch.uint32, torch.uint64):
+        for op, f in int_ops:
+            t = torch.tensor(per[rank], dtype=dtype)
+            dist.all_reduce(t, op=op)
+            assert t.tolist() == fold(f), f"all_reduce {op} {dtype}: {t.tolist()} != {fold(f)}"
+        out = torch.empty(n, dtype=dtype)
+        dist.reduce_scatter_tensor(out, torch.tensor(per[rank] * world, dtype=dtype), op=R.BXOR)
+        assert out.tolist() == fold(operator.xor), f"reduce_scatter_tensor BXOR {dtype}"
+    bool_ops = ((R.SUM, any), (R.MAX, any), (R.BOR, any), (R.PRODUCT, all), (R.MIN, all),
+                (R.BAND, all), (R.BXOR, lambda xs: sum(xs) % 2 == 1))
+    for op, f in bool_ops:
+        t = torch.tensor([v > 0 for v in per[rank]])
+        dist.all_reduce(t, op=op)
+        e = [f([per[r][i] > 0 for r in range(world)]) for i in range(n)]
+        assert t.tolist() == e, f"all_reduce {op} bool"
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for op, f in ((R.SUM, operator.add), (R.MIN, min), (R.MAX, max)):
+            t = torch.tensor(per[rank], dtype=torch.float32).to(dtype)
+            dist.all_reduce(t, op=op)
+            e = torch.tensor(fold(f), dtype=torch.float32).to(dtype)
+            assert torch.equal(t.view(torch.uint8), e.view(torch.uint8)), f"all_reduce {op} {dtype}"
+    # Complex: torch allows SUM and AVG (and hands the backend the real view).
+    for dtype in (torch.complex64, torch.complex128):
+        for op in (R.SUM, R.AVG):
+            t = torch.complex(torch.tensor(per[rank], dtype=torch.float64),
+                              -torch.tensor(per[rank], dtype=torch.float64)).to(dtype)
+            dist.all_reduce(t, op=op)
+            e = [sum(complex(per[r][i], -per[r][i]) for r in range(world)) for i in range(n)]
+            if op == R.AVG:
+                e = [v / world for v in e]
+            assert torch.allclose(t, torch.tensor(e, dtype=dtype)), f"all_reduce {op} {dtype}"
+    # PREMUL_SUM: each rank's input times the factor, then the sum (exact in these values).
+    for dtype, factor in ((torch.float32, 0.5), (torch.float64, 3.0), (torch.bfloat16, 2.0),
+                          (torch.int32, 3.0), (torch.complex64, 0.25)):
+        t = torch.tensor(per[rank], dtype=torch.float64).to(dtype)
+        dist.all_reduce(t, op=torch._C._distributed_c10d._make_nccl_premul_sum(factor))
+        e = torch.tensor([v * factor for v in fold(operator.add)], dtype=torch.float64).to(dtype)
+        assert torch.equal(t, e), f"PREMUL_SUM {dtype} x {factor}: {t.tolist()} != {e.tolist()}"
+    t = torch.ones(3)
+    dist.all_reduce(t, op=torch._C._distributed_c10d._make_nccl_premul_sum(torch.tensor([2.0])))
+    assert_equal(t, torch.full((3,), 2.0 * world), "PREMUL_SUM with a tensor factor")
+
+
 def check_unsupported_reductions(rank, world):
-    t = torch.ones(4, dtype=torch.int32)
-    e = expect_error(lambda: dist.all_reduce(t, op=dist.ReduceOp.BAND), "BAND", "BAND int32")
-    assert "Int" in str(e), f"the error does not name the dtype: {e}"
+    # Combinations no backend defines raise on the calling rank, naming op and dtype (torch
+    # itself refuses MIN, MAX, PRODUCT and the bitwise ops on complex tensors before braid).
+    e = expect_error(lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND), "BAND",
+                     "BAND float32")
+    assert "Float" in str(e), f"the error does not name the dtype: {e}"
     for op, name in ((dist.ReduceOp.BOR, "BOR"), (dist.ReduceOp.BXOR, "BXOR")):
-        expect_error(lambda: dist.all_reduce(t, op=op), name, name)
-    premul = torch._C._distributed_c10d._make_nccl_premul_sum(2.0)
-    expect_error(lambda: dist.all_reduce(torch.ones(3), op=premul), "PREMUL_SUM", "PREMUL_SUM")
-    for dtype in (torch.bool, torch.int16, torch.uint16, torch.uint32, torch.uint64,
-                  torch.float8_e4m3fn, torch.float8_e5m2):
-        x = torch.zeros(3, dtype=dtype)
-        e = expect_error(lambda: dist.all_reduce(x), "cannot reduce dtype", f"all_reduce {dtype}")
-        assert "SUM" in str(e), f"the error does not name the op: {e}"
-        out = torch.empty(3, dtype=dtype)
-        expect_error(lambda: dist.reduce_scatter_tensor(out, torch.zeros(3 * world, dtype=dtype)),
-                     "cannot reduce dtype", f"reduce_scatter_tensor {dtype}")
-        expect_error(lambda: dist.reduce(x, dst=0), "cannot reduce dtype", f"reduce {dtype}")
+        expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.float64), op=op), name,
+                     name)
+    e = expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.float8_e4m3fn),
+                                             op=dist.ReduceOp.BOR), "BOR", "BOR float8_e4m3fn")
+    assert "Float8_e4m3fn" in str(e), f"the error does not name the dtype: {e}"
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+                 "AVG", "AVG bool")
+    out = torch.empty(3)
+    expect_error(lambda: dist.reduce_scatter_tensor(out, torch.zeros(3 * world),
+                                                    op=dist.ReduceOp.BXOR), "BXOR",
+                 "reduce_scatter_tensor BXOR float32")
+    expect_error(lambda: dist.reduce(torch.ones(3), dst=0, op=dist.ReduceOp.BAND), "BAND",
+                 "reduce BAND float32")
     # Nothing was sent: the group still works.
     y = torch.ones(5)
     dist.all_reduce(y)
@@ -349,7 +411,8 @@ def check_device_mesh_and_dtensor(rank, world):
 CHECKS = [
     check_backend_is_braid, check_coalesced_all_reduce, check_coalesced_all_gather_into_tensor,
     check_coalesced_reduce_scatter_tensor, check_gather_into_tensor,
-    check_all_to_all_single_uneven_vs_gloo, check_move_dtypes, check_unsupported_reductions,
+    check_all_to_all_single_uneven_vs_gloo, check_move_dtypes, check_reductions_of_every_dtype,
+    check_unsupported_reductions,
     check_monitored_barrier, check_per_call_timeout, check_split_group, check_new_subgroups,
     check_device_mesh_and_dtensor, check_shutdown_and_destroy, check_abort,
 ]
