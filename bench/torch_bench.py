@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """torch.distributed-level benchmark: backend "braid" against "gloo", side by side in one run.
 
-    PYTHONPATH=python /usr/bin/python3 bench/torch_bench.py               # 2 and 4 ranks
-    PYTHONPATH=python /usr/bin/python3 bench/torch_bench.py --ranks 2 --json out.json --markdown
+    PYTHONPATH=python .venv/bin/python bench/torch_bench.py               # 2 and 4 ranks
+    PYTHONPATH=python .venv/bin/python bench/torch_bench.py --ranks 2 --json out.json --markdown
 
 Each rank joins a braid world group and a gloo group of the same ranks; every measurement runs
 on both, interleaved (braid, gloo, braid, gloo, ...), so both see the same machine state. For

@@ -1,10 +1,10 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The fusion benchmark from Python: T tensors of B bytes (fp32, sum) all-reduced over a braid
 process group one by one (dist.all_reduce, blocking), one by one asynchronously (async_op=True,
 then wait all), and through braid_torch.FusionBuffer (add all, synchronize) — the C++ fusion
 buffer, as train_bench fusion measures it from C++ (docs/training.md).
 
-    PYTHONPATH=python build/bin/braid-run -n 2 -- /usr/bin/python3 bench/torch_fusion_bench.py \\
+    PYTHONPATH=python build/bin/braid-run -n 2 -- .venv/bin/python bench/torch_fusion_bench.py \\
         [--tensors 1000] [--bytes 4096] [--reps 5] [--threshold 64M] [--cycle-ms 1]
 
 Per method: wall time of one round on every rank, slowest rank, median over --reps rounds (after

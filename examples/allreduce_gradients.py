@@ -4,7 +4,7 @@ Every rank holds a full replica and computes gradients on its own part of the ba
 all_reduce(AVG) over a flat bucket of all gradients makes every replica apply the same update.
 This is what DistributedDataParallel does for you (with buckets overlapping backward).
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/allreduce_gradients.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/allreduce_gradients.py
 """
 
 import torch

@@ -4,7 +4,7 @@ Ranks initialise their models independently (here: with different seeds, as happ
 initialisation is random and unseeded); broadcasting every parameter and buffer from rank 0
 makes the replicas identical before training starts (DDP does the same in its constructor).
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/broadcast_initial_params.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/broadcast_initial_params.py
 """
 
 import torch

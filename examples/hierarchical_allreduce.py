@@ -8,7 +8,7 @@ buffer: the shape of NCCL's and braid's own hierarchical algorithms, written wit
 HOSTS (default 2) emulates the host count on one machine; on a real cluster use the launcher's
 LOCAL_WORLD_SIZE.
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/hierarchical_allreduce.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/hierarchical_allreduce.py
 """
 
 import os

@@ -6,7 +6,7 @@ gradient is computed; one wait() per chunk at the end collects them. Compared wi
 everything first and reducing afterwards (serial), the overlapped version hides communication
 behind compute when there are cores to spare for both.
 
-    build/bin/braid-run -n 2 /usr/bin/python3 examples/overlap_async_allreduce.py
+    build/bin/braid-run -n 2 .venv/bin/python examples/overlap_async_allreduce.py
 """
 
 import time

@@ -3,7 +3,7 @@
 Each rank evaluates its shard of a dataset (shards need not be equal) and counts samples and
 correct predictions; one reduce(SUM) to rank 0 gives the global accuracy, printed there.
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/reduce_sample_counts.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/reduce_sample_counts.py
 """
 
 import torch

@@ -7,7 +7,7 @@ updated parameter vector everywhere. Adam's moment buffers are never replicated.
 
 Checked against Adam on one process over the global batch.
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/zero2_reduce_scatter_grads.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/zero2_reduce_scatter_grads.py
 """
 
 import copy

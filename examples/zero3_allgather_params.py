@@ -8,7 +8,7 @@ gradient of exactly the shard it owns, and updates only that shard.
 The result equals plain data-parallel training (checked here against a model trained in one
 process on the global batch).
 
-    build/bin/braid-run -n 4 /usr/bin/python3 examples/zero3_allgather_params.py
+    build/bin/braid-run -n 4 .venv/bin/python examples/zero3_allgather_params.py
 """
 
 import copy

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs what building and testing braid needs from Debian 12, only when missing (idempotent).
+# Installs what building and testing braid needs, only when missing (idempotent): Debian 12's
+# packages, then .venv/ with the pinned Python packages (torch 2.x, pytest, ...:
+# scripts/install_venv.sh, python/requirements.txt).
 set -euo pipefail
 pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev
-      python3-torch libtorch-dev python3-pytest python3-numpy python3-pybind11 pybind11-dev
-      pkg-config libpmix-dev openmpi-bin slurm-wlm munge)
+      python3 pkg-config libpmix-dev openmpi-bin slurm-wlm munge)
 # libpmix-dev: the store address of mpirun jobs goes through PMIx (optional at build time).
 # openmpi-bin, slurm-wlm, munge: the launchers tests (tests/launchers) start real mpirun and a
 # one-node Slurm cluster of their own (munged, slurmctld, slurmd on a temporary slurm.conf,
@@ -20,3 +21,4 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+"$(dirname "$0")/install_venv.sh"

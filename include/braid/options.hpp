@@ -218,5 +218,10 @@ struct EnvVarDoc {
 };
 /// Every environment variable braid reads, with its default and meaning.
 const std::vector<EnvVarDoc>& environmentVariables();
+/// What looks wrong in an environment (`env`, as `environ`): a BRAID_* variable braid does not
+/// know, naming the closest one it does (a typo such as BRAID_EXEC_TIMOUT, or a variable of a
+/// newer release), and a timeout given as a bare number under a second (milliseconds, almost
+/// surely meant as seconds). The world communicator's creation logs these once per process.
+std::vector<std::string> environmentWarnings(char** env);
 
 }  // namespace braid

@@ -1,26 +1,24 @@
 // braid_torch._C: the Python face of the backend. braid_torch/__init__.py registers
 // ProcessGroupBraid's constructor as the creator of torch.distributed backend "braid".
-#include "process_group.hpp"
-#include "fusion.hpp"
-
-#include <braid/comm.hpp>
-#include <braid/types.hpp>
-
-#include <algorithm>
-
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <algorithm>
+#include <braid/comm.hpp>
+#include <braid/types.hpp>
+
+#include "fusion.hpp"
+#include "process_group.hpp"
 
 namespace py = pybind11;
 
 namespace braid_torch {
 namespace {
 
-c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Store>& store,
-                                             int rank, int size,
-                                             std::chrono::milliseconds timeout,
+c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                             int size, std::chrono::milliseconds timeout,
                                              const std::string& listenAddress,
                                              std::int64_t graceMicroseconds) {
   BackendConfig config;
@@ -55,9 +53,8 @@ PYBIND11_MODULE(_C, m) {
           "comm_id", [](ProcessGroupBraid& pg) { return pg.comm().id(); },
           "braid's id of the collectives communicator")
       .def_property_readonly(
-          "timeout",
-          [](ProcessGroupBraid& pg) { return pg.comm().options().execTimeout; },
-          "the bound on one operation (from init_process_group's timeout)")
+          "timeout", [](ProcessGroupBraid& pg) { return pg.timeout(); },
+          "the bound on one operation (init_process_group's timeout, or set_timeout's)")
       .def_property_readonly(
           "listen_address", [](ProcessGroupBraid& pg) { return pg.comm().options().listenAddress; })
       .def(

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 
 #include "store_adapter.hpp"
 #include "tensor_util.hpp"
@@ -76,7 +77,7 @@ bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
 
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, const BackendConfig& config)
-    : BackendBase(rank, size), config_(config) {
+    : BackendBase(rank, size), config_(config), timeoutMs_(config.timeout.count()) {
   const braid::Options options = makeOptions(config);
   auto adapter = std::make_shared<TorchStoreAdapter>(store);
   // Both communicators are created in the same order on every rank, so braid's per-store
@@ -88,33 +89,101 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {
+  stopQueue();
+}
+
+void ProcessGroupBraid::stopQueue() {
   // The worker may run a Python future callback, which needs the GIL this thread may hold.
   if (Py_IsInitialized() && PyGILState_Check()) {
     PyThreadState* saved = PyEval_SaveThread();
-    shutdown();
+    queue_->shutdown();
     PyEval_RestoreThread(saved);
   } else {
-    shutdown();
+    queue_->shutdown();
   }
 }
 
+void ProcessGroupBraid::checkOpen(const char* op) const {
+  TORCH_CHECK(!closed_.load(), "braid: ", op, " on rank ", rank_,
+              ": the process group was shut down (destroy_process_group, shutdown() or abort()); "
+              "it takes no new operations");
+}
+
 void ProcessGroupBraid::shutdown() {
-  queue_->shutdown();
+  closed_ = true;
+  stopQueue();
+}
+
+void ProcessGroupBraid::abort() {
+  // Pending and later operations of both communicators fail with braid's Aborted error; the
+  // queue then runs what is left (each fails at once) and refuses new operations.
+  closed_ = true;
+  comm_->abort();
+  p2p_->comm().abort();
+  stopQueue();
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupBraid::getBackendOptions() {
+  auto o = c10::make_intrusive<c10d::Backend::Options>("braid", timeout());
+  return o;
+}
+
+void ProcessGroupBraid::setTimeout(std::chrono::milliseconds timeout) {
+  TORCH_CHECK(timeout.count() > 0, "braid: set_timeout on rank ", rank_,
+              ": the timeout must be positive, got ", timeout.count(), " ms");
+  comm_->setOpTimeout(timeout);
+  p2p_->comm().setOpTimeout(timeout);
+  timeoutMs_ = timeout.count();
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;  // not a member of the new group
+  for (int r : ranks)
+    TORCH_CHECK(r >= 0 && r < size_, "braid: split_group on rank ", rank_, ": rank ", r,
+                " is outside the parent group [0, ", size_, ")");
+  BackendConfig config = config_;
+  config.timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout();
+  // Bootstrap waits for the other members: let other Python threads run meanwhile.
+  PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
+  c10::intrusive_ptr<ProcessGroupBraid> child;
+  try {
+    child =
+        c10::make_intrusive<ProcessGroupBraid>(store->clone(), static_cast<int>(it - ranks.begin()),
+                                               static_cast<int>(ranks.size()), config);
+  } catch (...) {
+    if (saved) PyEval_RestoreThread(saved);
+    throw;
+  }
+  if (saved) PyEval_RestoreThread(saved);
+  return child;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
                                                           const std::vector<at::Tensor>& inputs,
                                                           std::vector<at::Tensor> outputs,
-                                                          BraidWork::RunFn run) {
+                                                          BraidWork::RunFn run,
+                                                          std::chrono::milliseconds callTimeout) {
   ++seq_;
-  // A timeout names the bound that expired (the group's timeout, from init_process_group).
-  auto withTimeout = [run = std::move(run), ms = config_.timeout.count()] {
+  const bool perCall = callTimeout.count() > 0;
+  TORCH_CHECK(perCall || callTimeout == c10d::kUnsetTimeout, "braid: ", title, " on rank ", rank_,
+              ": the option's timeout must be positive, got ", callTimeout.count(), " ms");
+  // A timeout names the bound that expired: the call's, or the group's.
+  const std::int64_t ms = perCall ? callTimeout.count() : timeoutMs_.load();
+  auto withTimeout = [run = std::move(run), comm = comm_, perCall, ms] {
+    // Operations of the queue run one at a time, so this bound covers exactly this one.
+    std::optional<braid::ScopedOpTimeout> bound;
+    if (perCall) bound.emplace(*comm, std::chrono::milliseconds(ms));
     try {
       run();
     } catch (const braid::Error& e) {
       if (e.code() != braid::ErrorCode::Timeout) throw;
       throw braid::Error(e.code(),
-                         e.detail() + " (the group's timeout is " + std::to_string(ms) + " ms)");
+                         e.detail() +
+                             (perCall ? " (the call's timeout is " : " (the group's timeout is ") +
+                             std::to_string(ms) + " ms)");
     }
   };
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
@@ -137,15 +206,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
   if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
     return allreduceSparse(tensors, opts);
   const at::Tensor& t = checkSingle(tensors, "all_reduce", "input");
-  const auto dtype = requireReducible(t, "all_reduce");
-  const auto op = toBraidOp(opts.reduceOp, "all_reduce");
+  const Reduction red = toReduction(opts.reduceOp, t, "all_reduce");
+  const auto dtype = red.dtype;
+  const auto op = red.op;
   auto comm = comm_;
   return enqueue(
-      c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors, [comm, t, dtype, op] {
+      c10d::OpType::ALLREDUCE, "braid:all_reduce", tensors, tensors,
+      [comm, t, dtype, op] {
         InOutStage s(t);
         comm->allreduce(s.ptr(), s.ptr(), static_cast<std::size_t>(t.numel()), dtype, op);
         s.commit();
-      });
+      },
+      opts.timeout);
 }
 
 // Sparse COO tensors (e.g. nn.Embedding(sparse=True) gradients under DDP): every rank gathers
@@ -195,16 +267,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
     checkTensor(t, "all_reduce_coalesced", "input");
     checkSameType(tensors[0], t, "all_reduce_coalesced", "a tensor");
   }
-  const auto dtype = requireReducible(tensors[0], "all_reduce_coalesced");
-  const auto op = toBraidOp(opts.reduceOp, "all_reduce_coalesced");
+  const Reduction red = toReduction(opts.reduceOp, tensors[0], "all_reduce_coalesced");
+  const auto dtype = red.dtype;
+  const auto op = red.op;
   auto comm = comm_;
   const std::size_t count = totalBytes(tensors) / tensors[0].element_size();
-  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "braid:all_reduce", tensors, tensors,
-                 [comm, tensors, dtype, op, count] {
-                   Packed p = pack(tensors);
-                   comm->allreduce(p.base, p.base, count, dtype, op);
-                   unpack(p, tensors);
-                 });
+  return enqueue(
+      c10d::OpType::ALLREDUCE_COALESCED, "braid:all_reduce", tensors, tensors,
+      [comm, tensors, dtype, op, count] {
+        Packed p = pack(tensors);
+        comm->allreduce(p.base, p.base, count, dtype, op);
+        unpack(p, tensors);
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>& tensors,
@@ -212,23 +287,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
   const at::Tensor& t = checkSingle(tensors, "reduce", "input");
   checkRoot(opts.rootRank, size_, "reduce");
   TORCH_CHECK(opts.rootTensor == 0, "braid: reduce: rootTensor must be 0 (one tensor per process)");
-  const auto dtype = requireReducible(t, "reduce");
-  const auto op = toBraidOp(opts.reduceOp, "reduce");
+  const Reduction red = toReduction(opts.reduceOp, t, "reduce");
+  const auto dtype = red.dtype;
+  const auto op = red.op;
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = rank_ == root;
   auto comm = comm_;
-  return enqueue(c10d::OpType::REDUCE, "braid:reduce", tensors, tensors,
-                 [comm, t, dtype, op, root, isRoot] {
-                   const auto n = static_cast<std::size_t>(t.numel());
-                   if (isRoot) {
-                     InOutStage s(t);
-                     comm->reduce(s.ptr(), s.ptr(), n, dtype, op, root);
-                     s.commit();
-                   } else {
-                     at::Tensor in = t.contiguous();
-                     comm->reduce(n ? in.data_ptr() : nullptr, nullptr, n, dtype, op, root);
-                   }
-                 });
+  return enqueue(
+      c10d::OpType::REDUCE, "braid:reduce", tensors, tensors,
+      [comm, t, dtype, op, root, isRoot] {
+        const auto n = static_cast<std::size_t>(t.numel());
+        if (isRoot) {
+          InOutStage s(t);
+          comm->reduce(s.ptr(), s.ptr(), n, dtype, op, root);
+          s.commit();
+        } else {
+          at::Tensor in = t.contiguous();
+          comm->reduce(n ? in.data_ptr() : nullptr, nullptr, n, dtype, op, root);
+        }
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
@@ -247,21 +325,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
   TORCH_CHECK(in[static_cast<std::size_t>(rank_)].numel() == out.numel(),
               "braid: reduce_scatter: the output has ", out.numel(), " elements but input[", rank_,
               "] (this rank's block) has ", in[static_cast<std::size_t>(rank_)].numel());
-  const auto dtype = requireReducible(out, "reduce_scatter");
-  const auto op = toBraidOp(opts.reduceOp, "reduce_scatter");
+  const Reduction red = toReduction(opts.reduceOp, out, "reduce_scatter");
+  const auto dtype = red.dtype;
+  const auto op = red.op;
   std::vector<std::size_t> counts;
   for (const auto& t : in) counts.push_back(static_cast<std::size_t>(t.numel()));
   auto comm = comm_;
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", in, outputs,
-                 [comm, out, in, counts, dtype, op] {
-                   Packed p = pack(in);
-                   OutStage o(out);
-                   if (allEqual(counts))
-                     comm->reduceScatter(p.base, o.ptr(), counts[0], dtype, op);
-                   else
-                     comm->reduceScatterv(p.base, o.ptr(), counts, dtype, op);
-                   o.commit();
-                 });
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER, "braid:reduce_scatter", in, outputs,
+      [comm, out, in, counts, dtype, op] {
+        Packed p = pack(in);
+        OutStage o(out);
+        if (allEqual(counts))
+          comm->reduceScatter(p.base, o.ptr(), counts[0], dtype, op);
+        else
+          comm->reduceScatterv(p.base, o.ptr(), counts, dtype, op);
+        o.commit();
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
@@ -272,18 +353,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
   TORCH_CHECK(input.numel() == output.numel() * size_,
               "braid: reduce_scatter_tensor: the input has ", input.numel(),
               " elements; it must have group size (", size_, ") x output (", output.numel(), ")");
-  const auto dtype = requireReducible(input, "reduce_scatter_tensor");
-  const auto op = toBraidOp(opts.reduceOp, "reduce_scatter_tensor");
+  const Reduction red = toReduction(opts.reduceOp, input, "reduce_scatter_tensor");
+  const auto dtype = red.dtype;
+  const auto op = red.op;
   auto comm = comm_;
   at::Tensor out = output, in = input;
-  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, "braid:reduce_scatter_tensor", {in}, {out},
-                 [comm, out, in, dtype, op] {
-                   at::Tensor src = in.contiguous();
-                   OutStage o(out);
-                   comm->reduceScatter(src.numel() ? src.data_ptr() : nullptr, o.ptr(),
-                                       static_cast<std::size_t>(out.numel()), dtype, op);
-                   o.commit();
-                 });
+  return enqueue(
+      c10d::OpType::_REDUCE_SCATTER_BASE, "braid:reduce_scatter_tensor", {in}, {out},
+      [comm, out, in, dtype, op] {
+        at::Tensor src = in.contiguous();
+        OutStage o(out);
+        comm->reduceScatter(src.numel() ? src.data_ptr() : nullptr, o.ptr(),
+                            static_cast<std::size_t>(out.numel()), dtype, op);
+        o.commit();
+      },
+      opts.timeout);
 }
 
 // ---------------------------------------------------------------- data movement (any dtype)
@@ -297,17 +381,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = rank_ == root;
   auto comm = comm_;
-  return enqueue(c10d::OpType::BROADCAST, "braid:broadcast", tensors, tensors,
-                 [comm, t, root, isRoot] {
-                   InOutStage s(t);
-                   comm->broadcast(s.ptr(), byteSize(t), kByte, root);
-                   if (!isRoot) s.commit();
-                 });
+  return enqueue(
+      c10d::OpType::BROADCAST, "braid:broadcast", tensors, tensors,
+      [comm, t, root, isRoot] {
+        InOutStage s(t);
+        comm->broadcast(s.ptr(), byteSize(t), kByte, root);
+        if (!isRoot) s.commit();
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   const at::Tensor& in = checkSingle(inputs, "all_gather", "input");
   TORCH_CHECK(outputs.size() == 1, "braid: all_gather takes one output list per process, got ",
               outputs.size());
@@ -323,21 +409,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
               "] has ", out[static_cast<std::size_t>(rank_)].numel());
   const auto counts = byteCounts(out);
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLGATHER, "braid:all_gather", inputs, out, [comm, in, out, counts] {
-    at::Tensor src = in.contiguous();
-    Packed area = receiveArea(out);
-    void* s = byteSize(src) ? src.data_ptr() : nullptr;
-    if (allEqual(counts))
-      comm->allgather(s, area.base, counts[0], kByte);
-    else
-      comm->allgatherv(s, area.base, counts, {}, kByte);
-    unpack(area, out);
-  });
+  return enqueue(
+      c10d::OpType::ALLGATHER, "braid:all_gather", inputs, out,
+      [comm, in, out, counts] {
+        at::Tensor src = in.contiguous();
+        Packed area = receiveArea(out);
+        void* s = byteSize(src) ? src.data_ptr() : nullptr;
+        if (allEqual(counts))
+          comm->allgather(s, area.base, counts[0], kByte);
+        else
+          comm->allgatherv(s, area.base, counts, {}, kByte);
+        unpack(area, out);
+      },
+      opts.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& output,
-                                                                  at::Tensor& input,
-                                                                  const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   checkTensor(output, "all_gather_into_tensor", "output");
   checkTensor(input, "all_gather_into_tensor", "input");
   checkSameType(input, output, "all_gather_into_tensor", "the output");
@@ -347,17 +435,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(at::Tensor& ou
   auto comm = comm_;
   at::Tensor out = output, in = input;
   return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor", {in}, {out}, [comm, out, in] {
+      c10d::OpType::_ALLGATHER_BASE, "braid:all_gather_into_tensor", {in}, {out},
+      [comm, out, in] {
         at::Tensor src = in.contiguous();
         OutStage o(out);
         comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(), byteSize(src), kByte);
         o.commit();
-      });
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(static_cast<int>(outputLists.size()) == size_,
               "braid: all_gather_coalesced: ", outputLists.size(), " output lists for a group of ",
               size_);
@@ -376,13 +466,115 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
   }
   auto comm = comm_;
   const std::size_t bytes = totalBytes(inputs);
-  return enqueue(c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather", inputs, flatOut,
-                 [comm, inputs, flatOut, bytes] {
-                   Packed src = pack(inputs);
-                   Packed area = receiveArea(flatOut);
-                   comm->allgather(src.base, area.base, bytes, kByte);
-                   unpack(area, flatOut);
-                 });
+  return enqueue(
+      c10d::OpType::ALLGATHER_COALESCED, "braid:all_gather", inputs, flatOut,
+      [comm, inputs, flatOut, bytes] {
+        Packed src = pack(inputs);
+        Packed area = receiveArea(flatOut);
+        comm->allgather(src.base, area.base, bytes, kByte);
+        unpack(area, flatOut);
+      },
+      opts.timeout);
+}
+
+// _coalescing_manager's fast path (FSDP's coalesced all_gather_into_tensor): one Work, one
+// braid allgather per tensor, in order.
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* what = "all_gather_into_tensor (coalesced)";
+  TORCH_CHECK(outputs.size() == inputs.size(), "braid: ", what, ": ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], what, "an input");
+    checkTensor(outputs[i], what, "an output");
+    checkSameType(inputs[i], outputs[i], what, "an output");
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "braid: ", what, ": output ", i,
+                " has ", outputs[i].numel(), " elements; it must have group size (", size_,
+                ") x input ", i, " (", inputs[i].numel(), ")");
+  }
+  auto comm = comm_;
+  return enqueue(
+      c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "braid:all_gather_into_tensor_coalesced",
+      inputs, outputs,
+      [comm, outputs, inputs] {
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          at::Tensor src = inputs[i].contiguous();
+          OutStage o(outputs[i]);
+          comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(), byteSize(src), kByte);
+          o.commit();
+        }
+      },
+      opts.timeout);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* what = "reduce_scatter_tensor (coalesced)";
+  TORCH_CHECK(outputs.size() == inputs.size(), "braid: ", what, ": ", outputs.size(),
+              " outputs for ", inputs.size(), " inputs");
+  std::vector<Reduction> reds;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], what, "an input");
+    checkTensor(outputs[i], what, "an output");
+    checkSameType(inputs[i], outputs[i], what, "an output");
+    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "braid: ", what, ": input ", i,
+                " has ", inputs[i].numel(), " elements; it must have group size (", size_,
+                ") x output ", i, " (", outputs[i].numel(), ")");
+    reds.push_back(toReduction(opts.reduceOp, inputs[i], what));
+  }
+  auto comm = comm_;
+  return enqueue(
+      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "braid:reduce_scatter_tensor_coalesced",
+      inputs, outputs,
+      [comm, outputs, inputs, reds] {
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          at::Tensor src = inputs[i].contiguous();
+          OutStage o(outputs[i]);
+          comm->reduceScatter(src.numel() ? src.data_ptr() : nullptr, o.ptr(),
+                              static_cast<std::size_t>(outputs[i].numel()), reds[i].dtype,
+                              reds[i].op);
+          o.commit();
+        }
+      },
+      opts.timeout);
+}
+
+// dist.gather_into_tensor: the root receives every rank's input back to back in one tensor;
+// the others pass an empty placeholder.
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather_into_tensor(
+    at::Tensor& output, at::Tensor& input, const c10d::GatherOptions& opts) {
+  const char* what = "gather_into_tensor";
+  checkTensor(input, what, "input");
+  checkRoot(opts.rootRank, size_, what);
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = rank_ == root;
+  if (isRoot) {
+    checkTensor(output, what, "output");
+    checkSameType(input, output, what, "the output");
+    TORCH_CHECK(output.numel() == input.numel() * size_,
+                "braid: gather_into_tensor: the output has ", output.numel(),
+                " elements; it must have group size (", size_, ") x input (", input.numel(), ")");
+  }
+  auto comm = comm_;
+  at::Tensor out = output, in = input;
+  std::vector<at::Tensor> outs;
+  if (isRoot) outs.push_back(out);
+  return enqueue(
+      c10d::OpType::GATHER, "braid:gather_into_tensor", {in}, outs,
+      [comm, out, in, root, isRoot] {
+        at::Tensor src = in.contiguous();
+        void* s = byteSize(src) ? src.data_ptr() : nullptr;
+        if (!isRoot) {
+          comm->gather(s, nullptr, byteSize(src), kByte, root);
+          return;
+        }
+        OutStage o(out);
+        comm->gather(s, o.ptr(), byteSize(src), kByte, root);
+        o.commit();
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
@@ -407,17 +599,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
                 "braid: gather: only the root (rank ", root, ") passes an output list");
   }
   auto comm = comm_;
-  return enqueue(c10d::OpType::GATHER, "braid:gather", inputs, out, [comm, in, out, root] {
-    at::Tensor src = in.contiguous();
-    void* s = byteSize(src) ? src.data_ptr() : nullptr;
-    if (out.empty()) {
-      comm->gather(s, nullptr, byteSize(src), kByte, root);
-      return;
-    }
-    Packed area = receiveArea(out);
-    comm->gather(s, area.base, byteSize(src), kByte, root);
-    unpack(area, out);
-  });
+  return enqueue(
+      c10d::OpType::GATHER, "braid:gather", inputs, out,
+      [comm, in, out, root] {
+        at::Tensor src = in.contiguous();
+        void* s = byteSize(src) ? src.data_ptr() : nullptr;
+        if (out.empty()) {
+          comm->gather(s, nullptr, byteSize(src), kByte, root);
+          return;
+        }
+        Packed area = receiveArea(out);
+        comm->gather(s, area.base, byteSize(src), kByte, root);
+        unpack(area, out);
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
@@ -442,18 +637,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
                 "braid: scatter: only the root (rank ", root, ") passes an input list");
   }
   auto comm = comm_;
-  return enqueue(c10d::OpType::SCATTER, "braid:scatter", in, outputs, [comm, in, out, root] {
-    OutStage o(out);
-    Packed src;
-    if (!in.empty()) src = pack(in);
-    comm->scatter(src.base, o.ptr(), byteSize(out), kByte, root);
-    o.commit();
-  });
+  return enqueue(
+      c10d::OpType::SCATTER, "braid:scatter", in, outputs,
+      [comm, in, out, root] {
+        OutStage o(out);
+        Packed src;
+        if (!in.empty()) src = pack(in);
+        comm->scatter(src.base, o.ptr(), byteSize(out), kByte, root);
+        o.commit();
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<std::int64_t>& outputSplits,
-    std::vector<std::int64_t>& inputSplits, const c10d::AllToAllOptions&) {
+    std::vector<std::int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
   checkTensor(output, "all_to_all_single", "output");
   checkTensor(input, "all_to_all_single", "input");
   checkSameType(input, output, "all_to_all_single", "the output");
@@ -466,24 +664,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
                 " (equal splits need equal sizes)");
   auto comm = comm_;
   at::Tensor out = output, in = input;
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "braid:all_to_all", {in}, {out},
-                 [comm, out, in, sendCounts, recvCounts, equal] {
-                   // braid does not alltoall in place: give it a private copy of the input then.
-                   at::Tensor src = sharesMemory(in, out) ? in.clone(at::MemoryFormat::Contiguous)
-                                                          : in.contiguous();
-                   OutStage o(out);
-                   void* s = byteSize(src) ? src.data_ptr() : nullptr;
-                   if (equal)
-                     comm->alltoall(s, o.ptr(), sendCounts[0], kByte);
-                   else
-                     comm->alltoallv(s, sendCounts, {}, o.ptr(), recvCounts, {}, kByte);
-                   o.commit();
-                 });
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, "braid:all_to_all", {in}, {out},
+      [comm, out, in, sendCounts, recvCounts, equal] {
+        // braid does not alltoall in place: give it a private copy of the input then.
+        at::Tensor src =
+            sharesMemory(in, out) ? in.clone(at::MemoryFormat::Contiguous) : in.contiguous();
+        OutStage o(out);
+        void* s = byteSize(src) ? src.data_ptr() : nullptr;
+        if (equal)
+          comm->alltoall(s, o.ptr(), sendCounts[0], kByte);
+        else
+          comm->alltoallv(s, sendCounts, {}, o.ptr(), recvCounts, {}, kByte);
+        o.commit();
+      },
+      opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllToAllOptions&) {
+                                                           const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_,
               "braid: all_to_all needs ", size_, " input and output tensors, got ", inputs.size(),
               " and ", outputs.size());
@@ -498,35 +698,38 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
   const auto sendCounts = byteCounts(inputs);
   const auto recvCounts = byteCounts(outputs);
   auto comm = comm_;
-  return enqueue(c10d::OpType::ALLTOALL, "braid:all_to_all", inputs, outputs,
-                 [comm, inputs, outputs, sendCounts, recvCounts] {
-                   Packed src = pack(inputs);
-                   if (!src.storage.defined() && totalBytes(inputs) > 0) {
-                     // Packed in place: make sure it does not alias the outputs.
-                     for (const auto& o : outputs)
-                       if (sharesMemory(inputs[0], o)) {
-                         src.storage =
-                             at::empty({static_cast<std::int64_t>(totalBytes(inputs))}, at::kByte);
-                         std::memcpy(src.storage.data_ptr(), src.base, totalBytes(inputs));
-                         src.base = src.storage.data_ptr();
-                         break;
-                       }
-                   }
-                   Packed area = receiveArea(outputs);
-                   comm->alltoallv(src.base, sendCounts, {}, area.base, recvCounts, {}, kByte);
-                   unpack(area, outputs);
-                 });
+  return enqueue(
+      c10d::OpType::ALLTOALL, "braid:all_to_all", inputs, outputs,
+      [comm, inputs, outputs, sendCounts, recvCounts] {
+        Packed src = pack(inputs);
+        if (!src.storage.defined() && totalBytes(inputs) > 0) {
+          // Packed in place: make sure it does not alias the outputs.
+          for (const auto& o : outputs)
+            if (sharesMemory(inputs[0], o)) {
+              src.storage = at::empty({static_cast<std::int64_t>(totalBytes(inputs))}, at::kByte);
+              std::memcpy(src.storage.data_ptr(), src.base, totalBytes(inputs));
+              src.base = src.storage.data_ptr();
+              break;
+            }
+        }
+        Packed area = receiveArea(outputs);
+        comm->alltoallv(src.base, sendCounts, {}, area.base, recvCounts, {}, kByte);
+        unpack(area, outputs);
+      },
+      opts.timeout);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions& opts) {
   auto comm = comm_;
-  return enqueue(c10d::OpType::BARRIER, "braid:barrier", {}, {}, [comm] { comm->barrier(); });
+  return enqueue(
+      c10d::OpType::BARRIER, "braid:barrier", {}, {}, [comm] { comm->barrier(); }, opts.timeout);
 }
 
 // ---------------------------------------------------------------- point-to-point
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& tensors, int dst,
                                                        int tag) {
+  checkOpen("send");
   const at::Tensor& t = checkSingle(tensors, "send", "input");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "braid: send: destination rank ", dst,
               " is not another rank of the group [0, ", size_, ")");
@@ -535,6 +738,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
                                                        int tag) {
+  checkOpen("recv");
   const at::Tensor& t = checkSingle(tensors, "recv", "output");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source rank ", src,
               " is not another rank of the group [0, ", size_, ")");
@@ -543,6 +747,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                 int tag) {
+  checkOpen("recv");
   const at::Tensor& t = checkSingle(tensors, "recv", "output");
   return p2p_->recvAnySource(queue_, t, tag);
 }
@@ -554,7 +759,7 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   // Tags of its own, so a stray user message is reported instead of taken for a token.
   constexpr int kArriveTag = -0x6d62;
   constexpr int kReleaseTag = -0x6d63;
-  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? config_.timeout : opts.timeout;
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? this->timeout() : opts.timeout;
   at::Tensor token = at::full({1}, rank_, at::kLong);
   if (rank_ != 0) {
     // Only rank 0 enforces the timeout, so that it, not a bystander, names the missing rank.

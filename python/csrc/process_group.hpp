@@ -1,5 +1,5 @@
-// ProcessGroupBraid: torch.distributed's backend "braid", a c10d ProcessGroup (torch 1.x) or
-// c10d Backend (torch 2.x) over a braid communicator.
+// ProcessGroupBraid: torch.distributed's backend "braid", a c10d::Backend (torch 2.x) over a
+// braid communicator; the Python ProcessGroup serves CPU tensors with it.
 //
 // Bootstrap: torch hands the creator a store (already prefixed with the group's name), the rank
 // and size in the group, and the timeout. Two braid communicators are created through that
@@ -7,9 +7,17 @@
 // (new_group) gets its own creator call with its own store prefix, so it is a fresh braid
 // communicator of its members; non-members are never asked.
 //
-// Timeout: the one given to init_process_group/new_group bounds every operation
-// (braid Options::execTimeout) and connection setup (Options::connectTimeout, if smaller).
+// split_group: torch calls split() on every rank of the parent; the members build a new
+// ProcessGroupBraid on the child store torch passes (non-members get nullptr), like new_group.
+//
+// Timeout: the one given to init_process_group/new_group/split_group bounds every operation
+// (braid Options::execTimeout) and connection setup (Options::connectTimeout, if smaller);
+// dist.distributed_c10d._set_pg_timeout / set_timeout changes it (setTimeout). A per-call
+// `timeout` in torch's option structs bounds that one operation (braid::ScopedOpTimeout).
 // Other braid settings come from the BRAID_* environment as usual.
+//
+// shutdown() (destroy_process_group) runs what is queued, then refuses new operations;
+// abort() fails what is pending at once (braid::Comm::abort) and refuses new operations.
 #pragma once
 
 #include <braid/comm.hpp>
@@ -40,6 +48,14 @@ class ProcessGroupBraid : public BackendBase {
   ~ProcessGroupBraid() override;
 
   const std::string getBackendName() const override { return "braid"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override;
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void shutdown() override;
+  void abort() override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -57,6 +73,11 @@ class ProcessGroupBraid : public BackendBase {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(
       std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,
+                                                    const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -68,6 +89,9 @@ class ProcessGroupBraid : public BackendBase {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<std::int64_t>& outputSplits,
                                                std::vector<std::int64_t>& inputSplits,
@@ -90,6 +114,8 @@ class ProcessGroupBraid : public BackendBase {
   /// The braid communicator of the collectives (for introspection from Python).
   braid::Comm& comm() { return *comm_; }
   const BackendConfig& config() const { return config_; }
+  /// The bound on one operation now (init_process_group's timeout, or setTimeout's).
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeoutMs_.load()); }
 
   /// Runs fn(comm()) on the group's queue as one of its collectives (in issue order, behind
   /// those queued before) and waits for it; rethrows its error. For collective set-up over the
@@ -97,10 +123,16 @@ class ProcessGroupBraid : public BackendBase {
   void runInOrder(const char* title, std::function<void(braid::Comm&)> fn);
 
  private:
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
-                                         const std::vector<at::Tensor>& inputs,
-                                         std::vector<at::Tensor> outputs, BraidWork::RunFn run);
-  void shutdown();
+  /// Queues a collective. `callTimeout`: the option struct's timeout (kUnsetTimeout: the
+  /// group's bound applies).
+  c10::intrusive_ptr<c10d::Work> enqueue(
+      c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
+      std::vector<at::Tensor> outputs, BraidWork::RunFn run,
+      std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout);
+  /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
+  /// it (the worker may be running a Python future callback).
+  void stopQueue();
+  void checkOpen(const char* op) const;
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceOptions& opts);
 
@@ -109,6 +141,9 @@ class ProcessGroupBraid : public BackendBase {
   std::shared_ptr<P2P> p2p_;
   std::shared_ptr<OpQueue> queue_;
   std::atomic<std::uint64_t> seq_{0};  // collectives issued (getSequenceNumberForGroup)
+  std::atomic<std::int64_t> timeoutMs_;
+  std::atomic<bool> closed_{false};  // shutdown() or abort() was called  // the group's bound
+                                     // (config_.timeout, setTimeout)
 };
 
 }  // namespace braid_torch

@@ -2,16 +2,15 @@
 // non-contiguous tensors (braid reads and writes flat memory).
 #pragma once
 
-#include "torch_compat.hpp"
-
-#include <braid/types.hpp>
-
 #include <ATen/ATen.h>
 
+#include <braid/types.hpp>
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "torch_compat.hpp"
 
 namespace braid_torch {
 
@@ -25,8 +24,15 @@ std::optional<braid::DataType> reducibleType(at::ScalarType t);
 /// The braid type a reduction over `t` runs in; throws naming the operation and the dtype.
 braid::DataType requireReducible(const at::Tensor& t, const char* op);
 
-/// braid's op for torch's; throws for BAND/BOR/BXOR/PREMUL_SUM naming the operation.
-braid::ReduceOp toBraidOp(const c10d::ReduceOp& op, const char* opName);
+/// braid's element type and reduction for a reduction of `t` with torch's `op` (PREMUL_SUM
+/// carries its factor). Throws, naming the operation (`what`), the ReduceOp and the dtype, for a
+/// dtype braid does not reduce and for a combination braid::isSupported rejects (BAND on float,
+/// MIN on complex, AVG on bool).
+struct Reduction {
+  braid::DataType dtype;
+  braid::Reduction op;
+};
+Reduction toReduction(const c10d::ReduceOp& op, const at::Tensor& t, const char* what);
 
 /// CPU, strided (dense) tensor; throws naming the operation and argument.
 void checkTensor(const at::Tensor& t, const char* op, const char* what);

@@ -107,15 +107,15 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       auto nap = std::chrono::microseconds(10);
       while (!tryPoll()) {
-        TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "braid: ",
-                    c10d::opTypeToString(retrieveOpType()), " did not complete within ",
+        TORCH_CHECK(std::chrono::steady_clock::now() < deadline,
+                    "braid: ", c10d::opTypeToString(retrieveOpType()), " did not complete within ",
                     timeout.count(), " ms (Work.wait timeout); it keeps running");
         std::this_thread::sleep_for(nap);
         nap = std::min(nap * 2, std::chrono::microseconds(1000));
       }
     } else {
-      TORCH_CHECK(queue_->waitDone(this, timeout), "braid: ",
-                  c10d::opTypeToString(retrieveOpType()), " did not complete within ",
+      TORCH_CHECK(queue_->waitDone(this, timeout),
+                  "braid: ", c10d::opTypeToString(retrieveOpType()), " did not complete within ",
                   timeout.count(), " ms (Work.wait timeout); it keeps running");
     }
   }
@@ -134,7 +134,9 @@ c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
   return future_;
 }
 
-std::vector<at::Tensor> BraidWork::result() { return outputs_; }
+std::vector<at::Tensor> BraidWork::result() {
+  return outputs_;
+}
 
 int BraidWork::sourceRank() const {
   const int r = sourceRank_.load();
@@ -144,7 +146,9 @@ int BraidWork::sourceRank() const {
 
 // ---------------------------------------------------------------- OpQueue
 
-OpQueue::~OpQueue() { shutdown(); }
+OpQueue::~OpQueue() {
+  shutdown();
+}
 
 void OpQueue::startWorkerLocked() {
   if (!worker_.joinable())
@@ -155,7 +159,9 @@ void OpQueue::push(c10::intrusive_ptr<BraidWork> work) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    TORCH_CHECK(!stop_, "braid: the process group was destroyed; no new operations");
+    TORCH_CHECK(!stop_,
+                "braid: the process group was shut down (destroy_process_group, shutdown() or "
+                "abort()); it takes no new operations");
     queue_.push_back({std::move(work), std::chrono::steady_clock::now()});
     startWorkerLocked();
     wake = workerState_ == WorkerState::Idle;

@@ -1,6 +1,8 @@
 // Communicator creation: the bootstrap (options checked, store namespace, transports, topology,
 // cost model) behind Comm::create / Comm::fromEnv, and sub-communicators (split, subgroup), which
 // run the same bootstrap for a subset of ranks. Execution is in comm.cpp.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <braid/comm.hpp>
@@ -155,6 +157,11 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   // World communicators only: a sub-communicator's size comes from its parent's gathered data.
+  if (parentTopology == nullptr) {
+    static std::atomic<bool> checkedEnvironment{false};
+    if (!checkedEnvironment.exchange(true))
+      for (const std::string& w : environmentWarnings(environ)) impl->log(1, w);
+  }
   if (parentTopology == nullptr && size > 1) {
     if (opts.security.authKey.empty()) {
       static std::atomic<bool> warned{false};

@@ -1,13 +1,17 @@
 // The one place braid reads its environment. Every variable is listed in kVariables (printed by
 // `braid-info --env`, documented in docs/env.md).
+#include <algorithm>
 #include <braid/error.hpp>
 #include <braid/options.hpp>
 #include <cctype>
 #include <charconv>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bootstrap/pmix.hpp"
 #include "bootstrap/slurm.hpp"
@@ -41,8 +45,10 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_BUFFSIZE", "4M", "scratch memory per communicator, allocated once (bounds chunking)"},
     {"BRAID_SMALL_MSG_SIZE", "64K", "allreduce up to this size uses recursive doubling"},
     {"BRAID_ALGO", "", "algorithm rules, e.g. 'ring' or 'allreduce:0-64K:recursive_doubling'"},
-    {"BRAID_CONNECT_TIMEOUT", "60000", "ms: bound on store and peer connection setup"},
-    {"BRAID_EXEC_TIMEOUT", "300000", "ms: bound on one operation"},
+    {"BRAID_CONNECT_TIMEOUT", "60000",
+     "bound on store and peer connection setup: 500ms, 60s, 5m, 1h (a bare number is ms)"},
+    {"BRAID_EXEC_TIMEOUT", "300000",
+     "bound on one operation: 500ms, 300s, 5m, 1h (a bare number is ms)"},
     {"BRAID_SPIN_US", "50", "us a waiting thread polls before it sleeps"},
     {"BRAID_LISTEN_ADDR", "",
      "address to listen on for peers (default: the one reaching the store)"},
@@ -97,6 +103,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
+    {"BRAID_TORCH_GRACE_US", "1000",
+     "PyTorch backend: us a queued collective waits for a caller about to wait() on it"},
     {"BRAID_HIER_PIECE_SIZE", "auto",
      "hierarchical allreduce: pieces this big overlap their in-host and network phases "
      "(auto: the cost model picks per size)"},
@@ -148,12 +156,63 @@ bool boolVar(const char* name, bool def) {
   return intVar(name, def ? 1 : 0, 0, 1) != 0;
 }
 
-// Timeouts in ms: at least 1 (0 would fail everything at once; it has no meaning), at most 30
-// days, so that now + timeout never overflows a clock.
+// Timeouts: a whole number with a unit (ms, s, m, h) or a bare number of milliseconds; at least
+// 1 ms (0 would fail everything at once; it has no meaning), at most 30 days, so that now +
+// timeout never overflows a clock. nullopt when `text` is none of these.
 constexpr long long kMaxTimeoutMs = 30LL * 24 * 3600 * 1000;
-std::chrono::milliseconds timeoutVar(const char* name, std::chrono::milliseconds def) {
-  return std::chrono::milliseconds(intVar(name, def.count(), 1, kMaxTimeoutMs));
+struct Duration {
+  long long ms = 0;
+  bool bare = false;  // no unit: milliseconds
+};
+std::optional<Duration> parseDuration(std::string_view text) {
+  long long n = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || p == text.data() || n < 0) return std::nullopt;
+  const std::string_view unit(p, static_cast<std::size_t>(text.data() + text.size() - p));
+  long long scale = 0;
+  if (unit.empty() || unit == "ms") scale = 1;
+  if (unit == "s") scale = 1000;
+  if (unit == "m" || unit == "min") scale = 60 * 1000;
+  if (unit == "h") scale = 3600 * 1000;
+  if (scale == 0 || n > kMaxTimeoutMs / scale) return std::nullopt;
+  return Duration{n * scale, unit.empty()};
 }
+std::chrono::milliseconds timeoutVar(const char* name, std::chrono::milliseconds def) {
+  const char* v = get(name);
+  if (v == nullptr) return def;
+  const auto d = parseDuration(v);
+  if (!d || d->ms < 1 || d->ms > kMaxTimeoutMs)
+    throw badValue(name, v,
+                   "a duration between 1 ms and 30 days: a number with a unit (500ms, 60s, 5m, "
+                   "1h) or a bare number of milliseconds");
+  return std::chrono::milliseconds(d->ms);
+}
+
+// Levenshtein distance, for naming the known variable closest to a misspelt one.
+std::size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// BRAID_* variables that are not the library's: set by braid-run for the application, or read
+// by braid's tests, benchmarks and scripts (docs/env.md, "Variables of the tools and tests").
+constexpr std::string_view kNotTheLibrarys[] = {"BRAID_NODE_RANK",    "BRAID_LOCAL_WORLD_SIZE",
+                                                "BRAID_RUN",          "BRAID_VENV_PYTHON",
+                                                "BRAID_SOAK_",        "BRAID_CHAOS_",
+                                                "BRAID_SANITIZE",     "BRAID_FUZZ_",
+                                                "BRAID_SUITE_",       "BRAID_TEST_",
+                                                "BRAID_TRAINING_",    "BRAID_SHAPED_LINK_",
+                                                "BRAID_HOSTILE_SOAK_"};
 
 /// Milliseconds as a decimal number ("1", "0.5", "2.5"), returned in microseconds.
 std::chrono::microseconds millisecondsVar(const char* name, std::chrono::microseconds def) {
@@ -255,6 +314,48 @@ void pmixStore(LaunchInfo& li) {
 
 const std::vector<EnvVarDoc>& environmentVariables() {
   return kVariables;
+}
+
+std::vector<std::string> environmentWarnings(char** env) {
+  std::vector<std::string> out;
+  for (char** e = env; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::size_t eq = entry.find('=');
+    const std::string_view name = entry.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? "" : entry.substr(eq + 1);
+    if (name.rfind("BRAID_", 0) != 0) continue;
+    bool known = false;
+    for (const EnvVarDoc& d : kVariables) known = known || name == d.name;
+    for (std::string_view prefix : kNotTheLibrarys)
+      known = known || (prefix.back() == '_' ? name.rfind(prefix, 0) == 0 : name == prefix);
+    if (!known) {
+      const char* closest = nullptr;
+      std::size_t best = SIZE_MAX;
+      for (const EnvVarDoc& d : kVariables) {
+        if (std::string_view(d.name).rfind("BRAID_", 0) != 0) continue;
+        const std::size_t dist = editDistance(name, d.name);
+        if (dist < best) {
+          best = dist;
+          closest = d.name;
+        }
+      }
+      std::string w = "unknown environment variable " + std::string(name) + " is ignored";
+      if (closest != nullptr && best <= 3) w += std::string(": did you mean ") + closest + "?";
+      w += " (braid-info --env lists the variables braid reads)";
+      out.push_back(std::move(w));
+      continue;
+    }
+    // A bare number is milliseconds; below a second it is almost surely meant as seconds.
+    if (name == "BRAID_CONNECT_TIMEOUT" || name == "BRAID_EXEC_TIMEOUT") {
+      const auto d = parseDuration(value);
+      if (d && d->bare && d->ms >= 1 && d->ms < 1000)
+        out.push_back(std::string(name) + "=" + std::string(value) + " is " + std::string(value) +
+                      " ms (a bare number is milliseconds); write " + std::string(value) +
+                      "s for seconds or " + std::string(value) +
+                      "ms to keep it and silence this warning");
+    }
+  }
+  return out;
 }
 
 Options Options::fromEnv() {

@@ -159,6 +159,57 @@ TEST_F(EnvTest, KernelIsaIsParsedAndCheckedAgainstTheCpu) {
   }
 }
 
+// Timeouts read like torch's and HCCL's: a unit, or a bare number of milliseconds as before.
+TEST_F(EnvTest, TimeoutsAcceptUnits) {
+  const std::pair<const char*, long long> cases[] = {
+      {"500ms", 500},  {"60s", 60000}, {"5m", 300000},        {"5min", 300000},
+      {"1h", 3600000}, {"1500", 1500}, {"720h", 2592000000LL}};
+  for (const char* var : {"BRAID_CONNECT_TIMEOUT", "BRAID_EXEC_TIMEOUT"})
+    for (auto [text, ms] : cases) {
+      setenv(var, text, 1);
+      const Options o = Options::fromEnv();
+      EXPECT_EQ(
+          (std::string(var) == "BRAID_EXEC_TIMEOUT" ? o.execTimeout : o.connectTimeout).count(), ms)
+          << var << "=" << text;
+      unsetenv(var);
+    }
+  for (const char* bad : {"0s", "721h", "5 s", "5sec", "1d", "s", "-5s", "1.5s"}) {
+    setenv("BRAID_EXEC_TIMEOUT", bad, 1);
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BRAID_EXEC_TIMEOUT"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("500ms, 60s, 5m"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// What creation warns about: unknown BRAID_* names (with the closest known one when it is
+// close), and timeouts given as a bare number under a second.
+TEST_F(EnvTest, WarningsNameTyposAndUnitlessTimeouts) {
+  std::vector<std::string> entries = {"BRAID_EXEC_TIMOUT=300",    "BRAID_FROBNICATE=1",
+                                      "BRAID_CONNECT_TIMEOUT=20", "BRAID_EXEC_TIMEOUT=20s",
+                                      "BRAID_SOAK_SEED=7",        "BRAID_NODE_RANK=0",
+                                      "BRAID_CHUNK_SIZE=64K",     "PATH=/bin",
+                                      "BRAID_SHM_STAGNG=1M",      "BRAID_CONNECT_TIMEOUT"};
+  std::vector<char*> env;
+  for (std::string& e : entries) env.push_back(e.data());
+  env.push_back(nullptr);
+  const std::vector<std::string> w = environmentWarnings(env.data());
+  ASSERT_EQ(w.size(), 4u) << ::testing::PrintToString(w);
+  EXPECT_NE(w[0].find("BRAID_EXEC_TIMOUT is ignored: did you mean BRAID_EXEC_TIMEOUT?"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[1].find("BRAID_FROBNICATE is ignored"), std::string::npos) << w[1];
+  EXPECT_EQ(w[1].find("did you mean"), std::string::npos) << w[1];
+  EXPECT_NE(w[2].find("BRAID_CONNECT_TIMEOUT=20 is 20 ms"), std::string::npos) << w[2];
+  EXPECT_NE(w[2].find("20s"), std::string::npos) << w[2];
+  EXPECT_NE(w[3].find("did you mean BRAID_SHM_STAGING?"), std::string::npos) << w[3];
+  char* none[] = {nullptr};
+  EXPECT_TRUE(environmentWarnings(none).empty());
+}
+
 TEST_F(EnvTest, LastLevelCacheSizeIsAutoOrABoundedSize) {
   EXPECT_EQ(Options::fromEnv().llcBytes, 0u);
   setenv("BRAID_LLC_SIZE", "auto", 1);

@@ -82,12 +82,44 @@ def check_ddp_comm_hook(rank, world):
                                    msg=lambda m: f"param {i}: fp16 hook vs plain: {m}")
 
 
+def check_ddp_options_match_gloo(rank, world):
+    """static_graph and gradient_as_bucket_view (torch 2.x DDP options), alone and together,
+    with and without a comm hook: braid ends where gloo ends with the same options, and where
+    single-process training ends."""
+    gloo = dist.new_group(backend="gloo")
+    base = make_model()
+    reference = params(train(copy.deepcopy(base), rank, world, shard=False))
+    variants = [dict(static_graph=True), dict(gradient_as_bucket_view=True),
+                dict(static_graph=True, gradient_as_bucket_view=True)]
+    for kw in variants:
+        for hook in (None, default_hooks.allreduce_hook):
+            runs = []
+            for pg in (None, gloo):
+                ddp = DDP(copy.deepcopy(base), process_group=pg, bucket_cap_mb=0.01, **kw)
+                if hook is not None:
+                    ddp.register_comm_hook(state=pg, hook=hook)
+                runs.append(params(train(ddp, rank, world)))
+            what = f"{kw} hook={hook.__name__ if hook else None}"
+            for i, (b, g, r) in enumerate(zip(*runs, reference)):
+                torch.testing.assert_close(b, g, rtol=1e-5, atol=1e-6,
+                                           msg=lambda m: f"{what} param {i}: braid vs gloo: {m}")
+                torch.testing.assert_close(b, r, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m: f"{what} param {i}: vs one process: {m}")
+    # bf16 compression hook (the future path) against plain DDP, loosely.
+    hooked = DDP(copy.deepcopy(base), gradient_as_bucket_view=True)
+    hooked.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+    for i, (a, r) in enumerate(zip(params(train(hooked, rank, world)), reference)):
+        torch.testing.assert_close(a, r, rtol=5e-2, atol=5e-3,
+                                   msg=lambda m: f"param {i}: bf16 hook vs one process: {m}")
+
+
 def main():
     rank, world = init("braid", timeout_s=120)
     torch.set_num_threads(1)
     checks = Checks(f"ddp (world {world})")
     checks.run(check_ddp_matches_gloo_and_reference, rank, world)
     checks.run(check_ddp_comm_hook, rank, world)
+    checks.run(check_ddp_options_match_gloo, rank, world)
     checks.done()
     dist.destroy_process_group()
 
