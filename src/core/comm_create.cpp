@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <braid/comm.hpp>
+#include <braid/launch.hpp>
 #include <cstdio>
 
 #include "bootstrap/pmix.hpp"
@@ -262,42 +263,9 @@ void parseExchanged(const std::string& s, LaunchInfo& li) {
   li.storePort = static_cast<std::uint16_t>(port);
 }
 
-// Rank 0 of a launcher-derived store records the job's identity; the others check it, so a
-// derived port held by another job's store is an error naming both jobs.
-void checkJob(Store& store, const LaunchInfo& li, const Options& o) {
-  if (li.jobId.empty()) return;
-  const std::string key = "braid/launch/job";
-  const std::string where = "rank " + std::to_string(li.rank) + ": the store at " + li.storeHost +
-                            ":" + std::to_string(li.storePort) + " (" + li.storeDetail + ")";
-  if (li.rank == 0) {
-    store.set(key, std::vector<std::uint8_t>(li.jobId.begin(), li.jobId.end()));
-    return;
-  }
-  std::vector<std::uint8_t> got;
-  try {
-    got = store.get(key, o.connectTimeout);
-  } catch (const Error& e) {
-    throw Error(e.code(), where + " did not say which job it serves within " +
-                              std::to_string(o.connectTimeout.count()) +
-                              " ms (another program holds the port?): " + e.detail());
-  }
-  const std::string theirs(got.begin(), got.end());
-  if (theirs != li.jobId)
-    throw Error(ErrorCode::InvalidArgument, where + " serves " + theirs + ", not " + li.jobId +
-                                                ": the port is taken by another job; set "
-                                                "BRAID_STORE=HOST:PORT");
-}
-
 }  // namespace
 
-std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& options) {
-  if (launchIn.size < 1 || launchIn.rank < 0 || launchIn.rank >= launchIn.size)
-    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launchIn.rank) +
-                                                " is outside world size " +
-                                                std::to_string(launchIn.size));
-  if (launchIn.size == 1 && launchIn.storePort == 0 && launchIn.storeSource != "pmix")
-    return create(std::make_shared<MemoryStore>(), 0, 1, options);
-  LaunchInfo launch = launchIn;
+std::shared_ptr<TcpStoreServer> serveLaunchStore(LaunchInfo& launch, const Options& options) {
   std::shared_ptr<TcpStoreServer> server;
   if (launch.storeSource == "pmix") {
     // Rank 0 binds first (a free port: nothing to collide with), then the address goes through
@@ -326,10 +294,48 @@ std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& op
                                 "; another program or job holds it: set BRAID_STORE=HOST:PORT");
     }
   }
+  return server;
+}
+
+// Rank 0 of a launcher-derived store records the job's identity; the others check it, so a
+// derived port held by another job's store is an error naming both jobs.
+void checkLaunchStoreJob(Store& store, const LaunchInfo& li, const Options& o) {
+  if (li.jobId.empty()) return;
+  const std::string key = "braid/launch/job";
+  const std::string where = "rank " + std::to_string(li.rank) + ": the store at " + li.storeHost +
+                            ":" + std::to_string(li.storePort) + " (" + li.storeDetail + ")";
+  if (li.rank == 0) {
+    store.set(key, std::vector<std::uint8_t>(li.jobId.begin(), li.jobId.end()));
+    return;
+  }
+  std::vector<std::uint8_t> got;
+  try {
+    got = store.get(key, o.connectTimeout);
+  } catch (const Error& e) {
+    throw Error(e.code(), where + " did not say which job it serves within " +
+                              std::to_string(o.connectTimeout.count()) +
+                              " ms (another program holds the port?): " + e.detail());
+  }
+  const std::string theirs(got.begin(), got.end());
+  if (theirs != li.jobId)
+    throw Error(ErrorCode::InvalidArgument, where + " serves " + theirs + ", not " + li.jobId +
+                                                ": the port is taken by another job; set "
+                                                "BRAID_STORE=HOST:PORT");
+}
+
+std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& options) {
+  if (launchIn.size < 1 || launchIn.rank < 0 || launchIn.rank >= launchIn.size)
+    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launchIn.rank) +
+                                                " is outside world size " +
+                                                std::to_string(launchIn.size));
+  if (launchIn.size == 1 && launchIn.storePort == 0 && launchIn.storeSource != "pmix")
+    return create(std::make_shared<MemoryStore>(), 0, 1, options);
+  LaunchInfo launch = launchIn;
+  std::shared_ptr<TcpStoreServer> server = serveLaunchStore(launch, options);
   auto store =
       std::make_shared<TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout,
                                  TcpStore::kDefaultOpTimeout, options.security);
-  checkJob(*store, launch, options);
+  checkLaunchStoreJob(*store, launch, options);
   auto gen = store->add("braid/generation/" + std::to_string(launch.rank), 1) - 1;
   return std::unique_ptr<Comm>(new Comm(makeImpl(std::move(store), std::move(server), launch.rank,
                                                  launch.size, std::to_string(gen), options)));

@@ -43,10 +43,27 @@ processes_in_tmp() {
   done
 }
 
+# Whether a slurmstepd (of our cluster: working directory in $tmp) still runs.
+stepds_in_tmp() {
+  local p
+  for p in $(processes_in_tmp); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = slurmstepd ] && return 0
+  done
+  return 1
+}
+
 cleanup() {
   local rc=$?
   local pid
   cd / || true  # so that this shell is not among the processes in $tmp
+  # A step's slurmstepd finishes its step with slurmd and slurmctld after srun returned: stop the
+  # daemons only once no step is left, or it retries them for a minute.
+  if [ -n "${SLURM_CONF:-}" ]; then
+    for _ in $(seq 150); do
+      stepds_in_tmp || break
+      sleep 0.1
+    done
+  fi
   for pid in "${daemons[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   for pid in "${daemons[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -76,7 +93,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 cd "$tmp" || fail "cd $tmp"
-for tool in braid-perf braid-info braid-run braid_launched_test; do
+for tool in braid-perf braid-info braid-run braid-check braid_launched_test; do
   [ -x "$bin/$tool" ] || fail "$bin/$tool is not built"
 done
 
@@ -138,6 +155,10 @@ case_mpirun_perf() {
       > "$tmp/np$n.out" 2>&1 || { cat "$tmp/np$n.out"; fail "mpirun -np $n braid-perf failed"; }
     perf_ok "$tmp/np$n.out" || { cat "$tmp/np$n.out"; fail "np $n: data not checked OK"; }
   done
+  echo "--- mpirun -np 3 braid-check --quick"
+  timeout 60 mpirun -np 3 braid-check --quick > "$tmp/check.out" 2>&1 ||
+    { cat "$tmp/check.out"; fail "braid-check under mpirun"; }
+  grep "^summary: PASS: 3 ranks" "$tmp/check.out" || { cat "$tmp/check.out"; fail "braid-check summary"; }
 }
 
 case_mpirun_sweep() {
@@ -402,6 +423,10 @@ case_slurm_srun() {
   [ "$(grep -c "^launch: slurm, rank" "$tmp/info.out")" -eq 4 ] || fail "not 4 ranks as slurm"
   [ "$(grep "^store:" "$tmp/info.out" | sort -u | wc -l)" -eq 1 ] || fail "ranks disagree on the store"
   grep -q "^store: 127.0.0.1:2[0-9]*, from slurm" "$tmp/info.out" || fail "store not derived from slurm"
+  echo "--- srun -n 3 braid-check --quick"
+  timeout 60 srun -n 3 braid-check --quick > "$tmp/check.out" 2>&1 ||
+    { cat "$tmp/check.out"; fail "braid-check under srun"; }
+  grep "^summary: PASS: 3 ranks" "$tmp/check.out" || { cat "$tmp/check.out"; fail "braid-check summary"; }
   echo "--- srun -n 3 braid_launched_test"
   timeout 100 srun -n 3 braid_launched_test > "$tmp/sweep.out" 2>&1 ||
     { cat "$tmp/sweep.out"; fail "srun braid_launched_test failed"; }

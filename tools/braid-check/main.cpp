@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <braid/braid.hpp>
+#include <braid/launch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -225,7 +226,13 @@ bool Checker::checkStore() {
   std::uint16_t port = launch_.storePort;
   storeAddress_ = hostPort(launch_.storeHost, port);
   try {
-    if (rank_ == 0 && (!launch_.storeExternal || (size_ == 1 && port == 0))) {
+    if (launch_.storeSource == "pmix" || launch_.storeSource == "slurm") {
+      // The launcher gave the address (derived under Slurm, exchanged through PMIx under
+      // mpirun: a collective, every rank takes part), as Comm::create has it.
+      server_ = serveLaunchStore(launch_, options_);
+      port = launch_.storePort;
+      storeAddress_ = hostPort(launch_.storeHost, port);
+    } else if (rank_ == 0 && (!launch_.storeExternal || (size_ == 1 && port == 0))) {
       server_ = std::make_shared<TcpStoreServer>(launch_.storeHost, port, options_.security);
       port = server_->port();
       storeAddress_ = hostPort(launch_.storeHost, port);
@@ -248,6 +255,17 @@ bool Checker::checkStore() {
   } catch (const std::exception& e) {
     const std::string what = "rank " + std::to_string(rank_) + " cannot reach the store at " +
                              storeAddress_ + " within " + seconds(waitTimeout_) + ": " + e.what();
+    fail(what);
+    say("  FAIL " + what);
+    localFailure(what);
+    stage("store", Status::Fail, what);
+    report_.exitCode = kExitStore;
+    return false;
+  }
+  try {
+    checkLaunchStoreJob(*store_, launch_, options_);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
     fail(what);
     say("  FAIL " + what);
     localFailure(what);
