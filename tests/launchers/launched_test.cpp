@@ -66,8 +66,7 @@ int killedRankCase(int victim) {
     std::fflush(stdout);
     return e.code() == ErrorCode::PeerLost ? 3 : 4;
   }
-  std::printf("launched: rank %d: no error within 30 s of rank %d's death\n", comm->rank(),
-              victim);
+  std::printf("launched: rank %d: no error within 30 s of rank %d's death\n", comm->rank(), victim);
   return 5;
 }
 
