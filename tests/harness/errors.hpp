@@ -34,4 +34,16 @@ ErrorCode codeOf(Fn&& fn, std::string& message) {
   return ErrorCode::Internal;
 }
 
+/// The braid::Error fn() throws; a test failure (and an Internal error) when it throws nothing.
+template <typename Fn>
+Error thrownBy(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a braid::Error";
+  return Error(ErrorCode::Internal, "nothing thrown");
+}
+
 }  // namespace braid::test

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/handshake.hpp"
+#include "harness/errors.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -25,6 +26,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
+using test::thrownBy;
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::uint8_t>;
 
@@ -37,17 +39,6 @@ SecurityOptions keyed(std::string key) {
 std::unique_ptr<TcpStore> client(const TcpStoreServer& server, const SecurityOptions& s,
                                  milliseconds connect = 2000ms) {
   return std::make_unique<TcpStore>("127.0.0.1", server.port(), connect, 5000ms, s);
-}
-
-template <typename Fn>
-Error thrownBy(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return Error(ErrorCode::Internal, "nothing thrown");
 }
 
 // A raw TCP connection, for what no TcpStore would send.

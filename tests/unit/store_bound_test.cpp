@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/errors.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -34,6 +35,7 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::uint8_t>;
 namespace proto = store_protocol;
+using test::thrownBy;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -47,16 +49,6 @@ SecurityOptions bounded(std::size_t total, std::size_t perPeer, std::string key 
 
 std::unique_ptr<TcpStore> client(const TcpStoreServer& server, const SecurityOptions& s) {
   return std::make_unique<TcpStore>("127.0.0.1", server.port(), 2000ms, 10000ms, s);
-}
-
-Error thrownBy(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return Error(ErrorCode::Internal, "nothing thrown");
 }
 
 // A raw-protocol client (the unauthenticated store serves clients that skip the handshake),

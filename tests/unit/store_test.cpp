@@ -23,12 +23,14 @@
 #include <thread>
 #include <vector>
 
+#include "harness/errors.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
 namespace {
 
 namespace proto = store_protocol;
+using test::thrownBy;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -42,18 +44,6 @@ milliseconds since(Clock::time_point t) {
 std::unique_ptr<TcpStore> connectTo(const TcpStoreServer& server,
                                     milliseconds opTimeout = milliseconds(5000)) {
   return std::make_unique<TcpStore>("127.0.0.1", server.port(), kConnect, opTimeout);
-}
-
-// Runs fn, which must throw braid::Error, and returns it.
-template <typename Fn>
-Error thrownBy(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a braid::Error";
-  return Error(ErrorCode::Internal, "nothing thrown");
 }
 
 // A raw TCP connection to the server, for sending what no TcpStore would.
