@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/handshake.hpp"
+#include "harness/raw_connection.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_bootstrap.hpp"
@@ -32,6 +33,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using Bytes = std::vector<std::uint8_t>;
+// A raw connection to a rank's listen port ("host:port").
+using Stranger = test::RawConnection;
 
 TcpOptions withKey(std::string key, std::chrono::milliseconds connect = 5000ms) {
   TcpOptions o;
@@ -93,39 +96,6 @@ void exchange(int rank, Transport& t) {
     EXPECT_EQ(in[i], Bytes(1000, static_cast<std::uint8_t>(p * 16 + rank)));
   }
 }
-
-// A raw connection to a rank's listen port.
-class Stranger {
- public:
-  explicit Stranger(const std::string& address) {
-    const auto hp = tcp::parseHostPort(address);
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(hp->port);
-    ::inet_pton(AF_INET, hp->host.c_str(), &addr.sin_addr);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~Stranger() { ::close(fd_); }
-  Stranger(const Stranger&) = delete;
-  Stranger& operator=(const Stranger&) = delete;
-  bool connected() const { return connected_; }
-  void send(const Bytes& b) { ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL); }
-  bool closedByPeer(std::chrono::milliseconds within) {
-    const auto deadline = Clock::now() + within;
-    std::uint8_t buf[1024];
-    while (Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      if (::recv(fd_, buf, sizeof buf, 0) <= 0) return true;
-    }
-    return false;
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
 
 TEST(TcpAuth, RanksWithTheSameKeyConnect) {
   MemoryStore store;

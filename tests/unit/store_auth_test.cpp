@@ -19,6 +19,7 @@
 
 #include "common/handshake.hpp"
 #include "harness/errors.hpp"
+#include "harness/raw_connection.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -27,6 +28,8 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using test::thrownBy;
+// A raw TCP connection, for what no TcpStore would send.
+using Stranger = test::RawConnection;
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::uint8_t>;
 
@@ -40,42 +43,6 @@ std::unique_ptr<TcpStore> client(const TcpStoreServer& server, const SecurityOpt
                                  milliseconds connect = 2000ms) {
   return std::make_unique<TcpStore>("127.0.0.1", server.port(), connect, 5000ms, s);
 }
-
-// A raw TCP connection, for what no TcpStore would send.
-class Stranger {
- public:
-  explicit Stranger(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~Stranger() { ::close(fd_); }
-  Stranger(const Stranger&) = delete;
-  Stranger& operator=(const Stranger&) = delete;
-
-  bool connected() const { return connected_; }
-  bool send(const Bytes& b) {
-    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
-  }
-  // True when the server closes the connection within `within` (whatever it sent first).
-  bool closedByPeer(milliseconds within) {
-    const auto deadline = Clock::now() + within;
-    std::uint8_t buf[4096];
-    while (Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
 
 TEST(StoreAuth, ClientsWithTheKeyAreServed) {
   TcpStoreServer server("127.0.0.1", 0, keyed("job-key"));

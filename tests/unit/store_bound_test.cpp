@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "harness/errors.hpp"
+#include "harness/raw_connection.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -53,34 +54,9 @@ std::unique_ptr<TcpStore> client(const TcpStoreServer& server, const SecurityOpt
 
 // A raw-protocol client (the unauthenticated store serves clients that skip the handshake),
 // connecting from 127.0.0.<host>.
-class RawClient {
+class RawClient : public test::RawConnection {
  public:
-  RawClient(std::uint16_t port, int host) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    from.sin_addr.s_addr = htonl(0x7f000000u | static_cast<std::uint32_t>(host));
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~RawClient() { ::close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-  bool connected() const { return connected_; }
-
-  bool send(const std::uint8_t* p, std::size_t n) {
-    while (n > 0) {
-      const ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
-      if (k <= 0) return false;
-      p += k;
-      n -= static_cast<std::size_t>(k);
-    }
-    return true;
-  }
-  bool send(const Bytes& b) { return send(b.data(), b.size()); }
+  RawClient(std::uint16_t port, int host) : RawConnection(port, host) {}
 
   // The next response, or nullopt when none arrives within `within` (or the server closed).
   std::optional<proto::Response> response(milliseconds within = 5000ms) {
@@ -93,19 +69,15 @@ class RawClient {
         return resp;
       }
       if (r.status == proto::DecodeStatus::Malformed) return std::nullopt;
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
       std::uint8_t buf[65536];
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return std::nullopt;
-      in_.insert(in_.end(), buf, buf + n);
+      const ssize_t n = recvSome(buf, sizeof buf, 20ms);
+      if (n == 0) return std::nullopt;
+      if (n > 0) in_.insert(in_.end(), buf, buf + n);
     }
     return std::nullopt;
   }
 
  private:
-  int fd_;
-  bool connected_ = false;
   Bytes in_;
 };
 

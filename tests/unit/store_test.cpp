@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness/errors.hpp"
+#include "harness/raw_connection.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -31,6 +32,8 @@ namespace {
 
 namespace proto = store_protocol;
 using test::thrownBy;
+// A raw TCP connection to the server, for sending what no TcpStore would.
+using RawClient = test::RawConnection;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -45,49 +48,6 @@ std::unique_ptr<TcpStore> connectTo(const TcpStoreServer& server,
                                     milliseconds opTimeout = milliseconds(5000)) {
   return std::make_unique<TcpStore>("127.0.0.1", server.port(), kConnect, opTimeout);
 }
-
-// A raw TCP connection to the server, for sending what no TcpStore would.
-class RawClient {
- public:
-  explicit RawClient(std::uint16_t port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~RawClient() { ::close(fd_); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
-
-  bool connected() const { return connected_; }
-  bool send(const std::vector<std::uint8_t>& b) {
-    return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size());
-  }
-  // Bytes received within `within`: > 0 data, 0 EOF, < 0 nothing yet.
-  ssize_t recvSome(std::uint8_t* buf, std::size_t n, milliseconds within) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(within.count())) <= 0) return -1;
-    return ::recv(fd_, buf, n, 0);
-  }
-  // True when the server closes the connection within `within` (reading and dropping any data).
-  bool closedByPeer(milliseconds within) {
-    const auto deadline = Clock::now() + within;
-    std::uint8_t buf[4096];
-    while (Clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) continue;
-      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;  // EOF or reset
-    }
-    return false;
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
 
 std::vector<std::uint8_t> le32(std::uint32_t v) {
   return {static_cast<std::uint8_t>(v), static_cast<std::uint8_t>(v >> 8),
