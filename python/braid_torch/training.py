@@ -41,9 +41,10 @@ The fusion hook has no Python implementation of its own: FusionState holds a
 import torch
 import torch.distributed as dist
 
-from . import FusionBuffer
+from . import FusionBuffer, _C, backend_of
 
-__all__ = ["CompressionState", "compression_hook", "FusionState", "fusion_hook",
+__all__ = ["CompressionState", "compression_hook", "BraidCompressionState",
+           "braid_compression_hook", "FusionState", "fusion_hook",
            "sample_indices", "parse_size", "dense_wire_bytes"]
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -317,6 +318,65 @@ def compression_hook(state, bucket):
         return _done(t.div_(world))
     out = state.allreduce_sum(grad.detach().view(-1), key=bucket.index())
     return _done(out.div_(world).view_as(grad))
+
+
+class BraidCompressionState:
+    """State of braid_compression_hook: braid's C++ compressor (braid::train::Compressor,
+    include/braid/compress.hpp) over a braid group, with per-bucket error feedback in C++.
+
+    Unlike CompressionState (the Python rewrite, any process group, which runs the collectives
+    before the hook returns), the hook only queues the bucket: braid's worker thread compresses
+    it and runs the collectives in the group's issue order, and completes the hook's future, so
+    compression and communication of one bucket overlap the backward pass of the next.
+
+    method: "none", "int8", "topk:RATIO", "randk:RATIO" or "sign" (as braid-perf --compress).
+    """
+
+    def __init__(self, method, process_group=None, error_feedback=True, block=256, seed=0x5EED):
+        self.group = process_group
+        self._impl = _C.Compression(backend_of(process_group), method, bool(error_feedback),
+                                    int(block), int(seed))
+
+    @property
+    def method(self):
+        return self._impl.method
+
+    def allreduce_async(self, tensor, key=0, op="avg"):
+        """Queues the compressed allreduce of `tensor` (fp32, CPU, contiguous; in place) with the
+        residual of `key`; returns a torch Future completed with [tensor] by braid's worker."""
+        return self._impl.allreduce(tensor, int(key), op)
+
+    @property
+    def wire_bytes(self):
+        """Bytes each rank sent so far (averaged over ranks), counted by the C++ compressor."""
+        return self._impl.stats()["wire_bytes"]
+
+    @property
+    def dense_wire_bytes(self):
+        """The same for uncompressed fp32 allreduces of the same buckets."""
+        return self._impl.stats()["dense_wire_bytes"]
+
+    @property
+    def allreduces(self):
+        """Compressed allreduces completed so far."""
+        return self._impl.stats()["allreduces"]
+
+
+def _first(fut):
+    return fut.value()[0]
+
+
+def braid_compression_hook(state, bucket):
+    """DDP comm hook: the bucket's gradients averaged by braid's C++ compressor
+    (BraidCompressionState) on braid's worker; returns before they are sent. Buckets other than
+    fp32 are all-reduced (averaged) uncompressed."""
+    grad = bucket.buffer()
+    if grad.dtype != torch.float32:
+        work = dist.all_reduce(grad, op=dist.ReduceOp.AVG, group=state.group, async_op=True)
+        return work.get_future().then(_first)
+    # DDP wants a Python value in the future: then() converts it (on braid's worker).
+    return state.allreduce_async(grad.detach().view(-1), bucket.index(), "avg").then(
+        lambda fut: fut.value()[0].view_as(grad))
 
 
 class FusionState:

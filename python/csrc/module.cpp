@@ -9,6 +9,7 @@
 #include <braid/comm.hpp>
 #include <braid/types.hpp>
 
+#include "compression.hpp"
 #include "fusion.hpp"
 #include "process_group.hpp"
 
@@ -58,6 +59,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "listen_address", [](ProcessGroupBraid& pg) { return pg.comm().options().listenAddress; })
       .def(
+          "path_to", [](ProcessGroupBraid& pg, int peer) { return pg.comm().pathTo(peer); },
+          py::arg("peer"),
+          "how this rank reaches group rank `peer`: \"shm+cma\", \"shm\", \"tcp\" or \"self\"")
+      .def(
           "selected_algorithm",
           [](ProcessGroupBraid& pg, const std::string& collective, std::size_t bytes) {
             auto c = braid::parseCollective(collective);
@@ -68,4 +73,5 @@ PYBIND11_MODULE(_C, m) {
           "the algorithm braid picks for this collective and message size");
 
   braid_torch::bindFusion(m);
+  braid_torch::bindCompression(m);
 }

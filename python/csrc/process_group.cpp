@@ -166,6 +166,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs,
                                                           BraidWork::RunFn run,
                                                           std::chrono::milliseconds callTimeout) {
+  // closed_ is set before abort() aborts the communicators: a caller whose pending operation
+  // just failed with Aborted gets this error, not a queue that is about to stop.
+  checkOpen(title);
   ++seq_;
   const bool perCall = callTimeout.count() > 0;
   TORCH_CHECK(perCall || callTimeout == c10d::kUnsetTimeout, "braid: ", title, " on rank ", rank_,
@@ -197,6 +200,14 @@ void ProcessGroupBraid::runInOrder(const char* title, std::function<void(braid::
   auto work =
       enqueue(c10d::OpType::UNKNOWN, title, {}, {}, [comm, fn = std::move(fn)] { fn(*comm); });
   work->wait();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> ProcessGroupBraid::runAsync(
+    const char* title, std::vector<at::Tensor> tensors, std::function<void(braid::Comm&)> fn) {
+  auto comm = comm_;
+  auto work = enqueue(c10d::OpType::UNKNOWN, title, tensors, tensors,
+                      [comm, fn = std::move(fn)] { fn(*comm); });
+  return work->getFuture();  // also tells the worker to run it now (OpQueue::expedite)
 }
 
 // ---------------------------------------------------------------- reductions
@@ -497,11 +508,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_into_tensor_coalesce
   return enqueue(
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "braid:all_gather_into_tensor_coalesced",
       inputs, outputs,
-      [comm, outputs, inputs] {
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-          at::Tensor src = inputs[i].contiguous();
-          OutStage o(outputs[i]);
+      [comm, outputs, inputs, size = size_] {
+        if (inputs.size() == 1) {
+          at::Tensor src = inputs[0].contiguous();
+          OutStage o(outputs[0]);
           comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(), byteSize(src), kByte);
+          o.commit();
+          return;
+        }
+        // One allgather of the inputs packed back to back (B bytes per rank): rank r's block
+        // of the result holds its inputs at the same offsets, copied to row r of each output.
+        std::vector<std::int64_t> offsets, bytes;
+        std::int64_t total = 0;
+        for (const auto& in : inputs) {
+          offsets.push_back(total);
+          bytes.push_back(static_cast<std::int64_t>(byteSize(in)));
+          total += bytes.back();
+        }
+        if (total == 0) return;
+        const auto u8 = at::TensorOptions().dtype(at::kByte);
+        at::Tensor send = at::empty({total}, u8);
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          if (!bytes[i]) continue;
+          at::Tensor src = inputs[i].contiguous();
+          send.narrow(0, offsets[i], bytes[i]).copy_(at::from_blob(src.data_ptr(), {bytes[i]}, u8));
+        }
+        at::Tensor recv = at::empty({size, total}, u8);
+        comm->allgather(send.data_ptr(), recv.data_ptr(), static_cast<std::size_t>(total), kByte);
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          if (!bytes[i]) continue;
+          OutStage o(outputs[i]);
+          at::from_blob(o.ptr(), {size, bytes[i]}, u8).copy_(recv.narrow(1, offsets[i], bytes[i]));
           o.commit();
         }
       },
@@ -528,7 +565,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesce
   return enqueue(
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "braid:reduce_scatter_tensor_coalesced",
       inputs, outputs,
-      [comm, outputs, inputs, reds] {
+      [comm, outputs, inputs, reds, size = size_] {
+        bool oneType = inputs.size() > 1;
+        for (const auto& in : inputs)
+          oneType = oneType && in.scalar_type() == inputs[0].scalar_type();
+        if (oneType) {
+          // One reduceScatter of the inputs packed rank block by rank block: block r holds
+          // block r of every input (C elements in all), so the reduced block this rank gets
+          // holds its block of every output at the same offsets.
+          std::vector<std::int64_t> offsets, counts;
+          std::int64_t total = 0;
+          for (const auto& out : outputs) {
+            offsets.push_back(total);
+            counts.push_back(out.numel());
+            total += out.numel();
+          }
+          if (total == 0) return;
+          const auto opts = inputs[0].options();
+          at::Tensor send = at::empty({size, total}, opts);
+          for (std::size_t i = 0; i < inputs.size(); ++i) {
+            if (!counts[i]) continue;
+            send.narrow(1, offsets[i], counts[i]).copy_(inputs[i].reshape({size, counts[i]}));
+          }
+          at::Tensor recv = at::empty({total}, opts);
+          comm->reduceScatter(send.data_ptr(), recv.data_ptr(), static_cast<std::size_t>(total),
+                              reds[0].dtype, reds[0].op);
+          for (std::size_t i = 0; i < outputs.size(); ++i) {
+            if (!counts[i]) continue;
+            outputs[i].copy_(recv.narrow(0, offsets[i], counts[i]).view(outputs[i].sizes()));
+          }
+          return;
+        }
         for (std::size_t i = 0; i < inputs.size(); ++i) {
           at::Tensor src = inputs[i].contiguous();
           OutStage o(outputs[i]);

@@ -121,6 +121,13 @@ class ProcessGroupBraid : public BackendBase {
   /// those queued before) and waits for it; rethrows its error. For collective set-up over the
   /// communicator outside torch's API (braid_torch.FusionBuffer splits off its own).
   void runInOrder(const char* title, std::function<void(braid::Comm&)> fn);
+  /// Queues fn(comm()) like runInOrder but returns at once: the future of its Work, which the
+  /// group's worker completes with `tensors` when fn returned (or sets to fn's error). The
+  /// worker starts it without the grace period (nobody calls wait() on the Work). For
+  /// collectives outside torch's API that must not block the caller (braid_torch.Compression).
+  c10::intrusive_ptr<c10::ivalue::Future> runAsync(const char* title,
+                                                   std::vector<at::Tensor> tensors,
+                                                   std::function<void(braid::Comm&)> fn);
 
  private:
   /// Queues a collective. `callTimeout`: the option struct's timeout (kUnsetTimeout: the

@@ -82,6 +82,17 @@ def check_coalesced_all_gather_into_tensor(rank, world):
     for k, (o, n) in enumerate(zip(outs, sizes)):
         e = torch.cat([contribution(r, n, torch.float32, k) for r in range(world)])
         assert_equal(o, e, f"coalesced all_gather_into_tensor tensor {k}")
+    # Mixed dtypes in one coalesced call (one allgather of the packed bytes).
+    mixed = [(torch.int8, 7), (torch.float64, 5), (torch.bool, 3), (torch.bfloat16, 1)]
+    ins = [contribution(rank, n, dt, k) for k, (dt, n) in enumerate(mixed)]
+    outs = [torch.empty(world * n, dtype=dt) for dt, n in mixed]
+    with c10d._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for k, (o, (dt, n)) in enumerate(zip(outs, mixed)):
+        e = torch.cat([contribution(r, n, dt, k) for r in range(world)])
+        assert_equal(o, e, f"coalesced all_gather_into_tensor mixed dtypes, tensor {k} ({dt})")
     # Directly, on the backend, and a 2-D output.
     be = braid_torch.backend_of()
     out = torch.empty(world, 3, 4, dtype=torch.int32)
@@ -109,6 +120,32 @@ def check_coalesced_reduce_scatter_tensor(rank, world):
                                    for r in range(world)])
             full = stacked.sum(0) if op == dist.ReduceOp.SUM else stacked.max(0).values
             assert_equal(o, full[rank * n:(rank + 1) * n], f"reduce_scatter {op} {k} expected")
+
+
+def check_coalesced_reduce_scatter_mixed(rank, world):
+    # Tensors of different dtypes in one coalesced call (one reduceScatter per dtype group is
+    # not possible in one packed buffer: braid reduces them one by one), and 2-D tensors.
+    specs = [(torch.float32, 6), (torch.int64, 3), (torch.float32, 0), (torch.float64, 11)]
+    ins = [contribution(rank, world * n, dt, k) for k, (dt, n) in enumerate(specs)]
+    outs = [torch.empty(n, dtype=dt) for dt, n in specs]
+    with c10d._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for k, (o, (dt, n)) in enumerate(zip(outs, specs)):
+        full = torch.stack([contribution(r, world * n, dt, k) for r in range(world)]).sum(0)
+        assert_equal(o, full[rank * n:(rank + 1) * n], f"mixed reduce_scatter tensor {k} ({dt})")
+    ins = [contribution(rank, world * 2 * 3, torch.float32, k).view(world * 2, 3)
+           for k in range(3)]
+    outs = [torch.empty(2, 3) for _ in range(3)]
+    with c10d._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for k, o in enumerate(outs):
+        full = torch.stack([contribution(r, world * 6, torch.float32, k)
+                            for r in range(world)]).sum(0).view(world * 2, 3)
+        assert_equal(o, full[rank * 2:(rank + 1) * 2], f"2-D coalesced reduce_scatter {k}")
 
 
 def check_gather_into_tensor(rank, world):
@@ -410,7 +447,8 @@ def check_device_mesh_and_dtensor(rank, world):
 
 CHECKS = [
     check_backend_is_braid, check_coalesced_all_reduce, check_coalesced_all_gather_into_tensor,
-    check_coalesced_reduce_scatter_tensor, check_gather_into_tensor,
+    check_coalesced_reduce_scatter_tensor, check_coalesced_reduce_scatter_mixed,
+    check_gather_into_tensor,
     check_all_to_all_single_uneven_vs_gloo, check_move_dtypes, check_reductions_of_every_dtype,
     check_unsupported_reductions,
     check_monitored_barrier, check_per_call_timeout, check_split_group, check_new_subgroups,

@@ -19,7 +19,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from braid_torch.training import (CompressionState, FusionState, compression_hook, fusion_hook,
+from braid_torch.training import (BraidCompressionState, CompressionState, FusionState,
+                                  braid_compression_hook, compression_hook, fusion_hook,
                                   sample_indices)
 from rank_util import Checks, init
 
@@ -116,10 +117,18 @@ def main():
         for a, b in zip(m.parameters(), ref.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
-    def compressed(method):
-        state = CompressionState(method)
-        ddp = DDP(copy.deepcopy(base), bucket_cap_mb=bucket_mb)
-        ddp.register_comm_hook(state, compression_hook)
+    def compressed(method, native=False):
+        # native: braid's C++ compressor on braid's worker (BraidCompressionState); else the
+        # Python rewrite on torch.distributed collectives (CompressionState).
+        if native:
+            state = BraidCompressionState(method)
+            ddp = DDP(copy.deepcopy(base), bucket_cap_mb=bucket_mb)
+            ddp.register_comm_hook(state, braid_compression_hook)
+            method = f"{method} (C++)"
+        else:
+            state = CompressionState(method)
+            ddp = DDP(copy.deepcopy(base), bucket_cap_mb=bucket_mb)
+            ddp.register_comm_hook(state, compression_hook)
         t0 = time.monotonic()
         m = train(ddp, rank, world, x, y)
         loss = full_loss(m, x, y)
@@ -136,6 +145,35 @@ def main():
             dist.broadcast(q, src=0)
             assert torch.equal(p.detach(), q), f"{method}: replicas diverged"
 
+    def native_hook_is_asynchronous():
+        # The C++ compressor's future is completed by braid's worker, not by the call: rank 0
+        # queues its part and finds the future pending, and only then lets the other ranks
+        # queue theirs (through the store), so the collective cannot have run inside the call
+        # (had the call blocked until the result, rank 0 would never reach store.set). The
+        # result: the average of every rank's contribution within the int8 error bound.
+        store = dist.distributed_c10d._get_default_store()
+        state = BraidCompressionState("int8", error_feedback=False)
+        n = 10007
+        mine = torch.linspace(-1, 1, n) * (rank + 1)
+        t = mine.clone()
+        if rank == 0:
+            fut = state.allreduce_async(t, key=0)
+            assert not fut.done(), "the compressed allreduce completed before other ranks joined"
+            store.set("compression_async_go", "1")
+        else:
+            store.wait(["compression_async_go"])
+            fut = state.allreduce_async(t, key=0)
+        out = fut.wait()[0]
+        assert out.data_ptr() == t.data_ptr()
+        expected = torch.linspace(-1, 1, n) * (sum(range(1, world + 1)) / world)
+        # int8, block 256: each rank's value within half a step (max|x| / 254) of its block's
+        # scale, then the slice sum re-quantised once: at most (world + 1) half-steps of the
+        # largest magnitude (world), averaged.
+        bound = (world + 1) * world / 254 / world + 1e-6
+        err = (out - expected).abs().max().item()
+        assert err <= bound, (err, bound)
+        assert state.allreduces == 1 and 0 < state.wire_bytes < state.dense_wire_bytes
+
     def randk_indices_match_cpp():
         # What braid::kernels::sampleIndices(42, 3, 10, 4) draws (printed by
         # braid_train_compress_test, CodecKernels.SampleIndicesDistinctSortedDeterministic).
@@ -144,8 +182,11 @@ def main():
     checks.run(randk_indices_match_cpp)
     checks.run(reference)
     checks.run(fusion)
+    checks.run(native_hook_is_asynchronous)
     for method in METHODS:
         checks.run(compressed, method, label=f"compressed {method}")
+    for method in METHODS:
+        checks.run(compressed, method, True, label=f"compressed {method} (C++ compressor)")
     if rank == 0:
         ref = results["none"]["loss"]
         print(f"initial loss {initial:.4f}; {STEPS} steps, {world} ranks x batch {BATCH}, "
