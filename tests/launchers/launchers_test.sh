@@ -6,7 +6,8 @@
 #       slurm_srun slurm_sbatch slurm_kill (a one-node Slurm cluster this script starts: munged,
 #       slurmctld and slurmd in the foreground with a minimal slurm.conf in a temporary
 #       directory, all stopped at exit), slurm_hosts (the same on two emulated nodes: network
-#       namespaces), torchrun, braid_run_hosts.
+#       namespaces), torchrun, torchrun_hosts (the wheel's torchrun on two emulated hosts:
+#       network namespaces, --nnodes 2 --rdzv-backend c10d), braid_run_hosts.
 # The commands of docs/cluster.md are run exactly as written: the block after the page's
 # "<!-- launchers-test: NAME -->" marker, with BUILD_DIR/bin first in PATH.
 # Exit: 0 pass, 1 fail, 77 skipped (the reason printed) where a launcher is missing or cannot
@@ -463,6 +464,56 @@ case_torchrun() {
     skip "torchrun cannot start a process here: $(tail -1 "$tmp/probe.out")"
   run_doc torchrun || fail "the docs' torchrun example failed"
   perf_ok "$tmp/torchrun.out" || fail "the docs' torchrun example did not check its data OK"
+}
+
+# The wheel's torchrun on two emulated hosts (network namespaces joined by a veth pair,
+# 198.18.0.1 and .2): one agent per host, --nnodes 2 --nproc-per-node 2 with the c10d rendezvous
+# hosted by the first. Its four ranks init_process_group("braid") through env:// and run the
+# collectives worker's checks, and check that the ranks of the other host are reached over TCP
+# and those of their own over shared memory. Both namespaces share this machine's hostname,
+# which torchrun would otherwise use to decide which agent hosts the rendezvous store: is_host
+# says it (on real hosts it is inferred), --local-addr names each host's address.
+case_torchrun_hosts() {
+  local venv="$here/../../.venv/bin" repo="$here/../.."
+  [ -x "$venv/torchrun" ] || skip "no $venv/torchrun (scripts/install_venv.sh makes it)"
+  [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+  command -v ip > /dev/null || skip "no ip (iproute2)"
+  local a="btr$$_0" b="btr$$_1"
+  trap 'netns_cleanup; cleanup' EXIT
+  ip netns add "$a" 2> "$tmp/ip.err" || skip "cannot create a network namespace: $(cat "$tmp/ip.err")"
+  netns+=("$a")
+  ip netns add "$b" || fail "ip netns add $b"
+  netns+=("$b")
+  ip link add e0 netns "$a" type veth peer name e1 netns "$b" || fail "veth pair"
+  { ip -n "$a" addr add 198.18.0.1/24 dev e0 && ip -n "$b" addr add 198.18.0.2/24 dev e1 &&
+    ip -n "$a" link set e0 up && ip -n "$b" link set e1 up &&
+    ip -n "$a" link set lo up && ip -n "$b" link set lo up; } || fail "configuring the namespaces"
+  local checks=(check_all_reduce_coalesced check_all_gather_into_tensor check_reduce_scatter_tensor
+                check_broadcast check_all_to_all_single check_send_recv check_new_group
+                check_barrier check_paths_follow_nodes)
+  local node ns addr host pids=()
+  for node in 0 1; do
+    if [ "$node" -eq 0 ]; then ns=$a addr=198.18.0.1 host=1; else ns=$b addr=198.18.0.2 host=0; fi
+    echo "--- host $addr: torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d" \
+         "--rdzv-endpoint 198.18.0.1:29761 --local-addr $addr collectives_worker.py"
+    ip netns exec "$ns" env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT \
+      PYTHONPATH="$repo/python:$repo/tests/python" OMP_NUM_THREADS=1 \
+      timeout 240 "$venv/torchrun" --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
+      --rdzv-endpoint 198.18.0.1:29761 --rdzv-id braid-hosts --rdzv-conf "is_host=$host" \
+      --local-addr "$addr" --max-restarts 0 \
+      "$repo/tests/python/workers/collectives_worker.py" "${checks[@]}" \
+      > "$tmp/node$node.out" 2>&1 &
+    pids+=($!)
+  done
+  local rc0 rc1
+  wait "${pids[0]}"; rc0=$?
+  wait "${pids[1]}"; rc1=$?
+  cat "$tmp/node0.out" "$tmp/node1.out"
+  echo "torchrun exited $rc0 (host 198.18.0.1) and $rc1 (host 198.18.0.2)"
+  [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] || fail "torchrun failed on a host"
+  grep -q "collectives (world 4): ${#checks[@]} checks passed" "$tmp/node0.out" ||
+    fail "rank 0 (host 198.18.0.1) did not report ${#checks[@]} checks passed"
+  grep -q "ok check_paths_follow_nodes" "$tmp/node0.out" || fail "the path check did not run"
 }
 
 case_braid_run_hosts() {

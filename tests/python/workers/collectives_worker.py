@@ -6,6 +6,7 @@ build/bin/braid-run -n N .venv/bin/python tests/python/workers/collectives_worke
 """
 
 import datetime
+import os
 import sys
 import time
 
@@ -514,6 +515,26 @@ def check_timeout(rank, world):
     dist.barrier()
 
 
+
+def check_paths_follow_nodes(rank, world):
+    """Under a multi-node launcher (torchrun --nnodes): ranks of this node are reached through
+    shared memory, ranks of the other nodes through TCP. torchrun numbers ranks node by node
+    (GROUP_RANK, LOCAL_WORLD_SIZE), so a rank's node is rank // LOCAL_WORLD_SIZE."""
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    node = int(os.environ["GROUP_RANK"])
+    assert rank // per_node == node, (rank, per_node, node)
+    pg = braid_torch.backend_of()
+    for peer in range(world):
+        path = pg.path_to(peer)
+        if peer == rank:
+            expected = ("self",)
+        elif peer // per_node == node:
+            expected = ("shm", "shm+cma")
+        else:
+            expected = ("tcp",)
+        assert path in expected, f"rank {rank} reaches rank {peer} through {path!r}, " \
+                                 f"expected one of {expected} (nodes of {per_node} ranks)"
+
 CHECKS = [
     check_all_reduce, check_all_reduce_noncontiguous, check_all_reduce_complex,
     check_all_reduce_coalesced, check_sparse_all_reduce, check_reduce, check_reduce_scatter, check_reduce_scatter_uneven,
@@ -523,14 +544,16 @@ CHECKS = [
     check_batch_isend_irecv, check_p2p_pending_across_collectives, check_async_and_futures,
     check_new_group, check_errors, check_timeout,
 ]
+# Only when asked for by name (needs a multi-node launcher's environment).
+ON_REQUEST = [check_paths_follow_nodes]
 
 
 def main():
     only = set(sys.argv[1:])
     rank, world = init("braid", timeout_s=60)
     checks = Checks(f"collectives (world {world})")
-    for fn in CHECKS:
-        if not only or fn.__name__ in only:
+    for fn in CHECKS + ON_REQUEST:
+        if (not only and fn not in ON_REQUEST) or fn.__name__ in only:
             checks.run(fn, rank, world)
     checks.done()
     dist.destroy_process_group()
