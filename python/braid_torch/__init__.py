@@ -191,6 +191,17 @@ def _register():
     if "devices" in params:  # torch >= 2.1: the backend serves CPU tensors only
         kwargs["devices"] = ["cpu"]
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, **kwargs)
+    # torch 2.15 attaches its generic FlightRecorder hook (a Python-visible pre/post hook on
+    # every operation) to the groups of every out-of-tree backend; on an 8-byte all_reduce it
+    # costs about as much as the rest of torch's dispatch (docs/pytorch.md, "Per-call
+    # overhead"). braid records every operation in its own flight recorder
+    # (BRAID_FLIGHT_RECORDER, dumped on failure and on SIGUSR1, docs/env.md), so braid's groups
+    # are treated as self-recording, as gloo's are, unless torch's recorder is asked for
+    # explicitly (TORCH_FR_BUFFER_SIZE or TORCH_NCCL_TRACE_BUFFER_SIZE set, as torch reads them).
+    self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if self_recording is not None and not (os.environ.get("TORCH_FR_BUFFER_SIZE")
+                                           or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE")):
+        self_recording.add(BACKEND_NAME)
 
 
 _register()

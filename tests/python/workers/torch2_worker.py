@@ -48,6 +48,12 @@ def check_backend_is_braid(rank, world):
     assert braid_torch.backend_of() is be
     assert torch.device("cpu") in pg._device_types
     assert "braid" in dist.get_backend(), dist.get_backend()
+    # braid records its operations itself (BRAID_FLIGHT_RECORDER): torch's generic
+    # FlightRecorder hook, which costs microseconds per call, is not attached to its groups
+    # unless TORCH_FR_BUFFER_SIZE asks for it (braid_torch/__init__.py).
+    hooks = getattr(c10d._world, "pg_flight_recorder_hooks", None)
+    if hooks is not None and not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        assert pg not in hooks, "torch's FlightRecorder hook is attached to braid's group"
 
 
 def check_coalesced_all_reduce(rank, world):
