@@ -13,8 +13,19 @@ nccl-tests' columns: time, algbw = bytes / time, busbw = algbw x the collective'
 nccl-tests "size": the buffer per rank (allreduce, broadcast) or the whole gathered/scattered
 buffer (allgather, reduce_scatter).
 
+torch's dispatch floor ("floor" rows, --floor-iters): the same torch.distributed call on a group
+of torch's own FakeProcessGroup (backend "fake", a C++ c10d::Backend whose every method returns
+an already-completed Work without communicating), i.e. what torch's Python API, the c10d
+dispatcher and the Work object cost before any backend does anything. Measured per rank, the
+slowest rank counts, median over the rounds, at the smallest size.
+
 The DDP step: a 25.2M-parameter MLP (six 2048x2048 linear layers), batch 16 per rank (--ddp-batch),
 forward + backward (DDP's bucketed allreduce overlapping it) + SGD step, median over steps.
+
+The FSDP2 step (--fsdp-steps): fully_shard per block and on the root of a 4-block transformer
+(dim 256, 3.2M parameters) on a DeviceMesh of each group, 2 sequences of 16 tokens per rank:
+forward (all_gather_into_tensor of each block's parameters) + backward (all_gather again and
+reduce_scatter_tensor of the gradients) + SGD step, median over steps.
 
 A backend without reduce_scatter_tensor (gloo before torch 2.x) gets n/a in its column.
 """
@@ -32,12 +43,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 SIZES = [8, 1024, 64 * 1024, 1 << 20, 16 << 20]
-COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all_single"]
 BUS_FACTOR = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "all_to_all_single": lambda n: (n - 1) / n,
 }
 
 
@@ -61,6 +73,8 @@ def rank_main(args):
     dist.init_process_group("braid")
     rank, n = dist.get_rank(), dist.get_world_size()
     groups = {"braid": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+    floor_group = dist.new_group(backend="fake") if args.floor_iters else None
 
     def make_op(name, size, group, backend):
         elems = max(1, size // 4)
@@ -76,6 +90,10 @@ def rank_main(args):
             outs = list(out.chunk(n))
             t = torch.ones(per)
             return lambda: dist.all_gather(outs, t, group=group)
+        if name == "all_to_all_single":
+            inp = torch.ones(per * n)
+            out = torch.empty(per * n)
+            return lambda: dist.all_to_all_single(out, inp, group=group)
         if name == "reduce_scatter":
             inp = torch.ones(per * n)
             out = torch.empty(per)
@@ -122,9 +140,23 @@ def rank_main(args):
                 results.append({"collective": name, "bytes": size, "backend": b, "ranks": n,
                                  "supported": True, "time_us": t * 1e6, "algbw_GBps": algbw,
                                  "busbw_GBps": algbw * BUS_FACTOR[name](n)})
+            if floor_group is not None and size == min(args.sizes):
+                fop = make_op(name, size, floor_group, "floor")
+                fsamples = []
+                for _ in range(args.repeats):
+                    t0 = time.perf_counter()
+                    for _ in range(args.floor_iters):
+                        fop()
+                    fsamples.append(slowest((time.perf_counter() - t0) / args.floor_iters))
+                results.append({"collective": name, "bytes": size, "backend": "floor",
+                                "ranks": n, "supported": True,
+                                "time_us": statistics.median(fsamples) * 1e6})
+                if rank == 0:
+                    print(f"  {name:15s} {size:>10d} B  torch dispatch floor (fake backend) "
+                          f"{results[-1]['time_us']:.2f} us", flush=True)
             if rank == 0:
                 line = f"  {name:15s} {size:>10d} B"
-                for r in results[-2:]:
+                for r in [r for r in results if r["backend"] != "floor"][-2:]:
                     line += (f"  {r['backend']} {r['time_us']:10.1f} us" if r["supported"]
                              else f"  {r['backend']} n/a")
                 print(line, flush=True)
@@ -159,6 +191,61 @@ def rank_main(args):
             print(f"  ddp step ({params / 1e6:.1f}M params, batch {args.ddp_batch}): braid "
                   f"{statistics.median(steps['braid']) * 1e3:.1f} ms, gloo "
                   f"{statistics.median(steps['gloo']) * 1e3:.1f} ms", flush=True)
+
+    if args.fsdp_steps:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.attn = nn.MultiheadAttention(dim, 4, batch_first=True)
+                self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+                self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(),
+                                         nn.Linear(4 * dim, dim))
+
+            def forward(self, x):
+                h = self.norm1(x)
+                x = x + self.attn(h, h, h, need_weights=False)[0]
+                return x + self.mlp(self.norm2(x))
+
+        def transformer(dim=256, vocab=512, blocks=4):
+            torch.manual_seed(0)
+            return nn.Sequential(nn.Embedding(vocab, dim), *[Block(dim) for _ in range(blocks)],
+                                 nn.Linear(dim, vocab))
+
+        fmodels, fopts, fparams = {}, {}, 0
+        for b, g in groups.items():
+            m = transformer()
+            fparams = sum(p.numel() for p in m.parameters())
+            mesh = DeviceMesh.from_group(g, "cpu")
+            for blk in list(m)[1:-1]:
+                fully_shard(blk, mesh=mesh)
+            fully_shard(m, mesh=mesh)
+            fmodels[b], fopts[b] = m, torch.optim.SGD(m.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(rank)
+        tokens = torch.randint(0, 512, (2, 16), generator=g)
+        fsteps = {b: [] for b in groups}
+        for step in range(args.fsdp_steps + 2):
+            for b, m in fmodels.items():
+                dist.barrier(group=groups[b])
+                t0 = time.perf_counter()
+                fopts[b].zero_grad()
+                nn.functional.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()).backward()
+                fopts[b].step()
+                dt = slowest(time.perf_counter() - t0)
+                if step >= 2:
+                    fsteps[b].append(dt)
+        for b in groups:
+            results.append({"collective": "fsdp2_step", "bytes": fparams * 4, "backend": b,
+                            "ranks": n, "supported": True,
+                            "time_us": statistics.median(fsteps[b]) * 1e6, "params": fparams,
+                            "batch": 2})
+        if rank == 0:
+            print(f"  fsdp2 step ({fparams / 1e6:.1f}M params, 2x16 tokens): braid "
+                  f"{statistics.median(fsteps['braid']) * 1e3:.1f} ms, gloo "
+                  f"{statistics.median(fsteps['gloo']) * 1e3:.1f} ms", flush=True)
 
     if rank == 0 and args.out:
         Path(args.out).write_text(json.dumps(results))
@@ -202,10 +289,19 @@ def markdown(results):
     by = {}
     for r in results:
         by[(r["ranks"], r["collective"], r["bytes"], r["backend"])] = r
-    keys = sorted({(r["ranks"], r["collective"], r["bytes"]) for r in results},
-                  key=lambda k: (k[0], COLLECTIVES.index(k[1]) if k[1] in COLLECTIVES else 9, k[2]))
+    keys = sorted({(r["ranks"], r["collective"], r["bytes"]) for r in results
+                   if r["backend"] != "floor"},
+                  key=lambda k: (k[0], COLLECTIVES.index(k[1]) if k[1] in COLLECTIVES else
+                                 {"ddp_step": 9, "fsdp2_step": 10}.get(k[1], 11), k[2]))
     for n, c, size in keys:
         b, g = by.get((n, c, size, "braid")), by.get((n, c, size, "gloo"))
+        f = by.get((n, c, size, "floor"))
+        floor = f" (floor {f['time_us']:.1f})" if f else ""
+        if c == "fsdp2_step":
+            lines.append(f"| {n} | FSDP2 step ({b['params'] / 1e6:.1f}M params, 2x16 tokens) | - | "
+                         f"{b['time_us'] / 1e3:.1f} ms | {g['time_us'] / 1e3:.1f} ms | | | "
+                         f"{g['time_us'] / b['time_us']:.2f}x |")
+            continue
         if c == "ddp_step":
             lines.append(f"| {n} | DDP step ({b['params'] / 1e6:.1f}M params, batch {b.get('batch', 16)}) | - | "
                          f"{b['time_us'] / 1e3:.1f} ms | {g['time_us'] / 1e3:.1f} ms | | | "
@@ -213,9 +309,9 @@ def markdown(results):
             continue
         gs = g and g["supported"]
         lines.append(
-            f"| {n} | {c} | {fmt_bytes(size)} | {b['time_us']:.1f} | "
+            f"| {n} | {c} | {fmt_bytes(size)} | {b['time_us']:.1f}{floor} | "
             f"{g['time_us']:.1f} | " if gs else
-            f"| {n} | {c} | {fmt_bytes(size)} | {b['time_us']:.1f} | n/a | ")
+            f"| {n} | {c} | {fmt_bytes(size)} | {b['time_us']:.1f}{floor} | n/a | ")
         lines[-1] += (f"{b['busbw_GBps']:.3f} | {g['busbw_GBps']:.3f} | "
                       f"{g['time_us'] / b['time_us']:.1f}x |" if gs else
                       f"{b['busbw_GBps']:.3f} | n/a | - |")
@@ -231,6 +327,9 @@ def main():
     ap.add_argument("--ddp-steps", type=int, default=10, help="0 skips the DDP measurement")
     ap.add_argument("--ddp-batch", type=int, default=16,
                     help="samples per rank in the DDP step (small: communication dominates)")
+    ap.add_argument("--fsdp-steps", type=int, default=10, help="0 skips the FSDP2 measurement")
+    ap.add_argument("--floor-iters", type=int, default=2000,
+                    help="calls per round on torch's fake backend (dispatch floor); 0 skips it")
     ap.add_argument("--json", default=None, help="write all results here")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     ap.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
@@ -245,7 +344,8 @@ def main():
     results = []
     passthrough = ["--sizes", ",".join(map(str, args.sizes)), "--collectives",
                    ",".join(args.collectives), "--repeats", str(args.repeats),
-                   "--ddp-steps", str(args.ddp_steps), "--ddp-batch", str(args.ddp_batch)]
+                   "--ddp-steps", str(args.ddp_steps), "--ddp-batch", str(args.ddp_batch),
+                   "--fsdp-steps", str(args.fsdp_steps), "--floor-iters", str(args.floor_iters)]
     for n in [int(x) for x in args.ranks.split(",")]:
         print(f"{n} ranks (braid vs gloo, interleaved, median of {args.repeats}):", flush=True)
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
