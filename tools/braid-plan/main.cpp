@@ -74,7 +74,8 @@ simulate one collective (the algorithm's own code, every rank a fiber, no wires)
                       (docs/plan.md, "Simulator"); up to thousands of ranks in one process
   --ranks N           ranks (with --ranks-per-host P: hosts of P ranks, the last one may
                       hold fewer; default --hosts x --ranks-per-host)
-  --size S            the nccl-tests size in bytes (64K, 1M; required): fp32 elements
+  --size S            the nccl-tests size in bytes (64K, 1M; required but for barrier):
+                      fp32 elements
   --root R            root of broadcast, reduce, gather, scatter (default 0)
   --algo A            with --simulate: an algorithm of COLL (ring, recursive_doubling, ...),
                       or BRAID_ALGO rules; default: what the library would select (on one
@@ -322,6 +323,7 @@ int run(int argc, char** argv) {
   }
 
   if (simulate) {
+    if (!simSize && *simulate == Collective::Barrier) simSize = 0;
     if (!simSize) usageError("--simulate needs --size");
     if (ranks > 0 && !topoFile.empty()) usageError("--ranks and --topo exclude each other");
     if (ranks > 65536) usageError("--ranks " + std::to_string(ranks) + " is above 65536");
