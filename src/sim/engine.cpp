@@ -36,8 +36,9 @@
 
 // Switching stacks. On x86-64 a few instructions (callee-saved registers, the stack pointer,
 // MXCSR and the x87 control word), 20x cheaper than swapcontext, which also makes a
-// sigprocmask system call per switch; elsewhere ucontext.
-#if defined(__x86_64__)
+// sigprocmask system call per switch; elsewhere, and under the sanitizers (which know
+// swapcontext), ucontext.
+#if defined(__x86_64__) && !defined(BRAID_SIM_ASAN) && !defined(BRAID_SIM_TSAN)
 #define BRAID_SIM_ASM_SWITCH 1
 extern "C" void braid_sim_switch(void** saveSp, void* newSp);
 extern "C" void braid_sim_trampoline();
