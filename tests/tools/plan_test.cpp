@@ -292,5 +292,83 @@ TEST(BraidPlan, BadInputIsNamed) {
   EXPECT_NE(r.out.find("usage: braid-plan"), std::string::npos);
 }
 
+// --simulate: the real ring schedule on 16 hosts x 4 ranks, counted by the simulator.
+TEST(BraidPlan, SimulateRingAllreduceJson) {
+  const auto v = planJson({"--simulate", "allreduce", "--ranks", "64", "--ranks-per-host", "4",
+                           "--size", "64K", "--algo", "ring"});
+  EXPECT_EQ(str(v, "collective"), "allreduce");
+  EXPECT_EQ(str(v, "algorithm"), "ring");
+  EXPECT_EQ(num(v, "ranks"), 64);
+  EXPECT_EQ(num(v, "hosts"), 16);
+  EXPECT_EQ(num(v, "bytes"), 65536);
+  // 2(N-1)/N x S per rank; one chunk per segment: 2(N-1) messages, a chain of 2(N-1) steps.
+  const json::Value* bpr = v.find("bytes_per_rank");
+  ASSERT_NE(bpr, nullptr);
+  EXPECT_EQ(num(*bpr, "max"), 2.0 * 63 * 1024);
+  EXPECT_EQ(num(*bpr, "min"), 2.0 * 63 * 1024);
+  EXPECT_EQ(num(*bpr, "total"), 64 * 2.0 * 63 * 1024);
+  const json::Value* msgs = v.find("messages");
+  ASSERT_NE(msgs, nullptr);
+  EXPECT_EQ(num(*msgs, "max"), 126);
+  EXPECT_EQ(num(*msgs, "total"), 64 * 126);
+  EXPECT_EQ(num(v, "steps"), 126);
+  // Blocked placement: one of every 4 ring links crosses hosts.
+  const json::Value* link = v.find("bytes_by_link");
+  ASSERT_NE(link, nullptr);
+  EXPECT_EQ(num(*link, "network"), 16 * 2.0 * 63 * 1024);
+  EXPECT_EQ(num(*link, "shm"), 48 * 2.0 * 63 * 1024);
+  EXPECT_GT(num(v, "predicted_seconds"), 0);
+  // The cost model's prediction beside it, the same number the model gives here.
+  const topology::Topology topo = topology::uniformTopology(16, 4);
+  const tuning::CostModel model(tuning::CostParams{}, topo, 64, 256 * 1024, 0, 4 << 20);
+  const auto want = model.predict(Collective::Allreduce, "ring", 65536);
+  ASSERT_TRUE(want.has_value());
+  EXPECT_NEAR(num(v, "model_seconds"), want->seconds, want->seconds * 1e-9);
+  EXPECT_GT(num(v, "peak_rss_bytes"), 0);
+}
+
+TEST(BraidPlan, SimulateSelectsAsTheLibraryAndRefusesSharedMemory) {
+  // No --algo: what selectAlgorithm picks for the same inputs.
+  const topology::Topology topo = topology::uniformTopology(8, 2);
+  const tuning::CostModel model(tuning::CostParams{}, topo, 16, 256 * 1024, 0, 4 << 20);
+  const tuning::SelectionInputs in{
+      Collective::Allgather, 1 << 20, 16, 64 * 1024, false, false, &model};
+  const auto v = planJson(
+      {"--simulate", "allgather", "--hosts", "8", "--ranks-per-host", "2", "--size", "1M"});
+  EXPECT_EQ(str(v, "algorithm"), tuning::selectAlgorithm({}, in));
+
+  // Shared-memory algorithms need a SharedMemoryGroup: said so, nothing else run in their place.
+  auto r = braidPlan({"--simulate", "allreduce", "--ranks", "8", "--ranks-per-host", "8", "--size",
+                      "1M", "--algo", "shm_direct"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  EXPECT_NE(r.err.find("needs a shared-memory group"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  // One host: the library would select shm_direct; --no-shm selects as without shared memory.
+  r = braidPlan(
+      {"--simulate", "allreduce", "--ranks", "8", "--ranks-per-host", "8", "--size", "1M"});
+  EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  EXPECT_NE(r.err.find("needs a shared-memory group"), std::string::npos) << r.err;
+  const auto ring = planJson({"--simulate", "allreduce", "--ranks", "8", "--ranks-per-host", "8",
+                              "--size", "1M", "--no-shm"});
+  EXPECT_EQ(str(ring, "algorithm"), "ring");
+  // The table form names the same numbers.
+  r = braidPlan({"--simulate", "allreduce", "--ranks", "8", "--ranks-per-host", "8", "--size", "1M",
+                 "--no-shm"});
+  EXPECT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("bytes sent per rank: max 1.75 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("by the cost model"), std::string::npos) << r.out;
+  // Bad input.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--simulate", "allsum", "--size", "1M"},
+        std::vector<std::string>{"--simulate", "allreduce"},
+        std::vector<std::string>{"--simulate", "allreduce", "--size", "1M", "--root", "9"},
+        std::vector<std::string>{"--ranks", "8", "--size", "1M"}}) {
+    r = braidPlan(bad);
+    EXPECT_EQ(r.exitCode(), 2) << describe(r);
+  }
+  r = braidPlan({"--simulate", "allreduce", "--size", "1M", "--algo", "nosuch"});
+  EXPECT_NE(r.exitCode(), 0) << describe(r);
+}
+
 }  // namespace
 }  // namespace braid::tooltest

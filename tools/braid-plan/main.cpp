@@ -5,7 +5,8 @@
 // algorithm by the library's own cost model (src/tuning/cost_model.hpp), the algorithm the
 // library would select for them (tuning::selectAlgorithm, same inputs), the total, and whether
 // it can hide behind a given compute time. docs/plan.md explains the model and how to check a
-// plan against braid-perf.
+// plan against braid-perf. --simulate runs one collective's real schedule over the simulator
+// (src/sim/, simulate.cpp here) instead.
 #include <braid/braid.hpp>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,9 @@
 #include <string_view>
 #include <vector>
 
+#include "algo/algorithm.hpp"
+#include "sim/simulate.hpp"
+#include "simulate.hpp"
 #include "topology/json.hpp"
 #include "topology/topology_json.hpp"
 #include "tuning/cost_model.hpp"
@@ -26,6 +30,7 @@ namespace {
 namespace json = topology::json;
 
 constexpr const char* kUsage = R"(usage: braid-plan [options]
+       braid-plan --simulate COLL --ranks N --ranks-per-host P --size S [--algo A] [--json]
 
 Per training step: every collective (data-parallel gradient allreduce, ZeRO reduce_scatter and
 allgather, pipeline activations), its volume, the predicted time of each algorithm by braid's
@@ -61,6 +66,21 @@ layout:
                       3: allgather params twice (forward, backward) + reduce_scatter gradients
   --pp N              pipeline stages (rank = stage x dp + replica, as Megatron orders them)
   --bucket SIZE       gradient bucket (fusion buffer) size (default 64M, BRAID_FUSION_THRESHOLD)
+simulate one collective (the algorithm's own code, every rank a fiber, no wires):
+  --simulate COLL     run COLL (allreduce, allgather, reducescatter, broadcast, reduce,
+                      gather, scatter, alltoall, the v-variants, barrier) over the simulated
+                      transport and print bytes sent per rank, messages, steps (the longest
+                      chain of messages) and the predicted time beside the cost model's
+                      (docs/plan.md, "Simulator"); up to thousands of ranks in one process
+  --ranks N           ranks (with --ranks-per-host P: hosts of P ranks, the last one may
+                      hold fewer; default --hosts x --ranks-per-host)
+  --size S            the nccl-tests size in bytes (64K, 1M; required but for barrier):
+                      fp32 elements
+  --root R            root of broadcast, reduce, gather, scatter (default 0)
+  --algo A            with --simulate: an algorithm of COLL (ring, recursive_doubling, ...),
+                      or BRAID_ALGO rules; default: what the library would select (on one
+                      host with shared memory its shm algorithms, which the simulator
+                      refuses: give --no-shm or --algo)
 output:
   --compute-ms T      compute time per step: does the communication hide behind it?
   --json              JSON instead of the table
@@ -152,6 +172,9 @@ int run(int argc, char** argv) {
   std::size_t piece = 0;  // auto
   std::size_t bucket = std::size_t{64} << 20;
   bool json = false, printTune = false, noShm = false;
+  std::optional<Collective> simulate;
+  long ranks = 0, root = 0;
+  std::optional<std::size_t> simSize;
 
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -251,6 +274,23 @@ int run(int argc, char** argv) {
       if (v.empty() || *end != '\0' || !(ms >= 0))
         usageError("--compute-ms '" + v + "' is not >= 0");
       computeMs = ms;
+    } else if (a == "--simulate") {
+      const std::string v = value();
+      simulate = parseCollective(v);
+      if (!simulate || *simulate == Collective::Send || *simulate == Collective::Recv)
+        usageError("--simulate '" + v + "' is not a collective (allreduce, allgather, ...)");
+    } else if (a == "--ranks") {
+      ranks = positive(a, value());
+    } else if (a == "--size") {
+      const std::string v = value();
+      const auto sz = tuning::parseSize(v);
+      if (!sz) usageError("--size '" + v + "' is not a size (e.g. 64K, 1M)");
+      simSize = *sz;
+    } else if (a == "--root") {
+      const std::string v = value();
+      char* end = nullptr;
+      root = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || root < 0) usageError("--root '" + v + "' is not a rank");
     } else if (a == "--json") {
       json = true;
     } else if (a == "--print-tune") {
@@ -260,6 +300,12 @@ int run(int argc, char** argv) {
     }
   }
 
+  // With --simulate, --algo may name one algorithm instead of rules.
+  std::string simAlgorithm;
+  if (simulate && !algoRules.empty() && algo::findAlgorithm(*simulate, algoRules) != nullptr) {
+    simAlgorithm = algoRules;
+    algoRules.clear();
+  }
   // Parameters: defaults, the tuning file, then the flags (the library reads the same file).
   std::vector<tuning::Rule> rules = tuning::parseRules(algoRules, "--algo");
   tuning::CostParams cp;
@@ -275,6 +321,25 @@ int run(int argc, char** argv) {
     std::fputs(cp.format().c_str(), stdout);
     return 0;
   }
+
+  if (simulate) {
+    if (!simSize && *simulate == Collective::Barrier) simSize = 0;
+    if (!simSize) usageError("--simulate needs --size");
+    if (ranks > 0 && !topoFile.empty()) usageError("--ranks and --topo exclude each other");
+    if (ranks > 65536) usageError("--ranks " + std::to_string(ranks) + " is above 65536");
+    const topology::Topology world =
+        !topoFile.empty() ? topology::loadTopologyFile(topoFile)
+        : ranks > 0       ? sim::blockedTopology(static_cast<int>(ranks), static_cast<int>(perHost))
+                    : topology::uniformTopology(static_cast<int>(hosts), static_cast<int>(perHost));
+    if (root >= world.size())
+      usageError("--root " + std::to_string(root) + " is not a rank of " +
+                 std::to_string(world.size()));
+    SimulateRequest req{*simulate, simAlgorithm, rules, *simSize, static_cast<int>(root),
+                        cp,        chunk,        buff,  piece,    smallMsg,
+                        noShm,     json};
+    return runSimulate(req, world);
+  }
+  if (ranks > 0 || simSize) usageError("--ranks and --size need --simulate");
 
   const topology::Topology world =
       topoFile.empty()
