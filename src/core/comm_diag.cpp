@@ -49,6 +49,7 @@ void Comm::Impl::startDiagnosis() {
                            std::to_string(peer.rank) + " called " + core::callText(peer.at) +
                            " at op #" + std::to_string(mine.seq));
         });
+  startObservability();
   if (opts.flightSignal) {
     signalRegistered = core::registerSignalDump(
         this, [](void* self) { static_cast<Impl*>(self)->dumpFlightRecorder("SIGUSR1"); });
@@ -64,7 +65,7 @@ void Comm::Impl::stopDiagnosis() {
 
 core::Clock::time_point Comm::Impl::stamp() const {
   // steady_clock is CLOCK_MONOTONIC; its coarse variant reads the time of the last tick.
-  if (timeline) return core::Clock::now();
+  if (timeline || precise) return core::Clock::now();
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return core::Clock::time_point(std::chrono::seconds(ts.tv_sec) +
@@ -97,6 +98,9 @@ void Comm::Impl::opStarted(Op& op, const char* algorithm) {
 void Comm::Impl::opDone(Op& op) {
   const auto now = stamp();
   recorder->finished(op.serial, op.desc, nullptr, now);
+  if (metrics)
+    metrics->opDone(op.desc.coll, op.algorithm, op.bytes,
+                    std::chrono::nanoseconds(now - op.startedAt).count());
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Done, op.issuedAt,
                      op.startedAt, now, nullptr);
@@ -148,6 +152,16 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
   const auto now = stamp();
   opQueued(op);  // failed before it started inline (e.g. selection): recorded as issued first
   recorder->finished(op.serial, op.desc, message.c_str(), now);
+  if (metrics) {
+    ErrorCode code = ErrorCode::Internal;
+    try {
+      std::rethrow_exception(out);
+    } catch (const Error& e) {
+      code = e.code();
+    } catch (...) {
+    }
+    metrics->opFailed(op.desc.coll, code);
+  }
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Failed, op.issuedAt,
                      op.startedAt, now, message.c_str());
