@@ -142,11 +142,12 @@ struct Options {
   /// Measurement switch only (BRAID_FINGERPRINT=0): collective tags carry no fingerprint of
   /// count and communicator, so such mismatches go undetected. Keep it on.
   bool opFingerprint = true;
-  /// Straggler attribution (BRAID_STRAGGLER=1): precise start and end stamps on every
-  /// operation, so that an exchange of the ranks' waits names the rank that arrived last at
-  /// each collective (docs/troubleshooting.md, "Who is slow"). On by itself with metrics and
-  /// with BRAID_DEBUG=INFO (which prints a summary at destruction).
-  bool straggler = false;
+  /// Straggler attribution (BRAID_STRAGGLER=N): precise start and end stamps on every N-th
+  /// collective (by sequence number; 1: every one), so that an exchange of the ranks' stamps
+  /// names the rank that arrived last at each of them (docs/troubleshooting.md, "Who is slow").
+  /// 0: off, except with metrics or BRAID_DEBUG=INFO, which sample every kDefaultStragglerSample-th.
+  unsigned stragglerSample = 0;
+  static constexpr unsigned kDefaultStragglerSample = 64;
   /// OpenMetrics text file per rank (BRAID_METRICS_FILE; "%r" -> rank, "%c" -> communicator),
   /// written every metricsInterval and at destruction. Empty: no file.
   std::string metricsFile;

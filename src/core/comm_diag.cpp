@@ -63,9 +63,9 @@ void Comm::Impl::stopDiagnosis() {
   signalRegistered = false;
 }
 
-core::Clock::time_point Comm::Impl::stamp() const {
+core::Clock::time_point Comm::Impl::stamp(bool precise) const {
   // steady_clock is CLOCK_MONOTONIC; its coarse variant reads the time of the last tick.
-  if (timeline || precise) return core::Clock::now();
+  if (precise) return core::Clock::now();
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return core::Clock::time_point(std::chrono::seconds(ts.tv_sec) +
@@ -75,7 +75,9 @@ core::Clock::time_point Comm::Impl::stamp() const {
 void Comm::Impl::opIssued(Op& op) {
   const std::int64_t t = opTimeoutMs.load(std::memory_order_relaxed);
   op.timeout = t >= 0 ? std::chrono::milliseconds(t) : opts.execTimeout;
-  op.issuedAt = stamp();
+  op.precise = timeline != nullptr || (preciseEvery != 0 && !core::isPointToPoint(op.desc.coll) &&
+                                       op.desc.seq % preciseEvery == 0);
+  op.issuedAt = stamp(op.precise);
 }
 
 void Comm::Impl::opQueued(Op& op) {
@@ -91,16 +93,16 @@ void Comm::Impl::opStarted(Op& op, const char* algorithm) {
     op.serial = recorder->begin(op.desc, op.bytes, algorithm, op.startedAt);
     return;
   }
-  op.startedAt = op.work == nullptr ? op.issuedAt : stamp();
+  op.startedAt = op.work == nullptr ? op.issuedAt : stamp(op.precise);
   recorder->started(op.serial, op.desc, algorithm, op.startedAt);
 }
 
 void Comm::Impl::opDone(Op& op) {
-  const auto now = stamp();
+  const auto now = stamp(op.precise);
   recorder->finished(op.serial, op.desc, nullptr, now);
-  if (metrics)
+  if (metrics)  // a duration only where the stamps are precise
     metrics->opDone(op.desc.coll, op.algorithm, op.bytes,
-                    std::chrono::nanoseconds(now - op.startedAt).count());
+                    op.precise ? std::chrono::nanoseconds(now - op.startedAt).count() : -1);
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Done, op.issuedAt,
                      op.startedAt, now, nullptr);
@@ -149,7 +151,7 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
   } catch (...) {
     message = "unknown exception";
   }
-  const auto now = stamp();
+  const auto now = stamp(op.precise);
   opQueued(op);  // failed before it started inline (e.g. selection): recorded as issued first
   recorder->finished(op.serial, op.desc, message.c_str(), now);
   if (metrics) {

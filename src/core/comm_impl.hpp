@@ -47,6 +47,7 @@ struct Op {
   core::OpDesc desc;
   std::uint64_t serial = 0;  // flight recorder
   core::Clock::time_point issuedAt{}, startedAt{};
+  bool precise = false;  // stamped with the precise clock (timeline, straggler sample)
   const char* algorithm = nullptr;
 };
 
@@ -161,10 +162,9 @@ struct Comm::Impl {
   void log(int level, const std::string& msg) const;
 
   // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.
-  core::Clock::time_point stamp() const;
+  core::Clock::time_point stamp(bool precise) const;
   core::Clock::time_point deadline(const Op& op) const {
-    return op.startedAt + op.timeout +
-           (timeline || precise ? core::Clock::duration{} : coarseSlack);
+    return op.startedAt + op.timeout + (op.precise ? core::Clock::duration{} : coarseSlack);
   }
   void opIssued(Op& op);  // the deadline's clock read and the timeout; nothing recorded yet
   void opQueued(Op& op);  // into the flight recorder as queued (async, or behind another op)
@@ -181,7 +181,9 @@ struct Comm::Impl {
   void stopDiagnosis();   // first thing in ~Impl: no signal dump may start after it
 
   // Straggler attribution and metrics (core/comm_observe.cpp; core/straggler.hpp, metrics.hpp).
-  bool precise = false;  // precise stamps: opts.straggler, metrics, or BRAID_DEBUG=INFO
+  // Collectives whose sequence number is a multiple of this get precise stamps (0: none):
+  // Options::stragglerSample, or its default with metrics or BRAID_DEBUG=INFO.
+  std::uint64_t preciseEvery = 0;
   std::unique_ptr<core::Metrics> metrics;
   std::string metricsPath;  // BRAID_METRICS_FILE expanded for this rank; empty: none
   std::unique_ptr<core::MetricsThread> metricsThread;

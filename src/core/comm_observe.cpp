@@ -20,9 +20,11 @@ std::string waitsKey(const char* kind, int rank, std::uint64_t slot) {
 
 void Comm::Impl::startObservability() {
   const bool metricsOn = !opts.metricsFile.empty() || opts.metricsPort >= 0;
-  precise = opts.straggler || metricsOn || opts.logLevel >= 2;
-  recorder->setPrecise(precise);
-  if (precise && size > 1) straggler = std::make_unique<core::StragglerStats>(size);
+  preciseEvery = opts.stragglerSample != 0         ? opts.stragglerSample
+                 : metricsOn || opts.logLevel >= 2 ? Options::kDefaultStragglerSample
+                                                   : 0;
+  recorder->setPreciseEvery(preciseEvery);
+  if (preciseEvery != 0 && size > 1) straggler = std::make_unique<core::StragglerStats>(size, preciseEvery);
   if (!metricsOn) return;
   metrics = std::make_unique<core::Metrics>(id, rank, size);
   if (!opts.metricsFile.empty())
@@ -96,7 +98,7 @@ std::string Comm::Impl::stragglerReport() {
     throw Error(ErrorCode::InvalidArgument,
                 "stragglerReport on rank " + std::to_string(rank) + " of communicator " + id +
                     ": straggler attribution is off (set BRAID_STRAGGLER=1 or "
-                    "Options::straggler before the communicator is created)");
+                    "Options::stragglerSample before the communicator is created)");
   std::lock_guard<std::mutex> lk(stragglerMu);
   // Round k uses slot k % 2: a rank can be at round k + 2 only after every rank finished
   // reading round k + 1, hence round k.

@@ -90,7 +90,7 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_TIMELINE", "", "FILE: Chrome-trace JSON of every operation, per rank (%r -> rank)"},
     {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
     {"BRAID_STRAGGLER", "0",
-     "1: stamp every operation precisely and name the rank that arrived last (straggler report)"},
+     "N: stamp every N-th collective precisely (1: all) and name the rank that arrived last"},
     {"BRAID_METRICS_FILE", "",
      "FILE: OpenMetrics text per rank (%r -> rank), at an interval and "
      "at destruction"},
@@ -456,7 +456,7 @@ Options Options::fromEnv() {
   o.diagGrace =
       std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count(), 0, kMaxTimeoutMs));
   o.opFingerprint = boolVar("BRAID_FINGERPRINT", true);
-  o.straggler = boolVar("BRAID_STRAGGLER", false);
+  o.stragglerSample = static_cast<unsigned>(intVar("BRAID_STRAGGLER", 0, 0, 1 << 20));
   if (const char* v = get("BRAID_METRICS_FILE")) o.metricsFile = v;
   o.metricsInterval = timeoutVar("BRAID_METRICS_INTERVAL", o.metricsInterval);
   if (const char* v = get("BRAID_METRICS_PORT"); v != nullptr && *v != '\0')

@@ -162,13 +162,15 @@ std::vector<OpDesc> FlightRecorder::recentCollectives(std::size_t n) const {
 std::vector<WaitSample> FlightRecorder::waits() const {
   std::vector<WaitSample> out;
   std::lock_guard<SpinLock> lk(mu_);
-  if (ring_.empty() || !precise_) return out;
+  if (ring_.empty() || preciseEvery_ == 0) return out;
   out.reserve(ring_.size());
   const std::uint64_t total = next_ - 1;
   const std::uint64_t first = total >= ring_.size() ? total - ring_.size() + 1 : 1;
   for (std::uint64_t s = first; s <= total; ++s) {
     const FlightEntry& e = ring_[indexOf(s)];
-    if (e.serial != s || e.state != OpState::Done || isPointToPoint(e.desc.coll)) continue;
+    if (e.serial != s || e.state != OpState::Done || isPointToPoint(e.desc.coll) ||
+        e.desc.seq % preciseEvery_ != 0)
+      continue;
     out.push_back({e.desc.seq, std::chrono::nanoseconds(e.started.time_since_epoch()).count(),
                    std::chrono::nanoseconds(e.finished.time_since_epoch()).count(),
                    static_cast<std::uint8_t>(e.desc.coll)});
@@ -249,7 +251,8 @@ std::string FlightRecorder::dump(const std::string& title) const {
                           .count());
         row += line;
       }
-      if (e.state == OpState::Done && precise_ && !isPointToPoint(e.desc.coll)) {
+      if (e.state == OpState::Done && preciseEvery_ != 0 && !isPointToPoint(e.desc.coll) &&
+          e.desc.seq % preciseEvery_ == 0) {
         if (e.lastRank >= 0)
           std::snprintf(line, sizeof line, "  last: rank %d (+%.1f us)", e.lastRank,
                         static_cast<double>(e.lateNs) / 1e3);

@@ -94,8 +94,8 @@ class FlightRecorder {
   /// still holds; `started` (if given) gets each verdict's start time (zero: not in the ring).
   void annotate(const std::vector<StragglerVerdict>& verdicts,
                 std::vector<Clock::time_point>* started = nullptr);
-  /// Whether the time stamps are precise enough for waits (stamps of the precise clock).
-  void setPrecise(bool precise) { precise_ = precise; }
+  /// Collectives whose sequence number is a multiple of `every` have precise stamps (0: none).
+  void setPreciseEvery(std::uint64_t every) { preciseEvery_ = every; }
 
   /// The readable dump: a header line, one line per operation (oldest first), an end line.
   std::string dump(const std::string& title) const;
@@ -136,7 +136,7 @@ class FlightRecorder {
   Clock::time_point origin_;
   Position position_;
   std::uint64_t positionSerial_ = 0;
-  bool precise_ = false;
+  std::uint64_t preciseEvery_ = 0;
 };
 
 }  // namespace braid::core

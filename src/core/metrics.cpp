@@ -16,6 +16,8 @@
 #include <cstring>
 #include <memory>
 
+#include "core/flight_recorder.hpp"
+
 namespace braid::core {
 
 namespace {
@@ -71,20 +73,52 @@ double Metrics::bucketBound(int k) {
 }
 
 void Metrics::opDone(Collective c, const char* algorithm, std::uint64_t bytes, std::int64_t ns) {
-  if (algorithm == nullptr) algorithm = "-";
-  const double s = static_cast<double>(ns) * 1e-9;
-  // The bucket: the first k with s <= 1 us * 4^k.
+  static const char* const kNone = "-";
+  if (algorithm == nullptr) algorithm = kNone;
+  const auto ci = static_cast<std::size_t>(c);
+  if (ci >= slots_.size()) return;
+  const bool timed = ns >= 0;
+  const std::uint64_t t = timed ? static_cast<std::uint64_t>(ns) : 0;
+  // The bucket: the first k with t <= 1 us * 4^k.
   int k = 0;
-  for (double bound = 1e-6; k < kBuckets && s > bound; bound *= 4.0) ++k;
-  std::lock_guard<std::mutex> lk(mu_);
-  Series* series = nullptr;
-  for (Series& x : series_)
-    if (x.coll == c && x.algorithm == algorithm) series = &x;
-  if (series == nullptr) series = &series_.emplace_back(Series{c, algorithm});
-  ++series->ops;
-  series->bytes += bytes;
-  series->seconds += s;
-  ++series->buckets[k];
+  for (std::uint64_t bound = 1000; k < kBuckets && t > bound; bound *= 4) ++k;
+  // The slot of this algorithm: found by its pointer, or claimed (the names are static).
+  auto& row = slots_[ci];
+  Slot* slot = &row[kAlgorithms - 1];
+  for (Slot& x : row) {
+    const char* a = x.algorithm.load(std::memory_order_acquire);
+    if (a == algorithm) {
+      slot = &x;
+      break;
+    }
+    if (a == nullptr) {
+      const char* expected = nullptr;
+      if (x.algorithm.compare_exchange_strong(expected, algorithm, std::memory_order_acq_rel) ||
+          expected == algorithm) {
+        slot = &x;
+        break;
+      }
+    }
+  }
+  if (isPointToPoint(c)) {
+    slot->ops.fetch_add(1, std::memory_order_relaxed);
+    slot->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    if (timed) {
+      slot->ns.fetch_add(t, std::memory_order_relaxed);
+      slot->buckets[k].fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  // One writer: plain loads and stores (no locked instruction); readers see whole values.
+  auto add = [](std::atomic<std::uint64_t>& a, std::uint64_t v) {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  };
+  add(slot->ops, 1);
+  add(slot->bytes, bytes);
+  if (timed) {
+    add(slot->ns, t);
+    add(slot->buckets[k], 1);
+  }
 }
 
 void Metrics::opFailed(Collective c, ErrorCode code) {
@@ -119,9 +153,22 @@ std::string Metrics::render(const std::vector<const Metrics*>& comms) {
   };
   std::vector<Copy> copies;
   for (const Metrics* m : comms) {
+    std::vector<Series> series;
+    for (int c = 0; c < kCollectives; ++c)
+      for (const Slot& x : m->slots_[c]) {
+        const char* a = x.algorithm.load(std::memory_order_acquire);
+        if (a == nullptr) continue;
+        Series s{static_cast<Collective>(c), a};
+        for (int k = 0; k <= kBuckets; ++k)
+          s.buckets[k] = x.buckets[k].load(std::memory_order_relaxed);
+        s.ops = x.ops.load(std::memory_order_relaxed);
+        s.bytes = x.bytes.load(std::memory_order_relaxed);
+        s.seconds = static_cast<double>(x.ns.load(std::memory_order_relaxed)) * 1e-9;
+        if (s.ops > 0) series.push_back(s);
+      }
     std::lock_guard<std::mutex> lk(m->mu_);
     copies.push_back(
-        {m->labels(), m->size_, m->series_, m->errors_, m->hasStraggler_, m->straggler_});
+        {m->labels(), m->size_, std::move(series), m->errors_, m->hasStraggler_, m->straggler_});
   }
   auto opLabels = [](const Copy& c, const Series& s) {
     return c.labels + ",collective=\"" + toString(s.coll) + "\",algorithm=\"" +
@@ -139,7 +186,8 @@ std::string Metrics::render(const std::vector<const Metrics*>& comms) {
     for (const Series& s : c.series)
       out += "braid_bytes_total{" + opLabels(c, s) + "} " + std::to_string(s.bytes) + "\n";
   family(out, "braid_operation_seconds", "histogram", "seconds",
-         "Time from start to completion of the completed operations on this rank.");
+         "Time from start to completion on this rank of the collectives with precise stamps "
+         "(BRAID_STRAGGLER=N: every N-th; default with metrics: every 64th).");
   for (const Copy& c : copies)
     for (const Series& s : c.series) {
       const std::string l = opLabels(c, s);
@@ -152,7 +200,7 @@ std::string Metrics::render(const std::vector<const Metrics*>& comms) {
       cumulative += s.buckets[kBuckets];
       out += "braid_operation_seconds_bucket{" + l + ",le=\"+Inf\"} " + std::to_string(cumulative) +
              "\n";
-      out += "braid_operation_seconds_count{" + l + "} " + std::to_string(s.ops) + "\n";
+      out += "braid_operation_seconds_count{" + l + "} " + std::to_string(cumulative) + "\n";
       out += "braid_operation_seconds_sum{" + l + "} " + num(s.seconds) + "\n";
     }
   family(out, "braid_errors", "counter", nullptr, "Failed operations, per collective and error.");

@@ -6,11 +6,14 @@
 // Written to BRAID_METRICS_FILE (per rank, "%r" -> rank) every BRAID_METRICS_INTERVAL and at
 // destruction (written to a temporary file and renamed, so a reader never sees half a file),
 // and served by one small HTTP/1.1 server per process on BRAID_METRICS_PORT (GET /metrics, all
-// live communicators of the process in one exposition). Recording costs one uncontended mutex
-// and a few additions per operation, and only when metrics are on.
+// live communicators of the process in one exposition). Recording costs a few plain additions
+// per collective (collectives finish one at a time, so their counters have a single writer and
+// need no atomic read-modify-write; point-to-point operations, which complete concurrently, use
+// atomic additions), and only when metrics are on.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <braid/error.hpp>
 #include <braid/types.hpp>
 #include <chrono>
@@ -30,6 +33,8 @@ class Metrics {
  public:
   Metrics(std::string commId, int rank, int size);
 
+  /// A completed operation; ns < 0: not timed precisely (counted, not in the histogram).
+  /// Collectives only from the thread that ran it, one at a time.
   void opDone(Collective c, const char* algorithm, std::uint64_t bytes, std::int64_t ns);
   void opFailed(Collective c, ErrorCode code);
   /// A copy of the straggler analysis (rank 0, or Comm::stragglerReport on every rank).
@@ -44,12 +49,20 @@ class Metrics {
   static std::string render(const std::vector<const Metrics*>& comms);
 
  private:
-  struct Series {
+  // One (collective, algorithm) pair. The histogram holds the timed operations only.
+  struct Slot {
+    std::atomic<const char*> algorithm{nullptr};  // static storage (the registry's names)
+    std::atomic<std::uint64_t> ops{0}, bytes{0}, ns{0};
+    std::array<std::atomic<std::uint64_t>, kBuckets + 1> buckets{};  // not cumulative; +Inf last
+  };
+  static constexpr int kCollectives = static_cast<int>(Collective::Recv) + 1;
+  static constexpr int kAlgorithms = 8;  // per collective; more share the last slot
+  struct Series {                        // a copy for rendering
     Collective coll;
-    const char* algorithm;  // static storage (the registry's names); "-" when none
+    const char* algorithm;
     std::uint64_t ops = 0, bytes = 0;
     double seconds = 0;
-    std::array<std::uint64_t, kBuckets + 1> buckets{};  // not cumulative; last: +Inf
+    std::array<std::uint64_t, kBuckets + 1> buckets{};
   };
   struct ErrorCount {
     Collective coll;
@@ -60,8 +73,8 @@ class Metrics {
 
   const std::string commId_;
   const int rank_, size_;
-  mutable std::mutex mu_;
-  std::vector<Series> series_;
+  std::array<std::array<Slot, kAlgorithms>, kCollectives> slots_;
+  mutable std::mutex mu_;  // errors and the straggler analysis
   std::vector<ErrorCount> errors_;
   bool hasStraggler_ = false;
   StragglerStats straggler_;

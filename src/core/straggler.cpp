@@ -68,8 +68,22 @@ std::optional<std::pair<std::uint64_t, std::vector<WaitSample>>> decodeWaits(
   return std::make_pair(round, std::move(s));
 }
 
-StragglerStats::StragglerStats(int size)
-    : size_(size), last_(size), lateSum_(size), lateMax_(size), peerWait_(size) {}
+StragglerStats::StragglerStats(int size, std::uint64_t every)
+    : size_(size),
+      every_(every == 0 ? 1 : every),
+      last_(size),
+      lateSum_(size),
+      lateMax_(size),
+      peerWait_(size) {}
+
+namespace {
+
+// Multiples of `every` in [from, upper].
+std::uint64_t sampledIn(std::uint64_t from, std::uint64_t upper, std::uint64_t every) {
+  return upper / every - (from == 0 ? 0 : (from - 1) / every) + (from == 0 ? 1 : 0);
+}
+
+}  // namespace
 
 bool StragglerStats::synchronizing(Collective c) {
   switch (c) {
@@ -136,7 +150,7 @@ void StragglerStats::analyze(const std::vector<std::optional<std::vector<WaitSam
     if (row.have == size_) complete.push_back(seq);
   std::sort(complete.begin(), complete.end());
   if (complete.empty()) {
-    missed_ += upper - from + 1;
+    missed_ += sampledIn(from, upper, every_);
     lastSeq_ = upper;
     any_ = true;
     return;
@@ -179,7 +193,7 @@ void StragglerStats::analyze(const std::vector<std::optional<std::vector<WaitSam
     ++analyzedNow;
   }
   analyzed_ += analyzedNow;
-  missed_ += (upper - from + 1) - analyzedNow;
+  missed_ += sampledIn(from, upper, every_) - std::min(analyzedNow, sampledIn(from, upper, every_));
   lastSeq_ = upper;
   any_ = true;
 }

@@ -58,7 +58,8 @@ struct StragglerVerdict {
 /// What the analysis found so far (cumulative over exchanges).
 class StragglerStats {
  public:
-  explicit StragglerStats(int size);
+  /// `every`: only sequence numbers that are multiples of it are stamped (the sample).
+  explicit StragglerStats(int size, std::uint64_t every = 1);
   /// Whether the finish of `c` is the same instant on every rank (see above).
   static bool synchronizing(Collective c);
   /// Joins one window per rank (indexed by rank; an empty optional: that rank's window is
@@ -86,6 +87,7 @@ class StragglerStats {
 
  private:
   int size_;
+  std::uint64_t every_;
   std::uint64_t lastSeq_ = 0;
   bool any_ = false;
   std::uint64_t analyzed_ = 0, missed_ = 0;

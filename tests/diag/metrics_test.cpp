@@ -61,42 +61,46 @@ OmExposition parseOrFail(const std::string& text) {
 }
 
 // Per rank: k allreduces of `count` floats and one broadcast; the file written at destruction
-// holds exactly those (plus nothing else), for every world size.
+// holds exactly those (plus nothing else), for every world size; every collective is timed with
+// BRAID_STRAGGLER=1, every 64th (sequence numbers 0, 64, ...) by default.
 TEST(Metrics, FileCountsEveryOperationAndByte) {
-  for (int n : {1, 2, 3, 5}) {
-    const std::string dir = tempDir();
-    Options o = testOptions();
-    o.metricsFile = dir + "/m.%r.prom";
-    o.metricsInterval = 1h;  // only the file at destruction
-    constexpr int kAllreduces = 13;
-    constexpr std::size_t kCount = 7;
-    runThreads(n, o, [&](Comm& c) {
-      std::vector<float> v(kCount, 1.0f);
-      for (int i = 0; i < kAllreduces; ++i)
-        c.allreduce(v.data(), v.data(), kCount, DataType::Float32, ReduceOp::Sum);
-      c.broadcast(v.data(), 1, DataType::Float32, 0);
-    });
-    for (int r = 0; r < n; ++r) {
-      const std::string path = dir + "/m." + std::to_string(r) + ".prom";
-      const OmExposition e = parseOrFail(readFile(path));
-      EXPECT_EQ(e.sum("braid_operations_total", {{"rank", std::to_string(r)}}), kAllreduces + 1)
-          << path;
-      EXPECT_EQ(e.sum("braid_operations_total", {{"collective", "allreduce"}}), kAllreduces);
-      EXPECT_EQ(e.sum("braid_bytes_total", {{"collective", "allreduce"}}),
-                kAllreduces * kCount * 4);
-      EXPECT_EQ(e.sum("braid_bytes_total", {{"collective", "broadcast"}}), 4);
-      EXPECT_EQ(e.sum("braid_operation_seconds_count"), kAllreduces + 1);
-      EXPECT_GT(e.sum("braid_operation_seconds_sum"), 0);
-      EXPECT_EQ(e.sum("braid_errors_total"), 0);
-      if (r == 0 && n > 1) {
-        // The last exchange at destruction joined every rank's waits (all destroyed together).
-        EXPECT_EQ(e.sum("braid_straggler_analyzed_total"), kAllreduces + 1) << path;
-        EXPECT_EQ(e.sum("braid_straggler_last_total"), kAllreduces + 1);
-        EXPECT_EQ(e.count("braid_peer_wait_seconds_total"), static_cast<std::size_t>(n));
+  for (int n : {1, 2, 3, 5})
+    for (unsigned sample : {1u, 0u}) {
+      const std::string dir = tempDir();
+      Options o = testOptions();
+      o.stragglerSample = sample;
+      o.metricsFile = dir + "/m.%r.prom";
+      o.metricsInterval = 1h;  // only the file at destruction
+      constexpr int kAllreduces = 13;
+      constexpr std::size_t kCount = 7;
+      runThreads(n, o, [&](Comm& c) {
+        std::vector<float> v(kCount, 1.0f);
+        for (int i = 0; i < kAllreduces; ++i)
+          c.allreduce(v.data(), v.data(), kCount, DataType::Float32, ReduceOp::Sum);
+        c.broadcast(v.data(), 1, DataType::Float32, 0);
+      });
+      for (int r = 0; r < n; ++r) {
+        const std::string path = dir + "/m." + std::to_string(r) + ".prom";
+        const OmExposition e = parseOrFail(readFile(path));
+        EXPECT_EQ(e.sum("braid_operations_total", {{"rank", std::to_string(r)}}), kAllreduces + 1)
+            << path;
+        EXPECT_EQ(e.sum("braid_operations_total", {{"collective", "allreduce"}}), kAllreduces);
+        EXPECT_EQ(e.sum("braid_bytes_total", {{"collective", "allreduce"}}),
+                  kAllreduces * kCount * 4);
+        EXPECT_EQ(e.sum("braid_bytes_total", {{"collective", "broadcast"}}), 4);
+        const int timed = sample == 1 ? kAllreduces + 1 : 1;  // default: only op #0 of 14
+        EXPECT_EQ(e.sum("braid_operation_seconds_count"), timed);
+        EXPECT_GT(e.sum("braid_operation_seconds_sum"), 0);
+        EXPECT_EQ(e.sum("braid_errors_total"), 0);
+        if (r == 0 && n > 1) {
+          // The last exchange at destruction joined every rank's stamps (all destroyed together).
+          EXPECT_EQ(e.sum("braid_straggler_analyzed_total"), timed) << path;
+          EXPECT_EQ(e.sum("braid_straggler_last_total"), timed);
+          EXPECT_EQ(e.count("braid_peer_wait_seconds_total"), static_cast<std::size_t>(n));
+        }
       }
+      std::filesystem::remove_all(dir);
     }
-    std::filesystem::remove_all(dir);
-  }
 }
 
 TEST(Metrics, FileIsRewrittenAtTheIntervalWhileTheCommunicatorLives) {
@@ -175,7 +179,7 @@ TEST(Straggler, ReportNamesTheLateRankAsProcesses) {
   for (int n : {2, 3, 4}) {
     const int late = n - 1;
     Options o = testOptions();
-    o.straggler = true;
+    o.stragglerSample = 1;
     runProcesses(n, o, [&](Comm& c) {
       float v = 1;
       for (int i = 0; i < 40; ++i) {
@@ -213,7 +217,7 @@ TEST(Straggler, ReportNeedsTheStampsAndIsTrivialOnOneRank) {
 TEST(Straggler, TimelineCarriesTheVerdicts) {
   const std::string dir = tempDir();
   Options o = testOptions();
-  o.straggler = true;
+  o.stragglerSample = 1;
   o.timeline = dir + "/t.%r.json";
   runThreads(3, o, [&](Comm& c) {
     float v = 1;

@@ -144,6 +144,19 @@ TEST(Straggler, CountsCollectivesAWindowLostAndWaitsForTheSlowestWindow) {
   EXPECT_NE(report.find("rank 1 arrived last in 4 of 8"), std::string::npos) << report;
 }
 
+// Only every 4th collective is stamped (the sample): the others are not missing.
+TEST(Straggler, ASampleCountsOnlyTheSampledCollectives) {
+  StragglerStats stats(3, 4);
+  Windows w(3, std::vector<WaitSample>{});
+  for (std::uint64_t s = 0; s <= 12; s += 4)
+    for (int r = 0; r < 3; ++r)
+      if (!(r == 1 && s == 8)) w[r]->push_back(at(s, r, 10000 * static_cast<std::int64_t>(s)));
+  stats.analyze(w, nullptr);
+  EXPECT_EQ(stats.analyzed(), 3u);  // 0, 4, 12
+  EXPECT_EQ(stats.missed(), 1u);    // 8: rank 1 lost it
+  EXPECT_EQ(stats.timesLast(2), 3u);
+}
+
 TEST(Metrics, RendersStrictOpenMetrics) {
   core::Metrics a("0", 1, 3), b("0/s\"1", 0, 3);
   static const char* kRing = "ring";

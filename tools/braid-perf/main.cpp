@@ -412,7 +412,7 @@ int run(int argc, char** argv) {
     if (!args.algo.empty()) options.algo = args.algo;
     if (args.stragglerRank >= 0) {
       // Every collective of a size stays in the flight recorder until that size's exchange.
-      options.straggler = true;
+      options.stragglerSample = 1;
       options.flightRecorderOps = std::max<std::size_t>(options.flightRecorderOps, 8192);
     }
     std::unique_ptr<Comm> comm = Comm::fromEnv(options);
