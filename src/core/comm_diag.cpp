@@ -75,8 +75,10 @@ core::Clock::time_point Comm::Impl::stamp(bool precise) const {
 void Comm::Impl::opIssued(Op& op) {
   const std::int64_t t = opTimeoutMs.load(std::memory_order_relaxed);
   op.timeout = t >= 0 ? std::chrono::milliseconds(t) : opts.execTimeout;
-  op.precise = timeline != nullptr || (preciseEvery != 0 && !core::isPointToPoint(op.desc.coll) &&
-                                       op.desc.seq % preciseEvery == 0);
+  op.precise = timeline != nullptr ||
+               (preciseEvery != 0 && !core::isPointToPoint(op.desc.coll) &&
+                (preciseMask != 0 || preciseEvery == 1 ? (op.desc.seq & preciseMask)
+                                                       : op.desc.seq % preciseEvery) == 0);
   op.issuedAt = stamp(op.precise);
 }
 

@@ -184,6 +184,7 @@ struct Comm::Impl {
   // Collectives whose sequence number is a multiple of this get precise stamps (0: none):
   // Options::stragglerSample, or its default with metrics or BRAID_DEBUG=INFO.
   std::uint64_t preciseEvery = 0;
+  std::uint64_t preciseMask = 0;  // preciseEvery - 1 when a power of two > 1: no division
   std::unique_ptr<core::Metrics> metrics;
   std::string metricsPath;  // BRAID_METRICS_FILE expanded for this rank; empty: none
   std::unique_ptr<core::MetricsThread> metricsThread;

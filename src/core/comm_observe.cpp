@@ -23,8 +23,10 @@ void Comm::Impl::startObservability() {
   preciseEvery = opts.stragglerSample != 0         ? opts.stragglerSample
                  : metricsOn || opts.logLevel >= 2 ? Options::kDefaultStragglerSample
                                                    : 0;
+  if (preciseEvery > 1 && (preciseEvery & (preciseEvery - 1)) == 0) preciseMask = preciseEvery - 1;
   recorder->setPreciseEvery(preciseEvery);
-  if (preciseEvery != 0 && size > 1) straggler = std::make_unique<core::StragglerStats>(size, preciseEvery);
+  if (preciseEvery != 0 && size > 1)
+    straggler = std::make_unique<core::StragglerStats>(size, preciseEvery);
   if (!metricsOn) return;
   metrics = std::make_unique<core::Metrics>(id, rank, size);
   if (!opts.metricsFile.empty())

@@ -190,7 +190,9 @@ TEST(Straggler, ReportNamesTheLateRankAsProcesses) {
       std::smatch m;
       const std::regex re("rank (\\d+) arrived last in (\\d+) of (\\d+)");
       if (!std::regex_search(report, m, re)) throw std::runtime_error("no verdict: " + report);
-      if (std::stoi(m[1]) != late || std::stoi(m[3]) != 40 || std::stoi(m[2]) < 38)
+      // At least 90% here (40 collectives, ranks sharing CPUs with parallel tests); the >= 95%
+      // criterion is braid-perf's (PerfStraggler), over more than 1000 collectives.
+      if (std::stoi(m[1]) != late || std::stoi(m[3]) != 40 || std::stoi(m[2]) < 36)
         throw std::runtime_error("wrong verdict: " + report);
       if (report.find("late by") == std::string::npos) throw std::runtime_error(report);
     });
