@@ -9,6 +9,7 @@
 
 #include <random>
 
+#include "core/flight_recorder.hpp"
 #include "core/metrics.hpp"
 #include "harness/openmetrics.hpp"
 
@@ -155,6 +156,39 @@ TEST(Straggler, ASampleCountsOnlyTheSampledCollectives) {
   EXPECT_EQ(stats.analyzed(), 3u);  // 0, 4, 12
   EXPECT_EQ(stats.missed(), 1u);    // 8: rank 1 lost it
   EXPECT_EQ(stats.timesLast(2), 3u);
+}
+
+// The flight recorder hands out the stamps of its finished, sampled collectives and shows the
+// verdicts in its dump.
+TEST(Straggler, FlightRecorderStampsAndVerdicts) {
+  const auto origin = core::Clock::now();
+  core::FlightRecorder rec(8, origin);
+  rec.setPreciseEvery(2);
+  for (std::uint64_t seq = 0; seq < 5; ++seq) {
+    core::OpDesc d;
+    d.coll = Collective::Allreduce;
+    d.count = 2;
+    d.seq = seq;
+    const auto t0 = origin + std::chrono::microseconds(100 * seq);
+    const std::uint64_t serial = rec.begin(d, 8, "ring", t0);
+    rec.finished(serial, d, seq == 4 ? "failed" : nullptr, t0 + std::chrono::microseconds(7));
+  }
+  const std::vector<WaitSample> w = rec.waits();
+  ASSERT_EQ(w.size(), 2u);  // seq 0 and 2 (4 failed; 1 and 3 not sampled)
+  EXPECT_EQ(w[0].seq, 0u);
+  EXPECT_EQ(w[1].seq, 2u);
+  EXPECT_EQ(w[1].finishNs - w[1].startNs, 7000);
+  EXPECT_EQ(w[1].coll, static_cast<std::uint8_t>(Collective::Allreduce));
+  std::vector<core::Clock::time_point> started;
+  rec.annotate({{2, Collective::Allreduce, 3, 1500}, {9, Collective::Allreduce, 1, 5}}, &started);
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_EQ(started[0], origin + std::chrono::microseconds(200));
+  EXPECT_EQ(started[1], core::Clock::time_point{});  // not in the ring
+  const std::string dump = rec.dump("test");
+  EXPECT_NE(dump.find("op #2    allreduce"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("last: rank 3 (+1.5 us)"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("last: not exchanged yet"), std::string::npos) << dump;  // op #0
+  EXPECT_EQ(dump.find("last: rank 1"), std::string::npos) << dump;
 }
 
 TEST(Metrics, RendersStrictOpenMetrics) {
