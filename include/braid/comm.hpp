@@ -196,6 +196,16 @@ class Comm {
   /// Name of the algorithm the communicator would pick for this collective and byte size.
   std::string selectedAlgorithm(Collective c, std::size_t bytes) const;
 
+  /// Straggler report (docs/troubleshooting.md, "Who is slow"): every rank publishes the start
+  /// and end stamps of the collectives in its flight recorder through the store and reads the
+  /// others'; the text names the rank that arrived last how often and by how much, over every
+  /// collective analyzed so far (also by earlier calls). Every rank must call it (in the same
+  /// order relative to other calls of it); it sends nothing over the communicator. Needs
+  /// Options::straggler (BRAID_STRAGGLER=1, metrics, or BRAID_DEBUG=INFO), else
+  /// Error(InvalidArgument); Error(Timeout) when a rank does not publish within the execution
+  /// timeout.
+  std::string stragglerReport();
+
   struct Impl;
 
  private:

@@ -142,6 +142,22 @@ struct Options {
   /// Measurement switch only (BRAID_FINGERPRINT=0): collective tags carry no fingerprint of
   /// count and communicator, so such mismatches go undetected. Keep it on.
   bool opFingerprint = true;
+  /// Straggler attribution (BRAID_STRAGGLER=N): precise start and end stamps on every N-th
+  /// collective (by sequence number; 1: every one), so that an exchange of the ranks' stamps
+  /// names the rank that arrived last at each of them (docs/troubleshooting.md, "Who is slow").
+  /// 0: off, except with metrics or BRAID_DEBUG=INFO, which sample every kDefaultStragglerSample-th.
+  unsigned stragglerSample = 0;
+  static constexpr unsigned kDefaultStragglerSample = 64;
+  /// OpenMetrics text file per rank (BRAID_METRICS_FILE; "%r" -> rank, "%c" -> communicator),
+  /// written every metricsInterval and at destruction. Empty: no file.
+  std::string metricsFile;
+  /// BRAID_METRICS_INTERVAL (a unit: 10s, 500ms, 1m; a bare number is milliseconds).
+  std::chrono::milliseconds metricsInterval{10000};
+  /// Serve GET /metrics on this port (BRAID_METRICS_PORT; 0 picks a free one, logged at INFO);
+  /// -1: no server. One server per process, for all its communicators.
+  int metricsPort = -1;
+  /// The address the metrics server binds (BRAID_METRICS_ADDR; loopback by default).
+  std::string metricsAddress = "127.0.0.1";
 
   // ---- network interfaces (docs/env.md) ----
   /// Interfaces the TCP data listener may use, NCCL_SOCKET_IFNAME's syntax: comma list of name

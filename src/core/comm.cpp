@@ -76,7 +76,8 @@ Comm::Impl::~Impl() {
                                                      ": the communicator was destroyed before "
                                                      "the operation completed")));
   }
-  monitor.reset();  // no operation can fail any more
+  stopObservability();  // the last straggler exchange and metrics file
+  monitor.reset();      // no operation can fail any more
   transport.reset();
   timeline.reset();  // closes the JSON after the last operation finished
 }
@@ -523,6 +524,10 @@ std::string Comm::describePeer(int peer) const {
                 "describePeer on rank " + std::to_string(impl_->rank) + ": argument 'peer' = " +
                     std::to_string(peer) + " is outside [0, " + std::to_string(impl_->size) + ")");
   return impl_->transport->describePeer(peer);
+}
+
+std::string Comm::stragglerReport() {
+  return impl_->stragglerReport();
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {

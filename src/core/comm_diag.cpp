@@ -49,6 +49,7 @@ void Comm::Impl::startDiagnosis() {
                            std::to_string(peer.rank) + " called " + core::callText(peer.at) +
                            " at op #" + std::to_string(mine.seq));
         });
+  startObservability();
   if (opts.flightSignal) {
     signalRegistered = core::registerSignalDump(
         this, [](void* self) { static_cast<Impl*>(self)->dumpFlightRecorder("SIGUSR1"); });
@@ -62,9 +63,9 @@ void Comm::Impl::stopDiagnosis() {
   signalRegistered = false;
 }
 
-core::Clock::time_point Comm::Impl::stamp() const {
+core::Clock::time_point Comm::Impl::stamp(bool precise) const {
   // steady_clock is CLOCK_MONOTONIC; its coarse variant reads the time of the last tick.
-  if (timeline) return core::Clock::now();
+  if (precise) return core::Clock::now();
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return core::Clock::time_point(std::chrono::seconds(ts.tv_sec) +
@@ -74,7 +75,11 @@ core::Clock::time_point Comm::Impl::stamp() const {
 void Comm::Impl::opIssued(Op& op) {
   const std::int64_t t = opTimeoutMs.load(std::memory_order_relaxed);
   op.timeout = t >= 0 ? std::chrono::milliseconds(t) : opts.execTimeout;
-  op.issuedAt = stamp();
+  op.precise = timeline != nullptr ||
+               (preciseEvery != 0 && !core::isPointToPoint(op.desc.coll) &&
+                (preciseMask != 0 || preciseEvery == 1 ? (op.desc.seq & preciseMask)
+                                                       : op.desc.seq % preciseEvery) == 0);
+  op.issuedAt = stamp(op.precise);
 }
 
 void Comm::Impl::opQueued(Op& op) {
@@ -90,13 +95,16 @@ void Comm::Impl::opStarted(Op& op, const char* algorithm) {
     op.serial = recorder->begin(op.desc, op.bytes, algorithm, op.startedAt);
     return;
   }
-  op.startedAt = op.work == nullptr ? op.issuedAt : stamp();
+  op.startedAt = op.work == nullptr ? op.issuedAt : stamp(op.precise);
   recorder->started(op.serial, op.desc, algorithm, op.startedAt);
 }
 
 void Comm::Impl::opDone(Op& op) {
-  const auto now = stamp();
+  const auto now = stamp(op.precise);
   recorder->finished(op.serial, op.desc, nullptr, now);
+  if (metrics)  // a duration only where the stamps are precise
+    metrics->opDone(op.desc.coll, op.algorithm, op.bytes,
+                    op.precise ? std::chrono::nanoseconds(now - op.startedAt).count() : -1);
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Done, op.issuedAt,
                      op.startedAt, now, nullptr);
@@ -145,9 +153,19 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
   } catch (...) {
     message = "unknown exception";
   }
-  const auto now = stamp();
+  const auto now = stamp(op.precise);
   opQueued(op);  // failed before it started inline (e.g. selection): recorded as issued first
   recorder->finished(op.serial, op.desc, message.c_str(), now);
+  if (metrics) {
+    ErrorCode code = ErrorCode::Internal;
+    try {
+      std::rethrow_exception(out);
+    } catch (const Error& e) {
+      code = e.code();
+    } catch (...) {
+    }
+    metrics->opFailed(op.desc.coll, code);
+  }
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Failed, op.issuedAt,
                      op.startedAt, now, message.c_str());

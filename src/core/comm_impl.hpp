@@ -19,6 +19,8 @@
 #include "algo/algorithm.hpp"
 #include "core/diagnosis.hpp"
 #include "core/flight_recorder.hpp"
+#include "core/metrics.hpp"
+#include "core/straggler.hpp"
 #include "core/timeline.hpp"
 #include "core/work.hpp"
 #include "topology/topology.hpp"
@@ -45,6 +47,7 @@ struct Op {
   core::OpDesc desc;
   std::uint64_t serial = 0;  // flight recorder
   core::Clock::time_point issuedAt{}, startedAt{};
+  bool precise = false;  // stamped with the precise clock (timeline, straggler sample)
   const char* algorithm = nullptr;
 };
 
@@ -159,9 +162,9 @@ struct Comm::Impl {
   void log(int level, const std::string& msg) const;
 
   // Operation lifecycle (core/comm_diag.cpp): flight recorder, timeline, failure diagnosis.
-  core::Clock::time_point stamp() const;
+  core::Clock::time_point stamp(bool precise) const;
   core::Clock::time_point deadline(const Op& op) const {
-    return op.startedAt + op.timeout + (timeline ? core::Clock::duration{} : coarseSlack);
+    return op.startedAt + op.timeout + (op.precise ? core::Clock::duration{} : coarseSlack);
   }
   void opIssued(Op& op);  // the deadline's clock read and the timeout; nothing recorded yet
   void opQueued(Op& op);  // into the flight recorder as queued (async, or behind another op)
@@ -176,6 +179,25 @@ struct Comm::Impl {
   void dumpFlightRecorder(const std::string& reason);
   void startDiagnosis();  // after the transport exists
   void stopDiagnosis();   // first thing in ~Impl: no signal dump may start after it
+
+  // Straggler attribution and metrics (core/comm_observe.cpp; core/straggler.hpp, metrics.hpp).
+  // Collectives whose sequence number is a multiple of this get precise stamps (0: none):
+  // Options::stragglerSample, or its default with metrics or BRAID_DEBUG=INFO.
+  std::uint64_t preciseEvery = 0;
+  std::uint64_t preciseMask = 0;  // preciseEvery - 1 when a power of two > 1: no division
+  std::unique_ptr<core::Metrics> metrics;
+  std::string metricsPath;  // BRAID_METRICS_FILE expanded for this rank; empty: none
+  std::unique_ptr<core::MetricsThread> metricsThread;
+  std::mutex stragglerMu;  // the analysis and the exchanges
+  std::unique_ptr<core::StragglerStats> straggler;
+  std::uint64_t stragglerRound = 0;  // Comm::stragglerReport calls
+  std::uint64_t liveRound = 0;       // the metrics thread's publications
+  void startObservability();         // end of startDiagnosis
+  void stopObservability();          // in ~Impl once no operation runs: final exchange and file
+  void metricsTick();                // the metrics thread: live exchange, the file
+  /// Joins windows into the analysis and spreads the verdicts (stragglerMu held).
+  void absorbWaits(const std::vector<std::optional<std::vector<core::WaitSample>>>& windows);
+  std::string stragglerReport();
 };
 
 /// Where the Work handles of async send/recv reach their communicator: `impl` is null once the

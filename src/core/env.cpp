@@ -89,6 +89,14 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_FLIGHT_SIGNAL", "1", "0: do not install the SIGUSR1 handler that dumps the recorder"},
     {"BRAID_TIMELINE", "", "FILE: Chrome-trace JSON of every operation, per rank (%r -> rank)"},
     {"BRAID_DIAG_STALL", "1000", "ms: an op running this long publishes its rank's position"},
+    {"BRAID_STRAGGLER", "0",
+     "N: stamp every N-th collective precisely (1: all) and name the rank that arrived last"},
+    {"BRAID_METRICS_FILE", "",
+     "FILE: OpenMetrics text per rank (%r -> rank), at an interval and "
+     "at destruction"},
+    {"BRAID_METRICS_INTERVAL", "10s", "how often BRAID_METRICS_FILE is written (10s, 500ms, 1m)"},
+    {"BRAID_METRICS_PORT", "", "PORT: serve GET /metrics (OpenMetrics) on it; 0 picks a free one"},
+    {"BRAID_METRICS_ADDR", "127.0.0.1", "the address the metrics server listens on"},
     {"BRAID_DIAG_GRACE", "2000", "ms: a failing rank waits this long for the others' reports"},
     {"BRAID_FINGERPRINT", "1", "0: measurement switch only, collective tags carry no fingerprint"},
     {"BRAID_SOCKET_IFNAME", "",
@@ -448,6 +456,12 @@ Options Options::fromEnv() {
   o.diagGrace =
       std::chrono::milliseconds(intVar("BRAID_DIAG_GRACE", o.diagGrace.count(), 0, kMaxTimeoutMs));
   o.opFingerprint = boolVar("BRAID_FINGERPRINT", true);
+  o.stragglerSample = static_cast<unsigned>(intVar("BRAID_STRAGGLER", 0, 0, 1 << 20));
+  if (const char* v = get("BRAID_METRICS_FILE")) o.metricsFile = v;
+  o.metricsInterval = timeoutVar("BRAID_METRICS_INTERVAL", o.metricsInterval);
+  if (const char* v = get("BRAID_METRICS_PORT"); v != nullptr && *v != '\0')
+    o.metricsPort = static_cast<int>(intVar("BRAID_METRICS_PORT", 0, 0, 65535));
+  if (const char* v = get("BRAID_METRICS_ADDR"); v != nullptr && *v != '\0') o.metricsAddress = v;
   if (const char* v = get("BRAID_SOCKET_IFNAME")) o.socketIfname = v;
   if (const char* v = get("BRAID_SOCKET_FAMILY")) {
     std::string s(v);

@@ -77,6 +77,7 @@ std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock
     e.state = OpState::Queued;
     e.issued = at;
     e.started = e.finished = Clock::time_point{};
+    e.lastRank = -1;
     e.error[0] = '\0';
   }
   return serial;
@@ -93,6 +94,7 @@ std::uint64_t FlightRecorder::begin(const OpDesc& d, std::uint64_t bytes, const 
     e->bytes = bytes;
     e->issued = at;
     e->finished = Clock::time_point{};
+    e->lastRank = -1;
     e->error[0] = '\0';
   }
   markStarted(e, serial, d, algorithm, at);
@@ -157,6 +159,47 @@ std::vector<OpDesc> FlightRecorder::recentCollectives(std::size_t n) const {
   return out;
 }
 
+std::vector<WaitSample> FlightRecorder::waits() const {
+  std::vector<WaitSample> out;
+  std::lock_guard<SpinLock> lk(mu_);
+  if (ring_.empty() || preciseEvery_ == 0) return out;
+  out.reserve(ring_.size());
+  const std::uint64_t total = next_ - 1;
+  const std::uint64_t first = total >= ring_.size() ? total - ring_.size() + 1 : 1;
+  for (std::uint64_t s = first; s <= total; ++s) {
+    const FlightEntry& e = ring_[indexOf(s)];
+    if (e.serial != s || e.state != OpState::Done || isPointToPoint(e.desc.coll) ||
+        e.desc.seq % preciseEvery_ != 0)
+      continue;
+    out.push_back({e.desc.seq, std::chrono::nanoseconds(e.started.time_since_epoch()).count(),
+                   std::chrono::nanoseconds(e.finished.time_since_epoch()).count(),
+                   static_cast<std::uint8_t>(e.desc.coll)});
+  }
+  return out;
+}
+
+void FlightRecorder::annotate(const std::vector<StragglerVerdict>& verdicts,
+                              std::vector<Clock::time_point>* started) {
+  if (started != nullptr) started->assign(verdicts.size(), Clock::time_point{});
+  if (verdicts.empty()) return;
+  std::lock_guard<SpinLock> lk(mu_);
+  if (ring_.empty()) return;
+  // Collectives enter the ring in sequence order, as the verdicts come: one merge pass.
+  const std::uint64_t total = next_ - 1;
+  const std::uint64_t first = total >= ring_.size() ? total - ring_.size() + 1 : 1;
+  std::size_t v = 0;
+  for (std::uint64_t s = first; s <= total && v < verdicts.size(); ++s) {
+    FlightEntry& e = ring_[indexOf(s)];
+    if (e.serial != s || isPointToPoint(e.desc.coll)) continue;
+    while (v < verdicts.size() && verdicts[v].seq < e.desc.seq) ++v;
+    if (v < verdicts.size() && verdicts[v].seq == e.desc.seq) {
+      e.lastRank = verdicts[v].lastRank;
+      e.lateNs = verdicts[v].lateNs;
+      if (started != nullptr) (*started)[v] = e.started;
+    }
+  }
+}
+
 std::string FlightRecorder::dump(const std::string& title) const {
   // Copy under the lock, format without it (operations keep recording meanwhile).
   std::vector<FlightEntry> ring;
@@ -206,6 +249,15 @@ std::string FlightRecorder::dump(const std::string& title) const {
                       std::chrono::duration<double, std::milli>(
                           e.finished - (e.started != Clock::time_point{} ? e.started : e.issued))
                           .count());
+        row += line;
+      }
+      if (e.state == OpState::Done && preciseEvery_ != 0 && !isPointToPoint(e.desc.coll) &&
+          e.desc.seq % preciseEvery_ == 0) {
+        if (e.lastRank >= 0)
+          std::snprintf(line, sizeof line, "  last: rank %d (+%.1f us)", e.lastRank,
+                        static_cast<double>(e.lateNs) / 1e3);
+        else
+          std::snprintf(line, sizeof line, "  last: not exchanged yet");
         row += line;
       }
     } else {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/straggler.hpp"
+
 namespace braid::core {
 
 using Clock = std::chrono::steady_clock;
@@ -52,6 +54,10 @@ struct FlightEntry {
   const char* algorithm = nullptr;  // static storage (the registry's names)
   OpState state = OpState::Queued;
   Clock::time_point issued{}, started{}, finished{};
+  // Straggler attribution (core/straggler.hpp), filled in by an exchange after the operation:
+  // the rank that arrived last (-1: not known) and how late it was.
+  int lastRank = -1;
+  std::int64_t lateNs = 0;
   std::array<char, 240> error{};  // first bytes of the error of a failed operation
 };
 
@@ -80,6 +86,16 @@ class FlightRecorder {
   Position position() const;
   /// The most recent collectives in the ring (newest last), at most n.
   std::vector<OpDesc> recentCollectives(std::size_t n) const;
+
+  /// The start and end stamps of the finished collectives in the ring, oldest first
+  /// (core/straggler.hpp).
+  std::vector<WaitSample> waits() const;
+  /// Records the straggler verdicts (ascending sequence numbers) on the collectives the ring
+  /// still holds; `started` (if given) gets each verdict's start time (zero: not in the ring).
+  void annotate(const std::vector<StragglerVerdict>& verdicts,
+                std::vector<Clock::time_point>* started = nullptr);
+  /// Collectives whose sequence number is a multiple of `every` have precise stamps (0: none).
+  void setPreciseEvery(std::uint64_t every) { preciseEvery_ = every; }
 
   /// The readable dump: a header line, one line per operation (oldest first), an end line.
   std::string dump(const std::string& title) const;
@@ -120,6 +136,7 @@ class FlightRecorder {
   Clock::time_point origin_;
   Position position_;
   std::uint64_t positionSerial_ = 0;
+  std::uint64_t preciseEvery_ = 0;
 };
 
 }  // namespace braid::core

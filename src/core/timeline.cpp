@@ -122,6 +122,21 @@ void Timeline::flush() {
   buffer_.clear();
 }
 
+void Timeline::straggler(std::uint64_t seq, Collective coll, int lastRank, std::int64_t lateNs,
+                         Clock::time_point at) {
+  std::lock_guard<std::mutex> lk(mu_);
+  char line[512];
+  const int n =
+      std::snprintf(line, sizeof line,
+                    ",\n{\"name\":\"last: rank %d (+%.1f us)\",\"cat\":\"straggler\",\"ph\":\"i\","
+                    "\"s\":\"p\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"seq\":%llu,"
+                    "\"collective\":\"%s\",\"last_rank\":%d,\"late_us\":%.3f}}",
+                    lastRank, static_cast<double>(lateNs) / 1e3, rank_, micros(at),
+                    static_cast<unsigned long long>(seq), toString(coll), lastRank,
+                    static_cast<double>(lateNs) / 1e3);
+  if (n > 0) append(line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1)));
+}
+
 void Timeline::record(const OpDesc& d, std::uint64_t bytes, const char* algorithm, OpState state,
                       Clock::time_point issued, Clock::time_point started,
                       Clock::time_point finished, const char* error) {

@@ -31,6 +31,10 @@ class Timeline {
   void record(const OpDesc& d, std::uint64_t bytes, const char* algorithm, OpState state,
               Clock::time_point issued, Clock::time_point started, Clock::time_point finished,
               const char* error);
+  /// The straggler verdict on collective `seq` (core/straggler.hpp), found after it finished:
+  /// an instant event ("ph":"i", category "straggler") at its start `at`.
+  void straggler(std::uint64_t seq, Collective coll, int lastRank, std::int64_t lateNs,
+                 Clock::time_point at);
   /// Writes the buffered events to the file.
   void flush();
 

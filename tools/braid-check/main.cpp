@@ -152,6 +152,7 @@ Checker::Checker(const CheckArgs& args, const LaunchInfo& launch, const Options&
       size_(launch.size) {
   options_.connectTimeout = waitTimeout_;
   options_.execTimeout = opTimeout_;
+  options_.stragglerSample = 1;  // stage 5 says which rank arrived last
   report_.version = braid::version();
   report_.launch = launch.source;
   report_.nranks = size_;
@@ -702,6 +703,17 @@ bool Checker::checkCollectives() {
   if (skipped > 0) detail += ", " + std::to_string(skipped) + " not run";
   if (ok) say("  PASS " + detail);
   stage("collectives", ok ? Status::Pass : Status::Fail, detail);
+  // Who arrived last at those collectives (information, never a failure): every rank takes
+  // part, which it does only when every rank reported its collectives.
+  if (ok && size_ > 1) {
+    try {
+      report_.straggler = comm_->stragglerReport();
+      std::istringstream lines(report_.straggler);
+      for (std::string l; std::getline(lines, l);) say("  " + l);
+    } catch (const std::exception& e) {
+      say(std::string("  straggler report unavailable: ") + e.what());
+    }
+  }
   return ok;
 }
 

@@ -142,7 +142,8 @@ void writeJson(std::ostream& os, const CheckReport& r) {
        << ", \"error\": " << jsonString(c.error) << "}";
   }
   os << "\n  ],\n  \"failures\": " << stringList(r.failures)
-     << ",\n  \"warnings\": " << stringList(r.warnings) << "\n}\n";
+     << ",\n  \"warnings\": " << stringList(r.warnings)
+     << ",\n  \"straggler\": " << jsonString(r.straggler) << "\n}\n";
 }
 
 }  // namespace braid::check

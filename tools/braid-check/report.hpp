@@ -67,6 +67,8 @@ struct CheckReport {
   std::vector<CollectiveInfo> collectives;
   std::vector<std::string> failures;
   std::vector<std::string> warnings;
+  /// Comm::stragglerReport over the collectives of stage 5 (empty: not run).
+  std::string straggler;
   int exitCode = 0;
 
   /// The pair (min(a,b), max(a,b)), or nullptr.

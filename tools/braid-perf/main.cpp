@@ -21,7 +21,9 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/reduce.hpp"
@@ -89,6 +91,11 @@ class Benchmark {
   void printGroupHeader(const BenchOpInfo& op) const;
   void report(const BenchCase& c, const Result& r);
   bool openJson();
+  /// --straggler: the straggler rank sleeps before each operation.
+  void straggle() const {
+    if (comm_.rank() == args_.stragglerRank)
+      std::this_thread::sleep_for(std::chrono::microseconds(args_.stragglerMicros));
+  }
 
   const PerfArgs& args_;
   Comm& comm_;
@@ -101,6 +108,7 @@ class Benchmark {
   int busbwRows_ = 0;
   std::int64_t totalWrong_ = 0;
   std::unique_ptr<train::Compressor> compressor_;
+  std::string stragglerText_;
 };
 
 double maxOverRanks(Comm& comm, double v) {
@@ -146,16 +154,19 @@ Result Benchmark::measureCompressed(const BenchCase& c) {
   auto* work = static_cast<float*>(recv_.get());
   for (std::size_t i = 0; i < c.count; ++i) in[i] = compressInput(comm_.rank(), i);
   auto once = [&] {
+    straggle();
     std::memcpy(work, in, r.bytes);
     return compressor_->allreduce(comm_, work, c.count, c.redop);
   };
   for (int w = 0; w < args_.warmup; ++w) once();
   std::vector<double> reps;
   for (int k = 0; k < args_.reps; ++k) {
+    straggle();
     comm_.barrier();
     const auto t0 = Clock::now();
     for (int it = 0; it < r.iters; ++it) once();
     const double perOp = std::chrono::duration<double>(Clock::now() - t0).count() / r.iters;
+    straggle();
     reps.push_back(maxOverRanks(comm_, perOp));
   }
   std::sort(reps.begin(), reps.end());
@@ -166,12 +177,14 @@ Result Benchmark::measureCompressed(const BenchCase& c) {
   r.wireBytes = stats.wireBytes;
   r.denseWireBytes = stats.denseWireBytes;
   std::vector<float> exact(in, in + c.count);
+  straggle();
   comm_.allreduce(exact.data(), exact.data(), c.count, DataType::Float32, c.redop);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < c.count; ++i) {
     diff += (static_cast<double>(work[i]) - exact[i]) * (static_cast<double>(work[i]) - exact[i]);
     norm += static_cast<double>(exact[i]) * exact[i];
   }
+  straggle();
   r.relError = maxOverRanks(comm_, norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff));
   return r;
 }
@@ -186,13 +199,21 @@ Result Benchmark::measure(const BenchCase& c) {
   r.iters = args_.iters > 0 ? args_.iters : itersForBytes(r.bytes);
 
   runner_.prepare(c);
-  for (int w = 0; w < args_.warmup; ++w) runner_.run(c);
+  for (int w = 0; w < args_.warmup; ++w) {
+    straggle();
+    runner_.run(c);
+  }
   std::vector<double> reps;
   for (int k = 0; k < args_.reps; ++k) {
+    straggle();
     comm_.barrier();
     const auto t0 = Clock::now();
-    for (int it = 0; it < r.iters; ++it) runner_.run(c);
+    for (int it = 0; it < r.iters; ++it) {
+      straggle();
+      runner_.run(c);
+    }
     const double perOp = std::chrono::duration<double>(Clock::now() - t0).count() / r.iters;
+    straggle();
     reps.push_back(maxOverRanks(comm_, perOp));
   }
   std::sort(reps.begin(), reps.end());
@@ -201,7 +222,9 @@ Result Benchmark::measure(const BenchCase& c) {
 
   if (args_.check) {
     runner_.prepare(c);
+    straggle();
     runner_.run(c);
+    straggle();
     r.wrong = sumOverRanks(comm_, runner_.verify(c));
   }
   return r;
@@ -334,6 +357,8 @@ int Benchmark::run() {
           if (op->perRankSplit) count = count / static_cast<std::size_t>(n) * n;
           const BenchCase c{op, dtype, redop, args_.root, count};
           report(c, measure(c));
+          // Exchange the waits while the flight recorder still holds this size's collectives.
+          if (args_.stragglerRank >= 0) stragglerText_ = comm_.stragglerReport();
         }
       }
     }
@@ -344,6 +369,12 @@ int Benchmark::run() {
     if (args_.check)
       std::printf("# wrong elements: %lld (%s)\n", static_cast<long long>(totalWrong_),
                   totalWrong_ == 0 ? "OK" : "FAILED");
+    if (args_.stragglerRank >= 0) {
+      std::printf("#\n# injected: rank %d sleeps %ld us before every operation\n",
+                  args_.stragglerRank, args_.stragglerMicros);
+      std::istringstream lines(stragglerText_);
+      for (std::string line; std::getline(lines, line);) std::printf("# %s\n", line.c_str());
+    }
     std::fflush(stdout);
   }
   return totalWrong_ == 0 ? 0 : kExitWrong;
@@ -379,8 +410,19 @@ int run(int argc, char** argv) {
   try {
     Options options = Options::fromEnv();
     if (!args.algo.empty()) options.algo = args.algo;
+    if (args.stragglerRank >= 0) {
+      // Every collective of a size stays in the flight recorder until that size's exchange.
+      options.stragglerSample = 1;
+      options.flightRecorderOps = std::max<std::size_t>(options.flightRecorderOps, 8192);
+    }
     std::unique_ptr<Comm> comm = Comm::fromEnv(options);
     rank = comm->rank();
+    if (args.stragglerRank >= comm->size()) {
+      if (rank == 0)
+        std::fprintf(stderr, "braid-perf: --straggler %d: the rank must be below nranks (%d)\n",
+                     args.stragglerRank, comm->size());
+      return kExitUsage;
+    }
     if (args.root >= comm->size()) {
       if (rank == 0)
         std::fprintf(stderr, "braid-perf: -r %d: the root must be below nranks (%d)\n", args.root,

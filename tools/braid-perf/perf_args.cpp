@@ -43,6 +43,10 @@ options:
                             (the same for a plain fp32 allreduce) and relerr (|out - exact| /
                             |exact| in the 2-norm, one shot without error feedback, on random
                             data); time includes copying the input into the working buffer
+  --straggler RANK:US       rank RANK sleeps US microseconds before every operation (tests
+                            and demonstrations); turns on straggler attribution
+                            (Options::straggler) and prints the straggler report at the end:
+                            which rank arrived last at how many collectives, by how much
   -h, --help                show this help
 
 time(us): each rank times N back-to-back blocking operations and takes the per-op mean; the max
@@ -188,6 +192,14 @@ PerfArgs parsePerfArgs(int argc, char** argv) {
             "--compress: expected int8, topk:RATIO, randk:RATIO or sign (RATIO in "
             "(0, 1]), got '" +
             *v13 + "'");
+    } else if (auto v14 = value("", "--straggler")) {
+      const std::size_t colon = v14->find(':');
+      if (colon == std::string::npos)
+        throw UsageError("--straggler: expected RANK:MICROSECONDS, got '" + *v14 + "'");
+      args.stragglerRank =
+          parseInt("--straggler (rank)", v14->substr(0, colon), 0, std::numeric_limits<int>::max());
+      args.stragglerMicros =
+          parseInt("--straggler (microseconds)", v14->substr(colon + 1), 0, 60 * 1000 * 1000);
     } else if (arg.size() > 1 && arg[0] == '-') {
       throw UsageError("unknown option '" + arg + "'");
     } else {

@@ -40,6 +40,10 @@ struct PerfArgs {
   int reps = 7;
   /// --compress: allreduce runs through this compressor (fp32, sum or avg).
   std::optional<train::CompressionSpec> compress;
+  /// --straggler RANK:MICROSECONDS: that rank sleeps this long before every operation, and the
+  /// straggler report is printed at the end.
+  int stragglerRank = -1;
+  long stragglerMicros = 0;
   bool help = false;
 };
 

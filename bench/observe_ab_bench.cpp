@@ -1,0 +1,137 @@
+// A/B of straggler stamps and metrics in one run (docs/benchmarks.md, "Cost of straggler
+// attribution and metrics"): N forked ranks (one CPU each where there are enough) create three
+// communicators over one store: "off" (the defaults), "stamps" (BRAID_STRAGGLER=1: precise
+// stamps on every collective) and "metrics" (BRAID_METRICS_FILE, so precise stamps on every
+// 64th collective, per-operation counters, the metrics thread), then time blocks of
+// back-to-back blocking allreduces on each in turn (the order rotating every round), so that
+// a machine whose load changes affects the three alike. Per size: the median over rounds of
+// each setting's per-op time (max over ranks), and the median of the per-round ratios to "off".
+//
+// Usage: build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <braid/braid.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+using namespace braid;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t>& sizes) {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus >= n) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(rank, &set);
+    ::sched_setaffinity(0, sizeof set, &set);
+  }
+  auto store = std::make_shared<TcpStore>("127.0.0.1", static_cast<std::uint16_t>(port),
+                                          std::chrono::seconds(60));
+  Options off;
+  Options stamps = off;
+  stamps.stragglerSample = 1;
+  Options metrics = off;
+  metrics.metricsFile = "/tmp/braid-observe-ab.%r.prom";
+  metrics.metricsInterval = std::chrono::seconds(1);
+  const char* names[] = {"off", "stamps", "metrics"};
+  std::vector<std::unique_ptr<Comm>> comms;
+  int k = 0;
+  for (const Options* o : {&off, &stamps, &metrics})
+    comms.push_back(Comm::create(
+        std::make_shared<PrefixStore>(store, std::string(names[k++]) + "/"), rank, n, *o));
+  std::vector<char> send(sizes.back()), recv(sizes.back());
+  for (std::size_t bytes : sizes) {
+    const std::size_t count = bytes / 4;
+    const int iters =
+        bytes <= 4096 ? 20000 : std::max<int>(20, static_cast<int>((64u << 20) / bytes));
+    std::vector<std::vector<double>> t(3);
+    std::vector<std::vector<double>> ratio(3);
+    for (int w = 0; w < 3; ++w)
+      for (int i = 0; i < iters / 10 + 1; ++i)
+        comms[w]->allreduce(send.data(), recv.data(), count, DataType::Float32, ReduceOp::Sum);
+    for (int r = 0; r < rounds; ++r) {
+      double per[3];
+      for (int j = 0; j < 3; ++j) {
+        const int w = (j + r) % 3;
+        Comm& c = *comms[w];
+        c.barrier();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i)
+          c.allreduce(send.data(), recv.data(), count, DataType::Float32, ReduceOp::Sum);
+        double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+        c.allreduce(&s, &s, 1, DataType::Float64, ReduceOp::Max);
+        per[w] = s;
+      }
+      for (int w = 0; w < 3; ++w) {
+        t[w].push_back(per[w]);
+        ratio[w].push_back(per[w] / per[0]);
+      }
+    }
+    if (rank == 0) {
+      std::printf("| %zu | %s | %d x %d |", bytes,
+                  comms[0]->selectedAlgorithm(Collective::Allreduce, bytes).c_str(), rounds, iters);
+      for (int w = 0; w < 3; ++w)
+        std::printf(" %.3f (%.3f) |", median(t[w]) * 1e6,
+                    *std::min_element(t[w].begin(), t[w].end()) * 1e6);
+      std::printf(" %.3f | %.3f |\n", median(ratio[1]), median(ratio[2]));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 41;
+  std::vector<std::size_t> sizes;
+  std::string list = argc > 3 ? argv[3] : "8,1048576";
+  for (std::size_t p = 0; p < list.size();) {
+    const std::size_t c = list.find(',', p);
+    sizes.push_back(std::stoull(list.substr(p, c - p)));
+    if (c == std::string::npos) break;
+    p = c + 1;
+  }
+  std::sort(sizes.begin(), sizes.end());
+  TcpStoreServer server("127.0.0.1", 0);
+  std::printf(
+      "| size (B) | algorithm | rounds x iters | off: median (min) us | stamps: median (min) "
+      "us | metrics: median (min) us | stamps/off | metrics/off |\n|---|---|---|---|---|---|"
+      "---|---|\n");
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      try {
+        ::_exit(runRank(r, n, server.port(), rounds, sizes));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        ::_exit(1);
+      }
+    }
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
+  }
+  return rc;
+}
