@@ -128,19 +128,19 @@ Error timeoutError(int selfRank, const Request& req, const std::string& peerDesc
 
 /// Checks a post: throws Error(InvalidArgument) naming `op`, this rank and the peer when
 /// `peer` is outside [0, size), this rank, or not `reachable` (`scope` then says what the
-/// transport reaches, e.g. " over shared memory"; `note` is added inside the parentheses after
+/// transport reaches, e.g. " over shared memory"; `note()` is added inside the parentheses after
 /// the size), for a null buffer of a non-empty message, and for a request still pending.
-/// `describe(peer)` names the peer in those errors.
+/// `describe(peer)` names the peer in those errors. Both are called only to build an error.
 [[noreturn]] void throwUnreachable(const char* op, int rank, int size, int peer, const char* scope,
                                    const std::string& note);
 [[noreturn]] void throwNullBuffer(const char* op, std::size_t bytes, const std::string& peer);
 [[noreturn]] void throwStillPending(const char* op, const std::string& peer);
-template <class Describe>
+template <class Note, class Describe>
 void checkPost(const Request& req, const char* op, int rank, int size, int peer, const void* data,
-               std::size_t bytes, bool reachable, const char* scope, const std::string& note,
+               std::size_t bytes, bool reachable, const char* scope, Note&& note,
                Describe&& describe) {
   if (peer < 0 || peer >= size || peer == rank || !reachable)
-    throwUnreachable(op, rank, size, peer, scope, note);
+    throwUnreachable(op, rank, size, peer, scope, note());
   if (data == nullptr && bytes > 0) throwNullBuffer(op, bytes, describe(peer));
   if (req.state.load(std::memory_order_acquire) == State::Pending)
     throwStillPending(op, describe(peer));
@@ -161,10 +161,10 @@ inline void arm(Request& req, bool isSend, int peer, const void* data, std::size
 }
 
 /// checkPost() then arm().
-template <class Describe>
+template <class Note, class Describe>
 void armRequest(Request& req, const char* op, int rank, int size, int peer, const void* data,
                 std::size_t bytes, std::uint64_t tag, bool isSend, bool reachable,
-                const char* scope, const std::string& note, Describe&& describe) {
+                const char* scope, Note&& note, Describe&& describe) {
   checkPost(req, op, rank, size, peer, data, bytes, reachable, scope, note, describe);
   arm(req, isSend, peer, data, bytes, tag);
 }

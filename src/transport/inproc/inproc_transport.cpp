@@ -271,9 +271,9 @@ class InprocEndpoint final : public Transport {
  private:
   void prepare(const char* op, Request& req, bool isSend, int peer, const void* data,
                std::size_t bytes, std::uint64_t tag) const {
-    engine::armRequest(req, op, rank_, s_->size, peer, data, bytes, tag, isSend, true,
-                       " in an inproc fabric", "",
-                       [](int p) { return InprocFabric::State::describe(p); });
+    engine::armRequest(
+        req, op, rank_, s_->size, peer, data, bytes, tag, isSend, true, " in an inproc fabric",
+        [] { return std::string(); }, [](int p) { return InprocFabric::State::describe(p); });
   }
 
   /// Fails req at once if this rank aborted, its peer aborted, or the pair is broken.

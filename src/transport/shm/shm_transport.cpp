@@ -98,10 +98,11 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   }
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req) {
-    engine::armRequest(req, op, rank_, size_, peer, data, bytes, tag, isSend,
-                       peer >= 0 && peer < size_ && localOf_[peer] >= 0, " over shared memory",
-                       ", " + std::to_string(att_.localRanks.size()) + " ranks on this host",
-                       [this](int p) { return describePeer(p); });
+    engine::armRequest(
+        req, op, rank_, size_, peer, data, bytes, tag, isSend,
+        peer >= 0 && peer < size_ && localOf_[peer] >= 0, " over shared memory",
+        [this] { return ", " + std::to_string(att_.localRanks.size()) + " ranks on this host"; },
+        [this](int p) { return describePeer(p); });
   }
   // Everything below requires mu_.
   void post(Request& req);

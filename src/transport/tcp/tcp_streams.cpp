@@ -140,8 +140,9 @@ class StripedTransport final : public Transport {
       return;
     }
     // Checked here, before any piece is posted, so that a bad call leaves nothing in flight.
-    engine::checkPost(req, op, rank_, size_, peer, data, bytes, true, "", "",
-                      [this](int p) { return describePeer(p); });
+    engine::checkPost(
+        req, op, rank_, size_, peer, data, bytes, true, "", [] { return std::string(); },
+        [this](int p) { return describePeer(p); });
     Stripe* stripe = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);

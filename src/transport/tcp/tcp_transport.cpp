@@ -107,8 +107,9 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req) {
-    engine::armRequest(req, op, rank_, size_, peer, data, bytes, tag, isSend, true, "", "",
-                       [this](int p) { return describePeer(p); });
+    engine::armRequest(
+        req, op, rank_, size_, peer, data, bytes, tag, isSend, true, "",
+        [] { return std::string(); }, [this](int p) { return describePeer(p); });
   }
   // Everything below requires mu_.
   void post(Request& req);
