@@ -177,11 +177,7 @@ void Inbox::failAll(bool peerError) {
     rxRequest_ = nullptr;
     sink_->finish(*r, State::Failed, peerError);
   }
-  for (Request* r = recvs_.takeAll(); r != nullptr;) {
-    Request* next = r->next;  // read before finish: the owner may reuse r at once
-    sink_->finish(*r, State::Failed, peerError);
-    r = next;
-  }
+  recvs_.drain([&](Request& r) { sink_->finish(r, State::Failed, peerError); });
   rxHeld_ = nullptr;
   held_.clear();
 }

@@ -86,12 +86,17 @@ class RequestQueue {
       }
     return false;
   }
-  /// Empties the queue and returns its old first request (the rest linked through next: read
-  /// it before finishing a request, whose owner may reuse it at once).
-  Request* takeAll() noexcept {
+  /// Empties the queue, calling fn(request) for each in order (a failure: the request's owner
+  /// may reuse it as soon as fn finished it, so its link is read first).
+  template <class Fn>
+  void drain(Fn&& fn) {
     Request* r = head_;
     head_ = tail_ = nullptr;
-    return r;
+    while (r != nullptr) {
+      Request* next = r->next;
+      fn(*r);
+      r = next;
+    }
   }
 
  private:
@@ -345,6 +350,17 @@ class Engine {
     failed_ = std::move(error);
     completed_ = true;
     return true;
+  }
+  /// Hands an armed request to its peer's byte mover (postSend / postRecv), or fails it at once
+  /// when the transport has failed (`sink` publishes it).
+  template <class Peer>
+  void post(Request& req, Peer& peer, CompletionSink& sink) {
+    if (failed_)
+      sink.finish(req, State::Failed, false);
+    else if (req.isSend)
+      peer.postSend(req);
+    else
+      peer.postRecv(req);
   }
   /// Throws the error of a Failed request: the transport's, else `peerError` (the peer's).
   [[noreturn]] void throwFailure(const Request& req, const std::optional<Error>& peerError,

@@ -106,11 +106,7 @@ struct InprocFabric::State {
   /// inbox (owned by its dst); held messages are dropped. ch.mu held.
   void failChannel(Channel& ch, ErrorCode sendCode, const std::string& sendWhy, ErrorCode recvCode,
                    const std::string& recvWhy) {
-    for (Request* r = ch.sends.takeAll(); r != nullptr;) {
-      Request* next = r->next;
-      fail(*r, ch.src, sendCode, sendWhy);
-      r = next;
-    }
+    ch.sends.drain([&](Request& r) { fail(r, ch.src, sendCode, sendWhy); });
     ch.failCode = recvCode;
     ch.failWhy = recvWhy;
     ch.inbox.failAll(true);

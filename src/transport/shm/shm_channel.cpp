@@ -101,13 +101,8 @@ void Channel::closeFlags() {
 
 void Channel::finishAll(bool channelError) {
   inbox_.failAll(channelError);
-  for (engine::RequestQueue* q : {&sends_, &copies_}) {
-    for (Request* r = q->takeAll(); r != nullptr;) {
-      Request* next = r->next;  // read before finish: the owner may reuse r at once
-      sink_->finish(*r, State::Failed, channelError);
-      r = next;
-    }
-  }
+  for (engine::RequestQueue* q : {&sends_, &copies_})
+    q->drain([&](Request& r) { sink_->finish(r, State::Failed, channelError); });
   rxLeft_ = 0;
 }
 

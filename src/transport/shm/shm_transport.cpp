@@ -239,12 +239,7 @@ std::string ShmTransportImpl::tagText(std::uint64_t tag) const {
 
 void ShmTransportImpl::post(Request& req) {
   Channel& c = channel(req.peer);
-  if (engine_.failure())
-    finish(req, State::Failed, false);
-  else if (req.isSend)
-    c.postSend(req);
-  else
-    c.postRecv(req);
+  engine_.post(req, c, *this);
   if (req.state.load(std::memory_order_relaxed) == State::Pending && c.needsBackground())
     wakeBackground();
   notifyCompletions();

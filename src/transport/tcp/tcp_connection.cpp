@@ -171,11 +171,7 @@ std::string Connection::stallReason(const Request& req) const {
 
 void Connection::finishAll(bool connectionError) {
   inbox_.failAll(connectionError);
-  for (Request* r = sends_.takeAll(); r != nullptr;) {
-    Request* next = r->next;  // read before finish: the owner may reuse r at once
-    sink_->finish(*r, State::Failed, connectionError);
-    r = next;
-  }
+  sends_.drain([&](Request& r) { sink_->finish(r, State::Failed, connectionError); });
   stageBegin_ = stageEnd_ = 0;
   stalled_ = false;
   wantWrite_ = false;

@@ -200,13 +200,7 @@ std::string TcpTransport::tagText(std::uint64_t tag) const {
 // ---- posting ----
 
 void TcpTransport::post(Request& req) {
-  Connection& c = connections_[static_cast<std::size_t>(req.peer)];
-  if (engine_.failure())
-    finish(req, State::Failed, false);
-  else if (req.isSend)
-    c.postSend(req);
-  else
-    c.postRecv(req);
+  engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
   // Still pending after the attempt on the caller's thread: may need the background thread.
   if (req.state.load(std::memory_order_relaxed) == State::Pending &&
       (req.isSend || req.bytes >= backgroundRecvBytes_)) {
