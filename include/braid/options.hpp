@@ -65,6 +65,10 @@ struct Options {
   int logLevel = 1;
   /// Ranks of one host talk through shared memory unless this is set (BRAID_SHM_DISABLE=1).
   bool shmDisable = false;
+  /// The transport between hosts (BRAID_TRANSPORT): "auto" (UCX where this build has the UCX
+  /// transport and it reports an RDMA-capable device, else TCP), "tcp" or "ucx" (an
+  /// Error(InvalidArgument) at creation, saying why, where this build or machine cannot run it).
+  std::string interHostTransport = "auto";
   /// Shared-memory rings: slots per ordered pair of ranks and bytes per slot
   /// (BRAID_SHM_SLOTS, BRAID_SHM_SLOT_SIZE); the segment of one host is bounded by
   /// shmMaxSegmentBytes (BRAID_SHM_MAX_SEGMENT): slots shrink until it fits.

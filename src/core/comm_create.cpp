@@ -149,6 +149,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transport::TransportOptions transportOptions;
   transportOptions.tcp = tcp;
   transportOptions.shmDisable = opts.shmDisable;
+  transportOptions.interHost = opts.interHostTransport;
   transportOptions.shm.slots = opts.shmSlots;
   transportOptions.shm.slotBytes = opts.shmSlotBytes;
   transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;

@@ -54,6 +54,8 @@ const std::vector<EnvVarDoc> kVariables = {
      "address to listen on for peers (default: the one reaching the store)"},
     {"BRAID_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
     {"BRAID_SHM_DISABLE", "0", "1: ranks of one host use TCP instead of shared memory"},
+    {"BRAID_TRANSPORT", "auto",
+     "between hosts: auto, tcp or ucx (auto: ucx with an RDMA device, else tcp)"},
     {"BRAID_SHM_SLOTS", "8", "shared-memory ring slots per ordered pair of local ranks"},
     {"BRAID_SHM_SLOT_SIZE", "64K", "bytes per ring slot (power of two, 4K..16M)"},
     {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
@@ -383,6 +385,12 @@ Options Options::fromEnv() {
   o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count(), 0, 1000000));
   if (const char* v = get("BRAID_LISTEN_ADDR")) o.listenAddress = v;
   o.shmDisable = boolVar("BRAID_SHM_DISABLE", false);
+  if (const char* v = get("BRAID_TRANSPORT")) {
+    const std::string t = v;
+    if (t != "auto" && t != "tcp" && t != "ucx")
+      throw badValue("BRAID_TRANSPORT", v, "auto, tcp or ucx");
+    o.interHostTransport = t;
+  }
   o.shmSlots = sizeVar("BRAID_SHM_SLOTS", o.shmSlots, 1, 4096);
   o.shmSlotBytes = sizeVar("BRAID_SHM_SLOT_SIZE", o.shmSlotBytes);
   o.shmMaxSegmentBytes = sizeVar("BRAID_SHM_MAX_SEGMENT", o.shmMaxSegmentBytes);

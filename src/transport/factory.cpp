@@ -1,5 +1,6 @@
 #include "transport/factory.hpp"
 
+#include <algorithm>
 #include <braid/error.hpp>
 #include <vector>
 
@@ -10,13 +11,102 @@
 
 namespace braid::transport {
 
-namespace {}  // namespace
+namespace {
+
+std::vector<TransportKind> makeKinds() {
+  std::vector<TransportKind> kinds;
+
+  TransportKind shm;
+  shm.name = "shm";
+  shm.priority = 0;
+  shm.sameHostOnly = true;
+  shm.cannotRun = [](const TransportOptions&) { return std::string(); };
+  shm.autoPick = [](const TransportOptions&) { return false; };
+  shm.create = [](Store& store, int rank, int size, std::span<const int> peers,
+                  const TransportOptions& options, std::vector<std::string>& paths) {
+    ShmOptions shmOptions = options.shm;
+    shmOptions.setupTimeout = options.tcp.connectTimeout;
+    shmOptions.spin = options.tcp.spin;
+    auto t = createShmTransport(store, rank, size, peers, shmOptions);
+    for (int p : peers)
+      if (p != rank) paths[static_cast<std::size_t>(p)] = t->pathTo(p);
+    return std::unique_ptr<Transport>(std::move(t));
+  };
+  kinds.push_back(std::move(shm));
+
+  // The UCX transport (src/transport/ucx/) plugs in here: cannotRun answers "" where it is
+  // built, autoPick where UCX reports an RDMA-capable device, create builds it.
+  TransportKind ucx;
+  ucx.name = "ucx";
+  ucx.priority = 1;
+  ucx.cannotRun = [](const TransportOptions&) {
+    return std::string(
+        "this build has no UCX transport (it is built where libucx-dev is installed)");
+  };
+  ucx.autoPick = [](const TransportOptions&) { return false; };
+  ucx.create = [](Store&, int rank, int, std::span<const int>, const TransportOptions&,
+                  std::vector<std::string>&) -> std::unique_ptr<Transport> {
+    throw Error(ErrorCode::InvalidArgument,
+                "rank " + std::to_string(rank) + ": this build has no UCX transport");
+  };
+  kinds.push_back(std::move(ucx));
+
+  TransportKind tcp;
+  tcp.name = "tcp";
+  tcp.priority = 2;
+  tcp.cannotRun = [](const TransportOptions&) { return std::string(); };
+  tcp.autoPick = [](const TransportOptions&) { return true; };
+  tcp.create = [](Store& store, int rank, int size, std::span<const int> peers,
+                  const TransportOptions& options, std::vector<std::string>& paths) {
+    // TCP connects every rank (peers is the whole world); the routing uses it for the others.
+    (void)peers;
+    for (int p = 0; p < size; ++p)
+      if (p != rank) paths[static_cast<std::size_t>(p)] = "tcp";
+    return createTcpTransport(store, rank, size, options.tcp);
+  };
+  kinds.push_back(std::move(tcp));
+
+  std::sort(kinds.begin(), kinds.end(),
+            [](const TransportKind& a, const TransportKind& b) { return a.priority < b.priority; });
+  return kinds;
+}
+
+}  // namespace
+
+const std::vector<TransportKind>& transportKinds() {
+  static const std::vector<TransportKind> kinds = makeKinds();
+  return kinds;
+}
+
+const TransportKind& interHostKind(const TransportOptions& options) {
+  const auto& kinds = transportKinds();
+  if (options.interHost == "auto") {
+    for (const TransportKind& k : kinds)
+      if (!k.sameHostOnly && k.cannotRun(options).empty() && k.autoPick(options)) return k;
+    throw Error(ErrorCode::Internal, "no transport between hosts can run in this build");
+  }
+  for (const TransportKind& k : kinds) {
+    if (k.name != options.interHost || k.sameHostOnly) continue;
+    if (const std::string why = k.cannotRun(options); !why.empty())
+      throw Error(ErrorCode::InvalidArgument,
+                  "BRAID_TRANSPORT=" + options.interHost + " cannot run: " + why);
+    return k;
+  }
+  std::string known;
+  for (const TransportKind& k : kinds)
+    if (!k.sameHostOnly) known += (known.empty() ? "" : ", ") + k.name;
+  throw Error(ErrorCode::InvalidArgument, "BRAID_TRANSPORT=" + options.interHost +
+                                              ": no such transport between hosts (auto, " + known +
+                                              ")");
+}
 
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
                                                 " is outside world size " + std::to_string(size));
+  // Checked first, on every rank alike, so that a kind that cannot run fails every world size.
+  const TransportKind& between = interHostKind(options);
   if (size == 1)
     return std::make_unique<RoutedTransport>(rank, size, std::vector<RoutedTransport::Leg>{});
   std::string mine = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
@@ -26,26 +116,28 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   std::vector<int> local;
   for (int r = 0; r < size; ++r)
     if (hosts[static_cast<std::size_t>(r)] == mine) local.push_back(r);
+  std::vector<int> world(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) world[static_cast<std::size_t>(r)] = r;
 
+  // Kinds in priority order; each takes the pairs it reaches that no earlier kind took. Every
+  // rank sees the same grouping, so all ranks build the same kinds in the same order.
   std::vector<RoutedTransport::Leg> legs;
-  if (local.size() > 1) {
-    ShmOptions shmOptions = options.shm;
-    shmOptions.setupTimeout = options.tcp.connectTimeout;
-    shmOptions.spin = options.tcp.spin;
+  std::vector<bool> covered(static_cast<std::size_t>(size), false);
+  covered[static_cast<std::size_t>(rank)] = true;
+  for (const TransportKind& kind : transportKinds()) {
+    if (kind.sameHostOnly) {
+      if (local.size() < 2 || !kind.cannotRun(options).empty()) continue;
+    } else if (&kind != &between || local.size() == static_cast<std::size_t>(size)) {
+      continue;
+    }
+    const std::span<const int> peers = kind.sameHostOnly ? std::span<const int>(local) : world;
     RoutedTransport::Leg leg;
-    auto shm = createShmTransport(store, rank, size, local, shmOptions);
-    leg.paths.resize(static_cast<std::size_t>(size));
-    for (int p : local)
-      if (p != rank) leg.paths[static_cast<std::size_t>(p)] = shm->pathTo(p);
-    leg.transport = std::move(shm);
-    legs.push_back(std::move(leg));
-  }
-  // Every rank sees the same grouping, so either all ranks build TCP or none does.
-  if (local.size() < static_cast<std::size_t>(size)) {
-    RoutedTransport::Leg leg;
-    leg.transport = createTcpTransport(store, rank, size, options.tcp);
-    leg.paths.assign(static_cast<std::size_t>(size), "tcp");
-    leg.paths[static_cast<std::size_t>(rank)].clear();
+    leg.paths.assign(static_cast<std::size_t>(size), "");
+    leg.transport = kind.create(store, rank, size, peers, options, leg.paths);
+    // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
+    for (int p = 0; p < size; ++p)
+      if (covered[static_cast<std::size_t>(p)]) leg.paths[static_cast<std::size_t>(p)].clear();
+    for (int p : peers) covered[static_cast<std::size_t>(p)] = true;
     legs.push_back(std::move(leg));
   }
   return std::make_unique<RoutedTransport>(rank, size, std::move(legs));

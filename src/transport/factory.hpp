@@ -1,10 +1,15 @@
-// The transport a communicator uses: shared memory between ranks of one host, TCP between hosts,
-// behind one RoutedTransport.
+// The transport a communicator uses, chosen per pair of ranks by the transport registry: each
+// kind says which peers it can reach, at what priority, and whether this build and machine can
+// run it. Shared memory between ranks of one host, then UCX (where built and an RDMA-capable
+// device is present, or asked for), then TCP, behind one RoutedTransport.
 #pragma once
 
 #include <braid/store.hpp>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "transport/routed_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
@@ -20,16 +25,47 @@ struct TransportOptions {
   bool shmDisable = false;
   /// The shared-memory transport (BRAID_SHM_*).
   ShmOptions shm;
+  /// Between hosts (BRAID_TRANSPORT): "auto", or the name of an inter-host kind ("tcp", "ucx").
+  std::string interHost = "auto";
   /// Tests: this rank's host identity instead of hostIdentity(), to emulate several hosts.
   std::string hostIdentity;
 };
 
+/// One kind of transport in the registry.
+struct TransportKind {
+  /// "shm", "ucx", "tcp": what BRAID_TRANSPORT names and braid-info --paths shows.
+  std::string name;
+  /// Lower first: among the kinds that can reach a pair and can run, the first is used.
+  int priority = 0;
+  /// True: reaches only ranks of this rank's host (shares memory); false: any rank.
+  bool sameHostOnly = false;
+  /// Why this build or machine cannot run it ("" when it can): e.g. "this build has no UCX
+  /// transport". The same answer on every rank of a job.
+  std::function<std::string(const TransportOptions&)> cannotRun;
+  /// Whether BRAID_TRANSPORT=auto picks it between hosts (when it can run).
+  std::function<bool(const TransportOptions&)> autoPick;
+  /// Collective over `peers` (ascending global ranks including `rank`): the transport that
+  /// reaches exactly them; `paths[p]` is set to the path to each peer p (braid-info --paths).
+  std::function<std::unique_ptr<Transport>(
+      Store& store, int rank, int size, std::span<const int> peers, const TransportOptions& options,
+      std::vector<std::string>& paths)>
+      create;
+};
+
+/// Every kind this build knows, by priority: shm, ucx, tcp.
+const std::vector<TransportKind>& transportKinds();
+
+/// The kind BRAID_TRANSPORT (options.interHost) selects between hosts: the named one, or for
+/// "auto" the first by priority that is not sameHostOnly, can run, and autoPick()s. Throws
+/// Error(InvalidArgument) for an unknown name or a kind that cannot run here, saying why.
+const TransportKind& interHostKind(const TransportOptions& options);
+
 /// Collective over all `size` ranks. Publishes this rank's host identity under "host/<rank>"
 /// (a rank with shmDisable publishes one of its own, so it shares memory with nobody), reads
 /// everyone's, builds the shm transport among the ranks of this rank's host and, unless that is
-/// the whole world, the TCP transport among all ranks (used for the other hosts only). Always
-/// returns a RoutedTransport, so pathTo() answers for every communicator. A rank that never
-/// publishes is named in an Error(Timeout) after tcp.connectTimeout.
+/// the whole world, the inter-host kind (interHostKind) among all ranks (used for the other
+/// hosts only). Always returns a RoutedTransport, so pathTo() answers for every communicator. A
+/// rank that never publishes is named in an Error(Timeout) after tcp.connectTimeout.
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options);
 

@@ -2,6 +2,7 @@
 
 #include <braid/error.hpp>
 
+#include "transport/engine.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace braid::transport {
@@ -43,9 +44,7 @@ RoutedTransport::~RoutedTransport() {
 
 Transport& RoutedTransport::legOf(int peer, const char* op) const {
   if (peer < 0 || peer >= size_ || peer == rank_)
-    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank_) +
-                                                " cannot address peer " + std::to_string(peer) +
-                                                " (size " + std::to_string(size_) + ")");
+    engine::throwUnreachable(op, rank_, size_, peer, "", "");
   return *route_[static_cast<std::size_t>(peer)];
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <span>
 #include <string>
@@ -144,8 +145,13 @@ class Transport {
   void setMismatchObserver(MismatchObserver f) { mismatchObserver_ = std::move(f); }
 
  protected:
+  /// Never throws (error paths use it): "tag N" when the describer fails.
   std::string describeTag(std::uint64_t tag) const {
-    return describeTag_ ? describeTag_(tag) : "tag " + std::to_string(tag);
+    if (describeTag_) try {
+        return describeTag_(tag);
+      } catch (const std::exception&) {
+      }
+    return "tag " + std::to_string(tag);
   }
   void noteMismatch(int peer, std::uint64_t expected, std::uint64_t received) const {
     if (mismatchObserver_ && expected != received) mismatchObserver_(peer, expected, received);

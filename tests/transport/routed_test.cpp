@@ -196,6 +196,69 @@ TEST(RoutedTransport, CmaDisabledReportsTheRing) {
       [](int, TransportOptions& o) { o.shm.cmaDisable = true; });
 }
 
+TEST(TransportRegistry, KindsByPriorityShmThenUcxThenTcp) {
+  const auto& kinds = transportKinds();
+  ASSERT_EQ(kinds.size(), 3u);
+  EXPECT_EQ(kinds[0].name, "shm");
+  EXPECT_TRUE(kinds[0].sameHostOnly);
+  EXPECT_EQ(kinds[1].name, "ucx");
+  EXPECT_EQ(kinds[2].name, "tcp");
+  for (std::size_t i = 1; i < kinds.size(); ++i)
+    EXPECT_LT(kinds[i - 1].priority, kinds[i].priority);
+}
+
+TEST(TransportRegistry, AutoAndTcpChooseTcpBetweenHosts) {
+  TransportOptions o = baseOptions();
+  EXPECT_EQ(interHostKind(o).name, "tcp");  // auto: this build has no UCX transport
+  o.interHost = "tcp";
+  EXPECT_EQ(interHostKind(o).name, "tcp");
+}
+
+TEST(TransportRegistry, UcxWithoutTheUcxTransportFailsAtCreationSayingWhy) {
+  TransportOptions o = baseOptions();
+  o.interHost = "ucx";
+  const Error e = [&] {
+    try {
+      interHostKind(o);
+    } catch (const Error& err) {
+      return err;
+    }
+    return Error(ErrorCode::Internal, "no error");
+  }();
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(std::string(e.what()).find("BRAID_TRANSPORT=ucx"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("no UCX transport"), std::string::npos) << e.what();
+  // createTransport fails the same way at every world size, before touching the store.
+  std::string message;
+  for (int size : {1, 2}) {
+    MemoryStore store;
+    EXPECT_EQ(codeOf([&] { createTransport(store, 0, size, o); }, message),
+              ErrorCode::InvalidArgument);
+    EXPECT_NE(message.find("no UCX transport"), std::string::npos) << message;
+  }
+  o.interHost = "shm";  // same-host only: not a choice between hosts
+  EXPECT_EQ(codeOf([&] { interHostKind(o); }, message), ErrorCode::InvalidArgument);
+  o.interHost = "rdma";
+  EXPECT_EQ(codeOf([&] { interHostKind(o); }, message), ErrorCode::InvalidArgument);
+  EXPECT_NE(message.find("auto, ucx, tcp"), std::string::npos) << message;
+}
+
+TEST(TransportRegistry, ExplicitTcpBetweenTwoHostsKeepsShmWithinEach) {
+  runRanks(
+      {"a", "a", "b"},
+      [](int rank, RoutedTransport& t) {
+        if (rank == 2) {
+          EXPECT_EQ(t.pathTo(0), "tcp");
+          EXPECT_EQ(t.pathTo(1), "tcp");
+        } else {
+          EXPECT_TRUE(isShm(t.pathTo(1 - rank)));
+          EXPECT_EQ(t.pathTo(2), "tcp");
+        }
+        exchangeAll(rank, t, 70000, 1);
+      },
+      [](int, TransportOptions& o) { o.interHost = "tcp"; });
+}
+
 TEST(RoutedTransport, OneRankWorld) {
   MemoryStore store;
   auto t = createTransport(store, 0, 1, baseOptions());

@@ -55,153 +55,12 @@ void runRanks(int size, const std::function<void(int, Transport&)>& body,
       size, [&](Store& store, int r) { return createTcpTransport(store, r, size, options); }, body);
 }
 
-TEST(TcpTransport, PairSizes) {
-  runRanks(2, [](int rank, Transport& t) {
-    const int peer = 1 - rank;
-    std::uint64_t tag = 100;
-    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{64 << 10},
-                              std::size_t{32 << 20}}) {
-      // Ping from 0 to 1, then pong back: exercises both "recv posted first" and "data first".
-      Bytes buf(bytes);
-      Request req;
-      if (rank == 0) {
-        Bytes out = makePayload(0, 1, bytes);
-        t.postSend(peer, out.data(), bytes, tag, req);
-        t.wait(req, after(20s));
-        t.postRecv(peer, buf.data(), bytes, tag + 1, req);
-        t.wait(req, after(20s));
-        EXPECT_EQ(firstWrong(buf, 1, 0), -1) << bytes;
-      } else {
-        t.postRecv(peer, buf.data(), bytes, tag, req);
-        t.wait(req, after(20s));
-        EXPECT_EQ(firstWrong(buf, 0, 1), -1) << bytes;
-        Bytes out = makePayload(1, 0, bytes);
-        t.postSend(peer, out.data(), bytes, tag + 1, req);
-        t.wait(req, after(20s));
-      }
-      tag += 2;
-    }
-  });
-}
-
-TEST(TcpTransport, AllToAllSmall) {
-  for (int size = 2; size <= 8; ++size) {
-    SCOPED_TRACE("size " + std::to_string(size));
-    runRanks(size, [](int rank, Transport& t) {
-      std::uint64_t tag = 1;
-      for (std::size_t bytes :
-           {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{64 << 10}})
-        exchangeAll(rank, t, bytes, tag++);
-    });
-  }
-}
-
 TEST(TcpTransport, AllToAllLarge) {
   for (int size : {2, 3}) {
     SCOPED_TRACE("size " + std::to_string(size));
     runRanks(size, [](int rank, Transport& t) { exchangeAll(rank, t, 32 << 20, 9); });
   }
   runRanks(8, [](int rank, Transport& t) { exchangeAll(rank, t, 1 << 20, 9); });
-}
-
-TEST(TcpTransport, SimultaneousLargeExchangeDoesNotDeadlock) {
-  // Both ranks post a 32 MiB send and a receive, then wait on the send first: neither send fits
-  // in the socket buffers, so waiting on it must also drain the data coming the other way.
-  runRanks(2, [](int rank, Transport& t) {
-    const int peer = 1 - rank;
-    const std::size_t bytes = 32 << 20;
-    Bytes out = makePayload(rank, peer, bytes), in(bytes);
-    Request send, recv;
-    t.postSend(peer, out.data(), bytes, 3, send);
-    t.postRecv(peer, in.data(), bytes, 3, recv);
-    t.wait(send, after(20s));
-    t.wait(recv, after(20s));
-    EXPECT_EQ(firstWrong(in, peer, rank), -1);
-  });
-}
-
-TEST(TcpTransport, ThousandSmallMessagesInOrder) {
-  constexpr int kCount = 1000;
-  auto sizeOf = [](int i) { return static_cast<std::size_t>((i * 37) % 300); };
-  runRanks(2, [&](int rank, Transport& t) {
-    std::vector<Request> reqs(kCount);
-    std::vector<Bytes> bufs(kCount);
-    if (rank == 1) {
-      for (int i = 0; i < kCount; ++i) {
-        bufs[static_cast<std::size_t>(i)] = makePayload(i, 1, sizeOf(i));
-        t.postSend(0, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i),
-                   static_cast<std::uint64_t>(1000 + i), reqs[static_cast<std::size_t>(i)]);
-      }
-    } else {
-      std::this_thread::sleep_for(20ms);  // let the data arrive before the receives are posted
-      for (int i = 0; i < kCount; ++i) {
-        bufs[static_cast<std::size_t>(i)].resize(sizeOf(i));
-        t.postRecv(1, bufs[static_cast<std::size_t>(i)].data(), sizeOf(i),
-                   static_cast<std::uint64_t>(1000 + i), reqs[static_cast<std::size_t>(i)]);
-      }
-    }
-    const Deadline deadline = after(10s);
-    for (int i = 0; i < kCount; ++i) {
-      t.wait(reqs[static_cast<std::size_t>(i)], deadline);
-      if (rank == 0) {
-        EXPECT_EQ(firstWrong(bufs[static_cast<std::size_t>(i)], i, 1), -1) << "message " << i;
-      }
-    }
-  });
-}
-
-// Rank 1 sends (tag 5, 8 bytes); rank 0 expects (expectTag, expectBytes).
-void expectMismatch(std::uint64_t expectTag, std::size_t expectBytes, const std::string& want) {
-  Rendezvous done(2);
-  runRanks(2, [&](int rank, Transport& t) {
-    Bytes buf(64);
-    Request req;
-    if (rank == 1) {
-      t.postSend(0, buf.data(), 8, 5, req);
-      t.wait(req, after(5s));
-    } else {
-      t.postRecv(1, buf.data(), expectBytes, expectTag, req);
-      std::string message;
-      EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::Mismatch);
-      EXPECT_NE(message.find(want), std::string::npos) << message;
-      EXPECT_NE(message.find("from rank 1 (127.0.0.1:"), std::string::npos) << message;
-      // The connection is gone: later requests to that peer fail too.
-      Request later;
-      t.postSend(1, buf.data(), 1, 6, later);
-      EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, message), ErrorCode::Mismatch);
-    }
-    done.arriveAndWait();  // rank 1 stays up until rank 0 has checked
-  });
-}
-
-TEST(TcpTransport, TagMismatch) {
-  expectMismatch(6, 8, "rank 0 expected tag 6 (8 bytes) from rank 1");
-  expectMismatch(6, 8, "but received tag 5 (8 bytes)");
-}
-
-TEST(TcpTransport, SizeMismatch) {
-  expectMismatch(5, 16, "rank 0 expected tag 5 (16 bytes) from rank 1");
-  expectMismatch(5, 16, "but received tag 5 (8 bytes)");
-}
-
-TEST(TcpTransport, TagDescriberNamesTheOperation) {
-  Rendezvous done(2);
-  runRanks(2, [&](int rank, Transport& t) {
-    t.setTagDescriber([](std::uint64_t tag) { return "allreduce #" + std::to_string(tag); });
-    Bytes buf(8);
-    Request req;
-    if (rank == 1) {
-      t.postSend(0, buf.data(), 8, 41, req);
-      t.wait(req, after(5s));
-    } else {
-      t.postRecv(1, buf.data(), 8, 42, req);
-      std::string message;
-      EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::Mismatch);
-      EXPECT_NE(message.find("expected allreduce #42 (8 bytes)"), std::string::npos) << message;
-      EXPECT_NE(message.find("received allreduce #41 (8 bytes)"), std::string::npos) << message;
-    }
-    done.arriveAndWait();
-  });
 }
 
 TEST(TcpTransport, PeerDestroyedMidWaitIsPeerLost) {
@@ -246,34 +105,6 @@ TEST(TcpTransport, SendToDestroyedPeerIsPeerLost) {
     EXPECT_EQ(codeOf([&] { t.wait(req, after(10s)); }, message), ErrorCode::PeerLost);
     EXPECT_NE(message.find("lost its connection to rank 1 (127.0.0.1:"), std::string::npos)
         << message;
-  });
-}
-
-TEST(TcpTransport, UnmatchedRecvTimesOutAtDeadline) {
-  Rendezvous done(2);
-  runRanks(2, [&](int rank, Transport& t) {
-    if (rank == 0) {
-      Bytes buf(16);
-      Request req;
-      t.postRecv(1, buf.data(), buf.size(), 7, req);
-      const auto start = Clock::now();
-      std::string message;
-      EXPECT_EQ(codeOf([&] { t.wait(req, start + 300ms); }, message), ErrorCode::Timeout);
-      const auto took = Clock::now() - start;
-      EXPECT_GE(took, 300ms);
-      EXPECT_LT(took, 1s);
-      EXPECT_NE(message.find("rank 0 timed out waiting for a recv of 16 bytes from rank 1 "
-                             "(127.0.0.1:"),
-                std::string::npos)
-          << message;
-      // The transport is failed now: later requests fail with the same error.
-      Request later;
-      t.postSend(1, buf.data(), 1, 8, later);
-      std::string again;
-      EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, again), ErrorCode::Timeout);
-      EXPECT_EQ(again, message);
-    }
-    done.arriveAndWait();
   });
 }
 
@@ -333,92 +164,6 @@ TEST(TcpTransport, UnreachableRankTimesOutNamingItsAddress) {
       << message;
 }
 
-TEST(TcpTransport, AbortWakesABlockedWait) {
-  Rendezvous done(2);
-  runRanks(2, [&](int rank, Transport& t) {
-    if (rank == 0) {
-      Bytes buf(16);
-      Request req;
-      t.postRecv(1, buf.data(), buf.size(), 7, req);
-      std::thread aborter([&] {
-        std::this_thread::sleep_for(150ms);
-        t.abort("test abort: operator pressed stop");
-      });
-      const auto start = Clock::now();
-      std::string message;
-      EXPECT_EQ(codeOf([&] { t.wait(req, start + 10s); }, message), ErrorCode::Aborted);
-      EXPECT_LT(Clock::now() - start, 1s);
-      EXPECT_NE(message.find("test abort: operator pressed stop"), std::string::npos) << message;
-      aborter.join();
-      Request later;
-      t.postSend(1, buf.data(), 1, 8, later);
-      EXPECT_EQ(codeOf([&] { t.wait(later, after(5s)); }, message), ErrorCode::Aborted);
-    } else {
-      // The aborted rank closed its connections: waiting on it reports it as lost.
-      Bytes buf(16);
-      Request req;
-      t.postRecv(0, buf.data(), buf.size(), 9, req);
-      std::string message;
-      EXPECT_EQ(codeOf([&] { t.wait(req, after(5s)); }, message), ErrorCode::PeerLost);
-      EXPECT_NE(message.find("rank 0 (127.0.0.1:"), std::string::npos) << message;
-    }
-    done.arriveAndWait();
-  });
-}
-
-TEST(TcpTransport, P2PMessageArrivesBeforeItsRecv) {
-  Rendezvous sent(2);
-  runRanks(2, [&](int rank, Transport& t) {
-    const std::uint64_t a = kP2PTagBit | 7, b = kP2PTagBit | 8;
-    if (rank == 1) {
-      Bytes x = makePayload(1, 0, 100), y = makePayload(2, 0, 3000);
-      Request rx, ry;
-      t.postSend(0, x.data(), x.size(), a, rx);
-      t.postSend(0, y.data(), y.size(), b, ry);
-      t.wait(rx, after(5s));  // both complete although no receive is posted yet
-      t.wait(ry, after(5s));
-      sent.arriveAndWait();
-    } else {
-      sent.arriveAndWait();
-      // Receive them in the other order: b was queued behind a.
-      Bytes x(100), y(3000);
-      Request rx, ry;
-      t.postRecv(1, y.data(), y.size(), b, ry);
-      t.wait(ry, after(5s));
-      t.postRecv(1, x.data(), x.size(), a, rx);
-      t.wait(rx, after(5s));
-      EXPECT_EQ(firstWrong(x, 1, 0), -1);
-      EXPECT_EQ(firstWrong(y, 2, 0), -1);
-    }
-  });
-}
-
-TEST(TcpTransport, P2PRecvPostedWhileTheMessageArrives) {
-  runRanks(2, [&](int rank, Transport& t) {
-    const std::uint64_t tag = kP2PTagBit | 1;
-    const std::size_t bytes = 24 << 20;
-    if (rank == 1) {
-      Bytes x = makePayload(1, 0, bytes);
-      Request req;
-      t.postSend(0, x.data(), bytes, tag, req);
-      t.wait(req, after(10s));
-    } else {
-      // Drive the connection (a collective recv that comes later) so the P2P message starts
-      // arriving into the unexpected buffer, then post its receive.
-      Bytes x(bytes), other(4);
-      Request rother, rx;
-      t.postRecv(1, other.data(), other.size(), 77, rother);
-      EXPECT_FALSE(t.test(rother));
-      std::this_thread::sleep_for(5ms);
-      EXPECT_FALSE(t.test(rother));
-      t.postRecv(1, x.data(), bytes, tag, rx);
-      t.wait(rx, after(10s));
-      EXPECT_EQ(firstWrong(x, 1, 0), -1);
-      t.abort("done");  // rother is never sent
-    }
-  });
-}
-
 TEST(TcpTransport, SeveralTransportsInOneProcess) {
   std::vector<std::thread> groups;
   for (int g = 0; g < 3; ++g)
@@ -429,40 +174,6 @@ TEST(TcpTransport, SeveralTransportsInOneProcess) {
       });
     });
   for (auto& g : groups) g.join();
-}
-
-TEST(TcpTransport, TestAloneDrivesARequestToCompletion) {
-  runRanks(2, [](int rank, Transport& t) {
-    const std::size_t bytes = 4 << 20;
-    Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
-    Request req;
-    if (rank == 0)
-      t.postSend(1, buf.data(), bytes, 4, req);
-    else
-      t.postRecv(0, buf.data(), bytes, 4, req);
-    const Deadline deadline = after(5s);
-    while (!t.test(req)) ASSERT_LT(Clock::now(), deadline) << "test() never completed";
-    if (rank == 1) {
-      EXPECT_EQ(firstWrong(buf, 0, 1), -1);
-    }
-  });
-}
-
-TEST(TcpTransport, RejectsInvalidArguments) {
-  runRanks(2, [](int rank, Transport& t) {
-    std::uint8_t byte = 0;
-    Request req;
-    std::string message;
-    EXPECT_EQ(codeOf([&] { t.postSend(rank, &byte, 1, 1, req); }, message),
-              ErrorCode::InvalidArgument);
-    EXPECT_EQ(codeOf([&] { t.postRecv(2, &byte, 1, 1, req); }, message),
-              ErrorCode::InvalidArgument);
-    EXPECT_EQ(codeOf([&] { t.postRecv(1 - rank, nullptr, 1, 1, req); }, message),
-              ErrorCode::InvalidArgument);
-    EXPECT_EQ(req.state.load(), Request::State::Idle);
-    t.wait(req, after(1s));  // an idle request is not waited for
-    EXPECT_TRUE(t.test(req));
-  });
 }
 
 std::size_t openFileDescriptors() {

@@ -248,6 +248,19 @@ TEST_F(EnvTest, ShmStagingSize) {
   EXPECT_TRUE(listed);
 }
 
+TEST_F(EnvTest, TransportBetweenHosts) {
+  EXPECT_EQ(Options::fromEnv().interHostTransport, "auto");
+  for (const char* v : {"auto", "tcp", "ucx"}) {
+    setenv("BRAID_TRANSPORT", v, 1);
+    EXPECT_EQ(Options::fromEnv().interHostTransport, v);
+  }
+  unsetenv("BRAID_TRANSPORT");
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || std::string(v.name) == "BRAID_TRANSPORT";
+  EXPECT_TRUE(listed);
+}
+
 TEST_F(EnvTest, EveryVariableIsDocumented) {
   bool found = false;
   for (const auto& v : environmentVariables()) {
@@ -315,6 +328,7 @@ TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {
   for (const char* t : {"BRAID_SPIN_US", "BRAID_DIAG_STALL", "BRAID_DIAG_GRACE",
                         "BRAID_FLIGHT_RECORDER", "BRAID_SOCKET_NTHREADS", "BRAID_NSOCKS_PERTHREAD"})
     for (const char* v : kOverflow) expectRejected(t, v, false);
+  expectRejected("BRAID_TRANSPORT", "rdma", false);
   for (const char* b : {"BRAID_SHM_DISABLE", "BRAID_SHM_CMA_DISABLE", "BRAID_SHM_LIGHT_WAKE",
                         "BRAID_DETERMINISTIC", "BRAID_FLIGHT_SIGNAL", "BRAID_FINGERPRINT"}) {
     for (const char* v : kOverflow) expectRejected(b, v, false);

@@ -3,13 +3,13 @@
 #include <braid/error.hpp>
 #include <condition_variable>
 #include <cstring>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "transport/engine.hpp"
 
 namespace braid::transport {
 
@@ -17,56 +17,7 @@ namespace {
 
 using State_ = Request::State;
 
-/// Intrusive FIFO of requests linked through Request::next.
-struct RequestQueue {
-  Request* head = nullptr;
-  Request* tail = nullptr;
-
-  bool empty() const noexcept { return head == nullptr; }
-  void push(Request* r) noexcept {
-    r->next = nullptr;
-    if (tail != nullptr)
-      tail->next = r;
-    else
-      head = r;
-    tail = r;
-  }
-  Request* pop() noexcept {
-    Request* r = head;
-    head = r->next;
-    if (head == nullptr) tail = nullptr;
-    r->next = nullptr;
-    return r;
-  }
-  bool remove(Request* r) noexcept {
-    Request* prev = nullptr;
-    for (Request* cur = head; cur != nullptr; prev = cur, cur = cur->next) {
-      if (cur != r) continue;
-      (prev != nullptr ? prev->next : head) = cur->next;
-      if (tail == cur) tail = prev;
-      cur->next = nullptr;
-      return true;
-    }
-    return false;
-  }
-};
-
-/// A point-to-point message copied aside because no receive was posted (Request::aux == 1).
-struct HeldMessage {
-  Request req;
-  std::vector<std::uint8_t> data;
-};
-
-constexpr std::size_t kHeld = 1;
-
-/// Everything sent from one rank to another.
-struct Channel {
-  std::mutex mu;
-  RequestQueue sends;  // posted sends and held messages, not yet matched
-  RequestQueue recvs;  // posted receives, not yet matched
-  std::list<HeldMessage> held;
-  std::string broken;  // non-empty once a mismatch broke the pair
-};
+class InprocEndpoint;
 
 struct RankState {
   std::mutex mu;  // guards sleeping on cv
@@ -82,6 +33,26 @@ struct RankState {
 }  // namespace
 
 struct InprocFabric::State {
+  /// Everything sent from one rank (src) to another (dst), guarded by mu: the sends not yet
+  /// delivered, in posting order, and dst's receive side (the engine's matching). The channel
+  /// is the inbox's completion sink: it publishes dst's receives.
+  struct Channel final : engine::CompletionSink {
+    State* fabric = nullptr;
+    int src = -1;
+    int dst = -1;
+    std::mutex mu;
+    engine::RequestQueue sends;
+    engine::Inbox inbox;
+    std::string broken;                        // non-empty once a mismatch broke the pair
+    InprocEndpoint* receiver = nullptr;        // dst's endpoint while it exists (tag texts)
+    ErrorCode failCode = ErrorCode::Internal;  // how inbox.failAll() fails dst's receives
+    std::string failWhy;
+
+    void finish(Request& req, State_ state, bool) override;
+    std::string tagText(std::uint64_t tag) const override;
+    void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override;
+  };
+
   int size;
   std::chrono::microseconds spin;
   std::vector<std::unique_ptr<Channel>> channels;  // [src * size + dst]
@@ -92,10 +63,18 @@ struct InprocFabric::State {
   State(int n, std::chrono::microseconds s) : size(n), spin(s), endpointTaken(n, false) {
     const auto un = static_cast<std::size_t>(n);
     channels.reserve(un * un);
-    for (std::size_t i = 0; i < un * un; ++i) channels.push_back(std::make_unique<Channel>());
+    for (std::size_t i = 0; i < un * un; ++i) {
+      auto ch = std::make_unique<Channel>();
+      ch->fabric = this;
+      ch->src = static_cast<int>(i / un);
+      ch->dst = static_cast<int>(i % un);
+      ch->inbox = engine::Inbox(ch->dst, ch->src, describe(ch->src), *ch);
+      channels.push_back(std::move(ch));
+    }
     ranks.reserve(un);
     for (std::size_t i = 0; i < un; ++i) ranks.push_back(std::make_unique<RankState>());
   }
+  static std::string describe(int rank) { return "rank " + std::to_string(rank) + " (inproc)"; }
   Channel& channel(int src, int dst) {
     return *channels[static_cast<std::size_t>(src) * static_cast<std::size_t>(size) +
                      static_cast<std::size_t>(dst)];
@@ -123,52 +102,101 @@ struct InprocFabric::State {
     req.state.store(State_::Failed, std::memory_order_seq_cst);
     wake(owner);
   }
+  /// Fails every undelivered send of a channel (owned by its src) and every receive of its
+  /// inbox (owned by its dst); held messages are dropped. ch.mu held.
+  void failChannel(Channel& ch, ErrorCode sendCode, const std::string& sendWhy, ErrorCode recvCode,
+                   const std::string& recvWhy) {
+    ch.sends.drain([&](Request& r) { fail(r, ch.src, sendCode, sendWhy); });
+    ch.failCode = recvCode;
+    ch.failWhy = recvWhy;
+    ch.inbox.failAll(true);
+  }
+  /// A mismatch: the pair stays broken, both sides fail with Error(Mismatch). ch.mu held.
+  void breakPair(Channel& ch, const std::string& why) {
+    ch.broken = why;
+    failChannel(ch, ErrorCode::Mismatch, why, ErrorCode::Mismatch, why);
+  }
+  /// Moves the channel's sends, oldest first, into the receives the engine matches them with
+  /// (or aside, for P2P messages without one); stops at a send that waits for its receive.
+  /// A delivered send completes: its data is copied. ch.mu held.
+  void deliver(Channel& ch) {
+    while (!ch.sends.empty() && ch.broken.empty()) {
+      Request& send = *ch.sends.front();
+      std::optional<Error> mismatch;
+      switch (ch.inbox.arrive(send.tag, send.bytes, SIZE_MAX, mismatch)) {
+        case engine::Inbox::Arrival::Stall:
+          return;
+        case engine::Inbox::Arrival::Mismatch:
+          breakPair(ch, mismatch->what());
+          return;
+        case engine::Inbox::Arrival::TooLarge:
+        case engine::Inbox::Arrival::Done:
+          break;
+        case engine::Inbox::Arrival::Receiving: {
+          std::uint8_t* dst = ch.inbox.rxSpace(send.bytes);
+          if (dst == nullptr) {
+            const Error e = ch.inbox.cannotHold();
+            ch.sends.pop();
+            ch.inbox.failAll(true);  // drops the partial held message
+            fail(send, ch.src, e.code(), e.what());
+            continue;
+          }
+          std::memcpy(dst, send.data, send.bytes);
+          ch.inbox.rxCommit(send.bytes);
+          ch.inbox.rxComplete();
+          break;
+        }
+      }
+      ch.sends.pop();
+      complete(send, ch.src);
+    }
+  }
 };
 
 namespace {
 
 class InprocEndpoint final : public Transport {
  public:
-  InprocEndpoint(std::shared_ptr<InprocFabric::State> s, int rank)
-      : s_(std::move(s)), rank_(rank) {}
+  InprocEndpoint(std::shared_ptr<InprocFabric::State> s, int rank) : s_(std::move(s)), rank_(rank) {
+    for (int p = 0; p < s_->size; ++p) {
+      auto& ch = s_->channel(p, rank_);
+      std::lock_guard<std::mutex> lk(ch.mu);
+      ch.receiver = this;
+    }
+  }
+  ~InprocEndpoint() override {
+    for (int p = 0; p < s_->size; ++p) {
+      auto& ch = s_->channel(p, rank_);
+      std::lock_guard<std::mutex> lk(ch.mu);
+      ch.receiver = nullptr;
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return s_->size; }
 
   void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                 Request& req) override {
-    prepare(req, true, peer, data, bytes, tag);
-    Channel& ch = s_->channel(rank_, peer);
+    prepare("postSend", req, true, peer, data, bytes, tag);
+    auto& ch = s_->channel(rank_, peer);
     std::lock_guard<std::mutex> lk(ch.mu);
     if (refuse(ch, req)) return;
-    if (!ch.recvs.empty()) {
-      match(ch, req, *ch.recvs.pop());
-    } else if ((tag & kP2PTagBit) != 0) {
-      HeldMessage& h = ch.held.emplace_back();
-      h.data.assign(req.data, req.data + bytes);
-      h.req.isSend = true;
-      h.req.peer = peer;
-      h.req.tag = tag;
-      h.req.data = h.data.data();
-      h.req.bytes = bytes;
-      h.req.aux = kHeld;
-      h.req.state.store(State_::Pending, std::memory_order_relaxed);
-      ch.sends.push(&h.req);
-      s_->complete(req, rank_);
-    } else {
-      ch.sends.push(&req);
-    }
+    ch.sends.push(req);
+    s_->deliver(ch);
   }
 
   void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override {
-    prepare(req, false, peer, data, bytes, tag);
-    Channel& ch = s_->channel(peer, rank_);
+    prepare("postRecv", req, false, peer, data, bytes, tag);
+    auto& ch = s_->channel(peer, rank_);
     std::lock_guard<std::mutex> lk(ch.mu);
     if (refuse(ch, req)) return;
-    if (!ch.sends.empty())
-      match(ch, *ch.sends.pop(), req);
-    else
-      ch.recvs.push(&req);
+    std::optional<Error> mismatch;
+    if (ch.inbox.post(req, mismatch) == engine::Inbox::Posted::Mismatch) {
+      s_->breakPair(ch, mismatch->what());
+      s_->fail(req, rank_, ErrorCode::Mismatch, ch.broken);
+      return;
+    }
+    s_->deliver(ch);
   }
 
   bool test(Request& req) override {
@@ -185,27 +213,28 @@ class InprocEndpoint final : public Transport {
   }
 
   void wait(Request& req, Deadline deadline) override {
-    const auto spinUntil = Clock::now() + s_->spin;
-    while (req.state.load(std::memory_order_acquire) == State_::Pending && Clock::now() < spinUntil)
-      std::this_thread::yield();
-    if (req.state.load(std::memory_order_acquire) == State_::Pending) {
-      RankState& rs = s_->rank(rank_);
-      std::unique_lock<std::mutex> lk(rs.mu);
-      rs.sleepers.fetch_add(1, std::memory_order_seq_cst);
-      while (req.state.load(std::memory_order_seq_cst) == State_::Pending) {
-        if (rs.cv.wait_until(lk, deadline) == std::cv_status::timeout) break;
-      }
-      rs.sleepers.fetch_sub(1, std::memory_order_relaxed);
-    }
-    if (req.state.load(std::memory_order_acquire) == State_::Pending && withdraw(req))
-      throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + ": " + describe(req) +
-                                          " did not complete before the deadline");
-    if (req.state.load(std::memory_order_acquire) == State_::Failed) rethrow(req);
+    const State_ s = req.state.load(std::memory_order_acquire);
+    if (s == State_::Done || s == State_::Idle) return;
+    RankState& rs = s_->rank(rank_);
+    std::unique_lock<std::mutex> lk(rs.mu);
+    engine::waitLoop(
+        lk, req, deadline, engine::WaitPolicy{s_->spin, std::chrono::microseconds(0)},
+        [] {},  // the peers' threads move the data
+        [&](Deadline until) {
+          rs.sleepers.fetch_add(1, std::memory_order_seq_cst);
+          if (req.state.load(std::memory_order_seq_cst) == State_::Pending)
+            rs.cv.wait_until(lk, until);
+          rs.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        },
+        [&](Request& r) { rethrow(r); },
+        [&](Request& r) {
+          lk.unlock();  // channel locks come before rank locks
+          if (withdraw(r)) throw engine::timeoutError(rank_, r, describePeer(r.peer), "");
+          lk.lock();
+        });
   }
 
-  std::string describePeer(int peer) const override {
-    return "rank " + std::to_string(peer) + " (inproc)";
-  }
+  std::string describePeer(int peer) const override { return InprocFabric::State::describe(peer); }
 
   void abort(const std::string& why) override {
     {
@@ -218,43 +247,33 @@ class InprocEndpoint final : public Transport {
     for (int p = 0; p < s_->size; ++p) {
       if (p == rank_) continue;
       {
-        Channel& out = s_->channel(rank_, p);
+        auto& out = s_->channel(rank_, p);
         std::lock_guard<std::mutex> lk(out.mu);
-        failQueue(out, out.sends, rank_, ErrorCode::Aborted, why);
-        failQueue(out, out.recvs, p, ErrorCode::PeerLost, lost);
+        s_->failChannel(out, ErrorCode::Aborted, why, ErrorCode::PeerLost, lost);
       }
       {
-        Channel& in = s_->channel(p, rank_);
+        auto& in = s_->channel(p, rank_);
         std::lock_guard<std::mutex> lk(in.mu);
-        failQueue(in, in.recvs, rank_, ErrorCode::Aborted, why);
-        failQueue(in, in.sends, p, ErrorCode::PeerLost, lost);
+        s_->failChannel(in, ErrorCode::PeerLost, lost, ErrorCode::Aborted, why);
       }
     }
   }
 
+  std::string tagText(std::uint64_t tag) const { return describeTag(tag); }
+  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const {
+    noteMismatch(peer, expected, received);
+  }
+
  private:
-  void prepare(Request& req, bool isSend, int peer, const void* data, std::size_t bytes,
-               std::uint64_t tag) const {
-    if (peer < 0 || peer >= s_->size || peer == rank_)
-      throw Error(ErrorCode::InvalidArgument,
-                  "rank " + std::to_string(rank_) + ": no peer " + std::to_string(peer) +
-                      " in an inproc fabric of " + std::to_string(s_->size) + " ranks");
-    if (req.state.load(std::memory_order_acquire) == State_::Pending)
-      throw Error(ErrorCode::Internal,
-                  "rank " + std::to_string(rank_) + ": request posted while still pending");
-    req.isSend = isSend;
-    req.peer = peer;
-    req.tag = tag;
-    req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
-    req.bytes = bytes;
-    req.progress = 0;
-    req.aux = 0;
-    req.next = nullptr;
-    req.state.store(State_::Pending, std::memory_order_relaxed);
+  void prepare(const char* op, Request& req, bool isSend, int peer, const void* data,
+               std::size_t bytes, std::uint64_t tag) const {
+    engine::armRequest(
+        req, op, rank_, s_->size, peer, data, bytes, tag, isSend, true, " in an inproc fabric",
+        [] { return std::string(); }, [](int p) { return InprocFabric::State::describe(p); });
   }
 
   /// Fails req at once if this rank aborted, its peer aborted, or the pair is broken.
-  bool refuse(Channel& ch, Request& req) {
+  bool refuse(InprocFabric::State::Channel& ch, Request& req) {
     if (s_->rank(rank_).aborted.load(std::memory_order_acquire)) {
       s_->fail(req, rank_, ErrorCode::Aborted, abortReason(rank_));
       return true;
@@ -277,60 +296,15 @@ class InprocEndpoint final : public Transport {
     return rs.abortWhy;
   }
 
-  /// Pairs the oldest send with the oldest receive of a channel (its lock held).
-  void match(Channel& ch, Request& send, Request& recv) {
-    const int src = recv.peer;
-    const int dst = send.peer;
-    if (send.tag != recv.tag || send.bytes != recv.bytes) {
-      ch.broken = "rank " + std::to_string(dst) + " expected " + describeTag(recv.tag) + " (" +
-                  std::to_string(recv.bytes) + " bytes) from " + describePeer(src) +
-                  ", which sent " + describeTag(send.tag) + " (" + std::to_string(send.bytes) +
-                  " bytes)";
-      s_->fail(recv, dst, ErrorCode::Mismatch, ch.broken);
-      finishSend(ch, send, src, ErrorCode::Mismatch);
-      failQueue(ch, ch.sends, src, ErrorCode::Mismatch, ch.broken);
-      failQueue(ch, ch.recvs, dst, ErrorCode::Mismatch, ch.broken);
-      return;
-    }
-    if (send.bytes > 0) std::memcpy(recv.data, send.data, send.bytes);
-    s_->complete(recv, dst);
-    finishSend(ch, send, src, std::nullopt);
-  }
-
-  /// Completes (or fails) a send, releasing it if it was a held message.
-  void finishSend(Channel& ch, Request& send, int owner, std::optional<ErrorCode> error) {
-    if (send.aux == kHeld) {
-      ch.held.remove_if([&](const HeldMessage& h) { return &h.req == &send; });
-      return;
-    }
-    if (error)
-      s_->fail(send, owner, *error, ch.broken);
-    else
-      s_->complete(send, owner);
-  }
-
-  /// Fails every request of a queue except held messages, which stay deliverable.
-  void failQueue(Channel& ch, RequestQueue& q, int owner, ErrorCode code, const std::string& why) {
-    RequestQueue keep;
-    while (!q.empty()) {
-      Request* r = q.pop();
-      if (r->aux == kHeld && code != ErrorCode::Mismatch) {
-        keep.push(r);
-      } else if (r->aux == kHeld) {
-        ch.held.remove_if([&](const HeldMessage& h) { return &h.req == r; });
-      } else {
-        s_->fail(*r, owner, code, why);
-      }
-    }
-    q = keep;
-  }
-
   /// Takes a timed-out request off its queue; false if it completed meanwhile.
   bool withdraw(Request& req) {
-    Channel& ch = req.isSend ? s_->channel(rank_, req.peer) : s_->channel(req.peer, rank_);
+    auto& ch = req.isSend ? s_->channel(rank_, req.peer) : s_->channel(req.peer, rank_);
     std::lock_guard<std::mutex> lk(ch.mu);
     if (req.state.load(std::memory_order_acquire) != State_::Pending) return false;
-    (req.isSend ? ch.sends : ch.recvs).remove(&req);
+    if (req.isSend)
+      ch.sends.remove(req);
+    else
+      ch.inbox.withdraw(req);
     req.state.store(State_::Idle, std::memory_order_release);
     return true;
   }
@@ -340,8 +314,8 @@ class InprocEndpoint final : public Transport {
     std::unique_lock<std::mutex> lk(rs.errMu);
     auto it = rs.errors.find(req.aux);
     if (it == rs.errors.end())
-      throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": " + describe(req) +
-                                           " failed without a recorded error");
+      throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
+                                           describePeer(req.peer) + " failed without an error");
     Error e = std::move(it->second);
     rs.errors.erase(it);
     lk.unlock();
@@ -349,16 +323,27 @@ class InprocEndpoint final : public Transport {
     throw e;
   }
 
-  std::string describe(const Request& req) const {
-    return std::string(req.isSend ? "send to " : "receive from ") + describePeer(req.peer) + " (" +
-           describeTag(req.tag) + ", " + std::to_string(req.bytes) + " bytes)";
-  }
-
   std::shared_ptr<InprocFabric::State> s_;
   int rank_;
 };
 
 }  // namespace
+
+void InprocFabric::State::Channel::finish(Request& req, State_ state, bool) {
+  if (state == State_::Done)
+    fabric->complete(req, dst);
+  else
+    fabric->fail(req, dst, failCode, failWhy);
+}
+
+std::string InprocFabric::State::Channel::tagText(std::uint64_t tag) const {
+  return receiver != nullptr ? receiver->tagText(tag) : "tag " + std::to_string(tag);
+}
+
+void InprocFabric::State::Channel::mismatchSeen(int peer, std::uint64_t expected,
+                                                std::uint64_t received) const {
+  if (receiver != nullptr) receiver->mismatchSeen(peer, expected, received);
+}
 
 InprocFabric::InprocFabric(int size, std::chrono::microseconds spin) {
   if (size < 1)

@@ -22,26 +22,6 @@ std::size_t padded(std::size_t bytes) {
   return (bytes + kUnit - 1) / kUnit * kUnit;
 }
 
-bool isP2P(std::uint64_t tag) {
-  return (tag & kP2PTagBit) != 0;
-}
-
-void append(Request*& head, Request*& tail, Request& req) {
-  req.next = nullptr;
-  if (tail != nullptr)
-    tail->next = &req;
-  else
-    head = &req;
-  tail = &req;
-}
-
-Request* popFront(Request*& head, Request*& tail) {
-  Request* r = head;
-  head = r->next;
-  if (head == nullptr) tail = nullptr;
-  return r;
-}
-
 void writeUnit(std::uint8_t* ring, std::size_t ringBytes, std::uint64_t pos, std::uint64_t a,
                std::uint64_t b) {
   std::uint8_t* p = ring + pos % ringBytes;
@@ -59,7 +39,9 @@ void readUnit(const std::uint8_t* ring, std::size_t ringBytes, std::uint64_t pos
 }  // namespace
 
 Channel::Channel(ChannelConfig config, CompletionSink& sink)
-    : cfg_(std::move(config)), sink_(&sink) {}
+    : cfg_(std::move(config)),
+      sink_(&sink),
+      inbox_(cfg_.selfRank, cfg_.peerRank, cfg_.description, sink) {}
 
 Error Channel::lost(const char* during, std::size_t bytes) const {
   std::string text = "rank " + std::to_string(cfg_.selfRank) + " lost " + cfg_.description +
@@ -68,15 +50,6 @@ Error Channel::lost(const char* during, std::size_t bytes) const {
   if (during != nullptr)
     text += std::string(" during ") + during + " of " + std::to_string(bytes) + " bytes";
   return Error(ErrorCode::PeerLost, text);
-}
-
-Error Channel::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
-  sink_->mismatchSeen(cfg_.peerRank, expected.tag, tag);
-  return Error(ErrorCode::Mismatch, "rank " + std::to_string(cfg_.selfRank) + " expected " +
-                                        sink_->tagText(expected.tag) + " (" +
-                                        std::to_string(expected.bytes) + " bytes) from " +
-                                        cfg_.description + " but received " + sink_->tagText(tag) +
-                                        " (" + std::to_string(bytes) + " bytes)");
 }
 
 // ---- posting ----
@@ -93,8 +66,8 @@ void Channel::postSend(Request& req) {
   }
   // aux: 0 for a message through the ring, else its number among single-copy messages.
   req.aux = req.bytes > 0 && req.bytes >= cfg_.singleCopyBytes ? ++singleCopiesPosted_ : 0;
-  append(sendHead_, sendTail_, req);
-  if (sendHead_ == &req) writeSends();
+  sends_.push(req);
+  if (sends_.front() == &req) writeSends();
 }
 
 void Channel::postRecv(Request& req) {
@@ -102,33 +75,18 @@ void Channel::postRecv(Request& req) {
     sink_->finish(req, State::Failed, static_cast<bool>(error_));
     return;
   }
-  if (isP2P(req.tag)) {
-    const auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
-                                 [&](const Unexpected& u) { return u.tag == req.tag; });
-    if (it != unexpected_.end()) {
-      if (it->data.size() != req.bytes) {
-        const Error e = mismatch(req, it->tag, it->data.size());
-        fail(e);
-        sink_->finish(req, State::Failed, true);
-        return;
-      }
-      if (it->filled > 0) std::memcpy(req.data, it->data.data(), it->filled);
-      req.progress = it->filled;
-      const bool complete = it->filled == it->data.size();
-      if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
-        rxUnexpected_ = nullptr;
-        rxRequest_ = &req;
-      }
-      unexpected_.erase(it);
-      if (complete) {
-        sink_->finish(req, State::Done, false);
-        return;
-      }
-      progress();
+  std::optional<Error> mismatch;
+  switch (inbox_.post(req, mismatch)) {
+    case engine::Inbox::Posted::Mismatch:
+      fail(*mismatch);
+      sink_->finish(req, State::Failed, true);
       return;
-    }
+    case engine::Inbox::Posted::Done:
+      return;
+    case engine::Inbox::Posted::Receiving:
+    case engine::Inbox::Posted::Queued:
+      break;
   }
-  append(recvHead_, recvTail_, req);
   progress();
 }
 
@@ -142,24 +100,10 @@ void Channel::closeFlags() {
 }
 
 void Channel::finishAll(bool channelError) {
-  if (rxRequest_ != nullptr) {
-    Request* r = rxRequest_;
-    rxRequest_ = nullptr;
-    sink_->finish(*r, State::Failed, channelError);
-  }
-  for (Request** head : {&sendHead_, &copyHead_, &recvHead_}) {
-    Request* r = *head;
-    *head = nullptr;
-    while (r != nullptr) {
-      Request* next = r->next;  // read before finish: the owner may reuse r at once
-      sink_->finish(*r, State::Failed, channelError);
-      r = next;
-    }
-  }
-  sendTail_ = copyTail_ = recvTail_ = nullptr;
-  rxUnexpected_ = nullptr;
+  inbox_.failAll(channelError);
+  for (engine::RequestQueue* q : {&sends_, &copies_})
+    q->drain([&](Request& r) { sink_->finish(r, State::Failed, channelError); });
   rxLeft_ = 0;
-  unexpected_.clear();
 }
 
 void Channel::fail(Error error) {
@@ -194,24 +138,18 @@ std::string Channel::stallReason(const Request& req) const {
   if (req.isSend) {
     const std::uint64_t tail = cfg_.out->consumer.tail.load(std::memory_order_acquire);
     const std::uint64_t head = cfg_.out->producer.head.load(std::memory_order_acquire);
-    if (req.aux != 0 && sendHead_ != &req)
+    if (req.aux != 0 && sends_.front() != &req)
       return "the message is in the ring; " + peer + " has not read it (no matching receive)";
     return "the ring to " + peer + " holds " + std::to_string(head - tail) + " unread bytes of " +
            std::to_string(cfg_.ringBytes) + "; " + progress() + " written";
   }
-  if (rxRequest_ == &req) return progress() + " arrived; " + peer + " sent no more";
+  if (inbox_.receivingRequest() == &req) return progress() + " arrived; " + peer + " sent no more";
   const std::uint64_t head = cfg_.in->producer.head.load(std::memory_order_acquire);
   if (head == tail_) {
-    std::string text = "nothing from " + peer + " waits in the ring (it has not sent it)";
-    if (!unexpected_.empty()) {
-      text += "; messages from " + peer + " that no receive has taken:";
-      for (const Unexpected& u : unexpected_)
-        text += " " + sink_->tagText(u.tag) + " (" + std::to_string(u.data.size()) + " bytes)";
-    }
-    return text;
+    return "nothing from " + peer + " waits in the ring (it has not sent it)" +
+           inbox_.heldText(peer);
   }
-  if (rxRequest_ != nullptr || rxUnexpected_ != nullptr)
-    return "the ring from " + peer + " is busy with an earlier message";
+  if (inbox_.receiving()) return "the ring from " + peer + " is busy with an earlier message";
   std::uint64_t tag = 0, word = 0;
   readUnit(cfg_.inRing, cfg_.ringBytes, tail_, tag, word);
   const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
@@ -229,20 +167,21 @@ bool Channel::progress() {
   moved = moved || read;
   if (!active()) return true;
   // The closed flags sit on lines the peer writes all the time: look only when stuck.
-  if ((sendHead_ != nullptr || copyHead_ != nullptr) && !moved &&
+  if ((!sends_.empty() || !copies_.empty()) && !moved &&
       (exited_ || cfg_.out->consumer.closed.load(std::memory_order_acquire) != 0)) {
-    const Request* r = sendHead_ != nullptr ? sendHead_ : copyHead_;
+    const Request* r = !sends_.empty() ? sends_.front() : copies_.front();
     fail(lost("send", r->bytes));
     return true;
   }
-  if ((recvHead_ != nullptr || rxRequest_ != nullptr) && !read &&
+  if ((inbox_.hasPosted() || inbox_.receivingRequest() != nullptr) && !read &&
       (exited_ || cfg_.in->producer.closed.load(std::memory_order_acquire) != 0)) {
     // A peer publishes its last data before it closes: read once more after seeing the flag,
     // and if nothing comes, nothing will.
     read = readIncoming();
     if (!active() || read) return true;
-    if (recvHead_ != nullptr || rxRequest_ != nullptr) {
-      const Request* r = rxRequest_ != nullptr ? rxRequest_ : recvHead_;
+    if (inbox_.hasPosted() || inbox_.receivingRequest() != nullptr) {
+      const Request* r =
+          inbox_.receivingRequest() != nullptr ? inbox_.receivingRequest() : inbox_.firstPosted();
       fail(lost("recv", r->bytes));
       return true;
     }
@@ -252,11 +191,7 @@ bool Channel::progress() {
 
 bool Channel::needsBackground() const {
   if (!active()) return false;
-  if (sendHead_ != nullptr) return true;
-  if (rxRequest_ != nullptr && rxRequest_->bytes >= cfg_.slotBytes) return true;
-  for (const Request* r = recvHead_; r != nullptr; r = r->next)
-    if (r->bytes >= cfg_.slotBytes) return true;
-  return false;
+  return !sends_.empty() || inbox_.anyPostedAtLeast(cfg_.slotBytes);
 }
 
 // ---- sending ----
@@ -277,8 +212,8 @@ bool Channel::writeSends() {
     notify(*cfg_.peerSlot, cfg_.lightWake);
     moved = true;
   };
-  while (sendHead_ != nullptr) {
-    Request& r = *sendHead_;
+  while (!sends_.empty()) {
+    Request& r = *sends_.front();
     const bool single = r.aux != 0;
     const std::size_t total = kUnit + (single ? kUnit : padded(r.bytes));
     bool unpublished = false;
@@ -308,9 +243,9 @@ bool Channel::writeSends() {
     }
     if (unpublished) publish();
     if (r.progress < total) break;  // the ring is full
-    popFront(sendHead_, sendTail_);
+    sends_.pop();
     if (single)
-      append(copyHead_, copyTail_, r);  // done once the peer has read it
+      copies_.push(r);  // done once the peer has read it
     else
       sink_->finish(r, State::Done, false);
   }
@@ -318,11 +253,11 @@ bool Channel::writeSends() {
 }
 
 bool Channel::reapSingleCopies() {
-  if (copyHead_ == nullptr) return false;
+  if (copies_.empty()) return false;
   const std::uint64_t done = cfg_.out->consumer.rendezvousDone.load(std::memory_order_acquire);
   bool moved = false;
-  while (copyHead_ != nullptr && copyHead_->aux <= done) {
-    sink_->finish(*popFront(copyHead_, copyTail_), State::Done, false);
+  while (!copies_.empty() && copies_.front()->aux <= done) {
+    sink_->finish(*copies_.pop(), State::Done, false);
     moved = true;
   }
   return moved;
@@ -335,16 +270,6 @@ void Channel::publishTail() {
   notify(*cfg_.peerSlot, cfg_.lightWake);
 }
 
-void Channel::completeRx() {
-  if (rxRequest_ != nullptr) {
-    Request* r = rxRequest_;
-    rxRequest_ = nullptr;
-    sink_->finish(*r, State::Done, false);
-  } else {
-    rxUnexpected_ = nullptr;  // complete; held until a receive of its tag is posted
-  }
-}
-
 bool Channel::readIncoming() {
   const std::size_t cap = cfg_.ringBytes;
   bool moved = false;
@@ -355,7 +280,7 @@ bool Channel::readIncoming() {
       avail = static_cast<std::size_t>(headSeen_ - tail_);
       if (avail == 0) break;
     }
-    if (rxRequest_ == nullptr && rxUnexpected_ == nullptr) {
+    if (!inbox_.receiving()) {
       if (!readHeader()) break;
       moved = true;
       continue;
@@ -363,20 +288,20 @@ bool Channel::readIncoming() {
     const std::size_t n =
         std::min({rxLeft_, avail, cap - static_cast<std::size_t>(tail_ % cap), cfg_.slotBytes});
     const std::uint8_t* src = cfg_.inRing + tail_ % cap;
-    if (rxRequest_ != nullptr) {
-      const std::size_t real = std::min(n, rxRequest_->bytes - rxRequest_->progress);
-      std::memcpy(rxRequest_->data + rxRequest_->progress, src, real);
-      rxRequest_->progress += real;
-    } else {
-      const std::size_t real = std::min(n, rxUnexpected_->data.size() - rxUnexpected_->filled);
-      std::memcpy(rxUnexpected_->data.data() + rxUnexpected_->filled, src, real);
-      rxUnexpected_->filled += real;
+    // Into the matched request, or into a held P2P message that grows by what arrives.
+    const std::size_t real = std::min(n, inbox_.rxRemaining());
+    std::uint8_t* dst = inbox_.rxSpace(real);
+    if (dst == nullptr) {
+      fail(inbox_.cannotHold());
+      break;
     }
+    std::memcpy(dst, src, real);
+    inbox_.rxCommit(real);
     tail_ += n;
     rxLeft_ -= n;
     publishTail();
     moved = true;
-    if (rxLeft_ == 0) completeRx();
+    if (rxLeft_ == 0) inbox_.rxComplete();
   }
   return moved;
 }
@@ -389,62 +314,41 @@ bool Channel::readHeader() {
   readUnit(cfg_.inRing, cap, tail_, tag, word);
   const bool single = (word & kSingleCopyBit) != 0;
   const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
-  const bool p2p = isP2P(tag);
-  Request* prev = nullptr;
-  Request* r = recvHead_;
-  for (; r != nullptr; prev = r, r = r->next)
-    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
-  if (r == nullptr && !p2p) return false;  // waits in the ring until its receive is posted
-  Unexpected* held = nullptr;
-  if (r == nullptr) {
-    try {
-      unexpected_.push_back(Unexpected{tag, std::vector<std::uint8_t>(bytes), 0});
-    } catch (const std::exception&) {  // bad_alloc / length_error: a corrupt or absurd header
-      fail(Error(ErrorCode::Internal, "rank " + std::to_string(cfg_.selfRank) + " cannot hold " +
-                                          sink_->tagText(tag) + " (" + std::to_string(bytes) +
-                                          " bytes) from " + cfg_.description +
-                                          " until its receive is posted"));
+  std::optional<Error> mismatch;
+  switch (inbox_.arrive(tag, bytes, SIZE_MAX, mismatch)) {
+    case engine::Inbox::Arrival::Stall:  // waits in the ring until its receive is posted
+    case engine::Inbox::Arrival::TooLarge:
       return false;
-    }
-    held = &unexpected_.back();
-  } else {
-    if (r->tag != tag || r->bytes != bytes) {
-      fail(mismatch(*r, tag, bytes));
+    case engine::Inbox::Arrival::Mismatch:
+      fail(*mismatch);
       return false;
-    }
-    (prev != nullptr ? prev->next : recvHead_) = r->next;
-    if (recvTail_ == r) recvTail_ = prev;
-    r->next = nullptr;
+    case engine::Inbox::Arrival::Done:  // an empty message (never single-copy)
+      tail_ += kUnit;
+      publishTail();
+      return true;
+    case engine::Inbox::Arrival::Receiving:
+      break;
   }
   if (single) {
     std::uint64_t address = 0, unused = 0;
     readUnit(cfg_.inRing, cap, tail_ + kUnit, address, unused);
-    std::uint8_t* dst = r != nullptr ? r->data : held->data.data();
-    rxRequest_ = r;  // so that a failed read fails it with the rest
+    std::uint8_t* dst = inbox_.rxSpace(bytes);
+    if (dst == nullptr) {  // bad_alloc / length_error: a corrupt or absurd header
+      fail(inbox_.cannotHold());
+      return false;
+    }
+    // A failed read fails the receiving request with the rest.
     if (!readRemote(dst, address, bytes, tag)) return false;
-    rxRequest_ = nullptr;
+    inbox_.rxCommit(bytes);
     tail_ += 2 * kUnit;
     cfg_.in->consumer.rendezvousDone.fetch_add(1, std::memory_order_release);
     publishTail();
-    if (r != nullptr)
-      sink_->finish(*r, State::Done, false);
-    else
-      held->filled = bytes;
+    inbox_.rxComplete();
     return true;
   }
   tail_ += kUnit;
   publishTail();
-  if (bytes == 0) {
-    if (r != nullptr) sink_->finish(*r, State::Done, false);
-    return true;
-  }
   rxLeft_ = padded(bytes);
-  if (r != nullptr) {
-    r->progress = 0;
-    rxRequest_ = r;
-  } else {
-    rxUnexpected_ = held;
-  }
   return true;
 }
 

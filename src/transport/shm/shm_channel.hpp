@@ -15,30 +15,18 @@
 #include <braid/error.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "transport/engine.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::transport::shm {
 
-/// What a channel reports to its transport. Called with the transport's lock held.
-class CompletionSink {
- public:
-  /// req left the channel: Done, or Failed with the error in the channel (channelError) or in
-  /// the transport. The sink publishes the state; the channel no longer touches req.
-  virtual void finish(Request& req, Request::State state, bool channelError) = 0;
-  /// The tag in words, for Mismatch errors.
-  virtual std::string tagText(std::uint64_t tag) const = 0;
-  /// A receive from `peer` expected tag `expected` but the peer sent `received`.
-  virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
-
- protected:
-  ~CompletionSink() = default;
-};
+/// What a channel reports to its transport (engine.hpp), with the transport's lock held.
+using CompletionSink = engine::CompletionSink;
 
 struct ChannelConfig {
   int selfRank = -1;
@@ -90,15 +78,8 @@ class Channel {
   std::string stallReason(const Request& req) const;
 
  private:
-  struct Unexpected {
-    std::uint64_t tag = 0;
-    std::vector<std::uint8_t> data;
-    std::size_t filled = 0;
-  };
-
   bool active() const { return cfg_.out != nullptr && !error_ && !abandoned_; }
   Error lost(const char* during, std::size_t bytes) const;
-  Error mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const;
   void fail(Error error);
   void finishAll(bool channelError);
   void closeFlags();
@@ -107,7 +88,6 @@ class Channel {
   bool readIncoming();
   bool readHeader();
   bool readRemote(std::uint8_t* dst, std::uint64_t address, std::size_t bytes, std::uint64_t tag);
-  void completeRx();
   void publishTail();
 
   ChannelConfig cfg_;
@@ -120,20 +100,14 @@ class Channel {
   std::uint64_t head_ = 0;      // our published head
   std::uint64_t tailSeen_ = 0;  // the peer's tail, last read
   std::uint64_t singleCopiesPosted_ = 0;
-  Request* sendHead_ = nullptr;
-  Request* sendTail_ = nullptr;
-  Request* copyHead_ = nullptr;  // single-copy sends the peer has not read yet
-  Request* copyTail_ = nullptr;
+  engine::RequestQueue sends_;
+  engine::RequestQueue copies_;  // single-copy sends the peer has not read yet
 
   // Receiving.
   std::uint64_t tail_ = 0;      // our published tail
   std::uint64_t headSeen_ = 0;  // the peer's head, last read
-  Request* recvHead_ = nullptr;
-  Request* recvTail_ = nullptr;
-  Request* rxRequest_ = nullptr;        // payload being copied into a request ...
-  Unexpected* rxUnexpected_ = nullptr;  // ... or into a held P2P message
-  std::size_t rxLeft_ = 0;              // ring bytes of that payload still to consume (padded)
-  std::list<Unexpected> unexpected_;
+  engine::Inbox inbox_;
+  std::size_t rxLeft_ = 0;  // ring bytes of the arriving payload still to consume (padded)
 };
 
 }  // namespace braid::transport::shm

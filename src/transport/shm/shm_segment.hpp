@@ -39,6 +39,8 @@
 #include <cstdint>
 #include <string>
 
+#include "transport/engine.hpp"
+
 namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
@@ -55,13 +57,7 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
 
 /// A pause in a polling loop.
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
+using engine::cpuRelax;
 
 /// Whether this CPU executes PREFETCHW (CPUID 0x80000001 ECX bit 8; every x86-64 CPU of the
 /// last decade). Elsewhere prefetchForWrite() is the compiler's write prefetch.

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/engine.hpp"
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
 #include "transport/shm/shm_group.hpp"
@@ -53,14 +54,8 @@ using shm::Channel;
 using State = Request::State;
 
 constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
-constexpr int kPausesPerPoll = 1;
 
-using shm::cpuRelax;
 using shm::ShmGroup;
-
-// Request::aux once failed: where the error lives.
-constexpr std::size_t kAuxChannelError = 2;
-constexpr std::size_t kAuxTransportError = 4;
 
 // A peer process, watched while waiters sleep.
 struct PeerProcess {
@@ -102,7 +97,13 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
     return channels_[static_cast<std::size_t>(localOf_[peer])];
   }
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
-               bool isSend, Request& req);
+               bool isSend, Request& req) {
+    engine::armRequest(
+        req, op, rank_, size_, peer, data, bytes, tag, isSend,
+        peer >= 0 && peer < size_ && localOf_[peer] >= 0, " over shared memory",
+        [this] { return ", " + std::to_string(att_.localRanks.size()) + " ranks on this host"; },
+        [this](int p) { return describePeer(p); });
+  }
   // Everything below requires mu_.
   void post(Request& req);
   void progressAll();
@@ -128,12 +129,11 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::vector<pollfd> pollFds_;      // one per processes_ entry with a pidfd, built once
   std::unique_ptr<ShmGroup> group_;  // when this host's ranks are the whole communicator
 
-  std::mutex mu_;
+  engine::Engine engine_;
+  std::mutex& mu_;  // engine_.mutex()
   std::condition_variable backgroundCv_;
-  std::optional<Error> failed_;
   Clock::time_point lastLiveness_ = Clock::now();
   int waiters_ = 0;
-  bool completed_ = false;
   bool stopping_ = false;
   bool backgroundIdle_ = false;
   std::thread background_;
@@ -141,7 +141,12 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
 
 ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options,
                                    shm::Attachment attachment)
-    : rank_(rank), size_(size), options_(options), att_(std::move(attachment)) {
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      att_(std::move(attachment)),
+      engine_(rank),
+      mu_(engine_.mutex()) {
   const std::size_t count = att_.localRanks.size();
   self_ = &att_.segment.rank(att_.local);
   // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
@@ -227,48 +232,14 @@ std::string ShmTransportImpl::pathTo(int peer) const {
 }
 
 std::string ShmTransportImpl::tagText(std::uint64_t tag) const {
-  try {
-    return describeTag(tag);
-  } catch (const std::exception&) {
-    return "tag " + std::to_string(tag);
-  }
+  return describeTag(tag);
 }
 
 // ---- posting ----
 
-void ShmTransportImpl::prepare(const char* op, int peer, const void* data, std::size_t bytes,
-                               std::uint64_t tag, bool isSend, Request& req) {
-  if (peer < 0 || peer >= size_ || peer == rank_ || localOf_[peer] < 0)
-    throw Error(ErrorCode::InvalidArgument,
-                std::string(op) + ": rank " + std::to_string(rank_) + " cannot address peer " +
-                    std::to_string(peer) + " over shared memory (size " + std::to_string(size_) +
-                    ", " + std::to_string(att_.localRanks.size()) + " ranks on this host)");
-  if (data == nullptr && bytes > 0)
-    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": null buffer for " +
-                                                std::to_string(bytes) + " bytes, " +
-                                                describePeer(peer));
-  if (req.state.load(std::memory_order_acquire) == State::Pending)
-    throw Error(ErrorCode::InvalidArgument,
-                std::string(op) + ": the request is still pending (" + describePeer(peer) + ")");
-  req.isSend = isSend;
-  req.peer = peer;
-  req.tag = tag;
-  req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
-  req.bytes = bytes;
-  req.progress = 0;
-  req.aux = 0;
-  req.next = nullptr;
-  req.state.store(State::Pending, std::memory_order_relaxed);
-}
-
 void ShmTransportImpl::post(Request& req) {
   Channel& c = channel(req.peer);
-  if (failed_)
-    finish(req, State::Failed, false);
-  else if (req.isSend)
-    c.postSend(req);
-  else
-    c.postRecv(req);
+  engine_.post(req, c, *this);
   if (req.state.load(std::memory_order_relaxed) == State::Pending && c.needsBackground())
     wakeBackground();
   notifyCompletions();
@@ -291,26 +262,19 @@ void ShmTransportImpl::postRecv(int peer, void* data, std::size_t bytes, std::ui
 // ---- completion and failure ----
 
 void ShmTransportImpl::finish(Request& req, State state, bool channelError) {
-  req.aux = state == State::Done ? 0 : channelError ? kAuxChannelError : kAuxTransportError;
-  req.next = nullptr;
-  completed_ = true;
-  // Last touch: the owner may reuse or destroy the request as soon as it sees the new state.
-  req.state.store(state, std::memory_order_release);
+  engine_.publish(req, state, channelError);  // the last touch
 }
 
 // Another thread of this rank may sleep on a request that was just completed.
 void ShmTransportImpl::notifyCompletions() {
-  if (!completed_) return;
-  completed_ = false;
+  if (!engine_.takeCompleted()) return;
   shm::notify(*self_, att_.lightWake);
 }
 
 void ShmTransportImpl::failTransport(Error error) {
-  if (failed_) return;
-  failed_ = std::move(error);
+  if (!engine_.fail(std::move(error))) return;
   for (Channel& c : channels_) c.abandon();  // closes the pairs: peers see PeerLost
-  if (group_) group_->markGone(failed_->what());
-  completed_ = true;
+  if (group_) group_->markGone(engine_.failure()->what());
   backgroundCv_.notify_all();
 }
 
@@ -318,17 +282,13 @@ void ShmTransportImpl::abort(const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
   failTransport(Error(ErrorCode::Aborted, why));
   if (group_) group_->abort(why);
-  completed_ = false;
+  engine_.takeCompleted();
   shm::ring(*self_);  // every waiter of this rank, asleep or about to be
 }
 
 void ShmTransportImpl::throwFailure(const Request& req) const {
-  if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
   const Channel& c = channel(req.peer);
-  if (c.error()) throw *c.error();
-  if (failed_) throw *failed_;
-  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
-                                       c.description() + " failed without an error");
+  engine_.throwFailure(req, c.error(), c.description());
 }
 
 // ---- progress ----
@@ -382,8 +342,9 @@ void ShmTransportImpl::sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time
   const auto bound = shm::announced(att_.lightWake);
   const std::uint32_t bell = self_->bell.load(std::memory_order_seq_cst);
   progressAll();  // the last look, with the sleeper announced
-  const bool still = req == nullptr ? !failed_ && !stopping_ && waiters_ == 0 && backgroundWork()
-                                    : req->state.load(std::memory_order_acquire) == State::Pending;
+  const bool still = req == nullptr
+                         ? !engine_.failure() && !stopping_ && waiters_ == 0 && backgroundWork()
+                         : req->state.load(std::memory_order_acquire) == State::Pending;
   if (still) {
     const auto now = Clock::now();
     const auto wake = std::min(until, lastLiveness_ + options_.livenessInterval);
@@ -408,8 +369,6 @@ void ShmTransportImpl::wait(Request& req, Deadline deadline) {
       self->wakeBackground();  // leftover work nobody waits for
     }
   } leave{this};
-  const auto start = Clock::now();
-  const auto spinUntil = start + options_.spin;
   // Beside the peer (shm::besidePeer): no busy polling, yield to it at once.
   bool beside = false;
   if (busyPoll_.count() > 0) {
@@ -417,50 +376,24 @@ void ShmTransportImpl::wait(Request& req, Deadline deadline) {
     beside =
         shm::besidePeer(*self_, att_.segment.rank(static_cast<std::size_t>(localOf_[req.peer])));
   }
-  const auto busyUntil =
-      beside ? start : start + std::min<Clock::duration>(options_.spin, busyPoll_);
-  for (;;) {
-    progressAll();
-    s = req.state.load(std::memory_order_acquire);
-    if (s == State::Done) return;
-    if (s == State::Failed) throwFailure(req);
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      const Channel& c = channel(req.peer);
-      const std::string peer = c.description();
-      std::string what = req.isSend
-                             ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
-                             : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
-      if (const std::string why = c.stallReason(req); !why.empty()) what += ": " + why;
-      // The pair may stop mid-message now, so nothing later on this transport can be trusted.
-      failTransport(Error(ErrorCode::Timeout,
-                          "rank " + std::to_string(rank_) + " timed out waiting for " + what));
-      notifyCompletions();
-      throwFailure(req);
-    }
-    if (now < busyUntil) {
-      // The peer is most likely running right now and about to answer: poll without giving
-      // up the CPU (a yield costs about a microsecond and may run someone else for much
-      // longer). Let posting threads of this rank in between polls.
-      lk.unlock();
-      for (int i = 0; i < kPausesPerPoll; ++i) cpuRelax();
-      lk.lock();
-      continue;
-    }
-    if (now < spinUntil) {
-      // Give the CPU to a runnable thread (on an oversubscribed machine, likely the very peer
-      // this rank waits for).
-      lk.unlock();
-      std::this_thread::yield();
-      lk.lock();
-      continue;
-    }
-    if (livenessDue()) {
-      checkLiveness();
-      continue;
-    }
-    sleepOnBell(lk, deadline, &req);
-  }
+  engine::waitLoop(
+      lk, req, deadline,
+      engine::WaitPolicy{options_.spin, beside ? std::chrono::microseconds(0) : busyPoll_},
+      [&] { progressAll(); },
+      [&](Deadline until) {
+        if (livenessDue())
+          checkLiveness();
+        else
+          sleepOnBell(lk, until, &req);
+      },
+      [&](const Request& r) { throwFailure(r); },
+      [&](const Request& r) {
+        const Channel& c = channel(r.peer);
+        // The pair may stop mid-message now, so nothing later on this transport can be trusted.
+        failTransport(engine::timeoutError(rank_, r, c.description(), c.stallReason(r)));
+        notifyCompletions();
+        throwFailure(r);
+      });
 }
 
 // ---- background ----
@@ -472,7 +405,7 @@ bool ShmTransportImpl::backgroundWork() const {
 }
 
 void ShmTransportImpl::wakeBackground() {
-  if (failed_ || stopping_ || waiters_ > 0) return;
+  if (engine_.failure() || stopping_ || waiters_ > 0) return;
   if (!background_.joinable()) {
     if (!backgroundWork()) return;
     try {
@@ -488,7 +421,7 @@ void ShmTransportImpl::backgroundLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   bool graceGiven = false;
   while (!stopping_) {
-    if (failed_ || waiters_ > 0 || !backgroundWork()) {
+    if (engine_.failure() || waiters_ > 0 || !backgroundWork()) {
       graceGiven = false;
       backgroundIdle_ = true;
       backgroundCv_.wait(lk);
@@ -504,7 +437,7 @@ void ShmTransportImpl::backgroundLoop() {
     try {
       progressAll();
       if (livenessDue()) checkLiveness();
-      if (!stopping_ && !failed_ && waiters_ == 0 && backgroundWork())
+      if (!stopping_ && !engine_.failure() && waiters_ == 0 && backgroundWork())
         sleepOnBell(lk, Clock::now() + options_.livenessInterval, nullptr);
     } catch (const std::exception& e) {  // never let an exception end the thread
       failTransport(Error(ErrorCode::Internal,

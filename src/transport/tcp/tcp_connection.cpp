@@ -16,6 +16,7 @@ namespace braid::transport::tcp {
 namespace {
 
 using State = Request::State;
+using engine::isP2P;
 
 constexpr std::size_t kHeaderBytes = kFrameHeaderBytes;
 constexpr std::size_t kStagingBytes = 16 * 1024;
@@ -47,24 +48,11 @@ std::uint64_t decodeU64(const std::uint8_t* in) {
   return v;
 }
 
-bool isP2P(std::uint64_t tag) {
-  return (tag & kP2PTagBit) != 0;
-}
-
 std::string lossReason(int err) {
   if (err == 0) return "connection closed by peer";
   if (err == ECONNRESET) return "connection reset by peer";
   if (err == EPIPE) return "connection closed by peer (broken pipe)";
   return errnoText(err);
-}
-
-void append(Request*& head, Request*& tail, Request& req) {
-  req.next = nullptr;
-  if (tail != nullptr)
-    tail->next = &req;
-  else
-    head = &req;
-  tail = &req;
 }
 
 }  // namespace
@@ -91,10 +79,10 @@ Connection::Connection(int selfRank, int peer, std::string description, Fd fd, i
                        CompletionSink& sink)
     : selfRank_(selfRank),
       peer_(peer),
-      description_(std::move(description)),
       fd_(std::move(fd)),
       epollFd_(epollFd),
-      sink_(&sink) {
+      sink_(&sink),
+      inbox_(selfRank, peer, std::move(description), sink) {
   if (!fd_) return;
   staging_.resize(kStagingBytes);
   epoll_event ev{};
@@ -102,26 +90,17 @@ Connection::Connection(int selfRank, int peer, std::string description, Fd fd, i
   ev.data.u64 = static_cast<std::uint64_t>(peer);
   if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd_.get(), &ev) != 0)
     throw Error(ErrorCode::Internal, "rank " + std::to_string(selfRank) + ": epoll_ctl for " +
-                                         description_ + ": " + errnoText(errno));
+                                         inbox_.description() + ": " + errnoText(errno));
   registered_ = true;
   events_ = EPOLLIN;
 }
 
 Error Connection::lost(int err, const char* during, std::size_t bytes) const {
   std::string text = "rank " + std::to_string(selfRank_) + " lost its connection to " +
-                     description_ + ": " + lossReason(err);
+                     description() + ": " + lossReason(err);
   if (during != nullptr)
     text += std::string(" during ") + during + " of " + std::to_string(bytes) + " bytes";
   return Error(ErrorCode::PeerLost, text);
-}
-
-Error Connection::mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const {
-  sink_->mismatchSeen(peer_, expected.tag, tag);
-  return Error(ErrorCode::Mismatch, "rank " + std::to_string(selfRank_) + " expected " +
-                                        sink_->tagText(expected.tag) + " (" +
-                                        std::to_string(expected.bytes) + " bytes) from " +
-                                        description_ + " but received " + sink_->tagText(tag) +
-                                        " (" + std::to_string(bytes) + " bytes)");
 }
 
 // ---- posting ----
@@ -131,8 +110,8 @@ void Connection::postSend(Request& req) {
     sink_->finish(req, State::Failed, true);
     return;
   }
-  const bool idle = sendHead_ == nullptr;
-  append(sendHead_, sendTail_, req);
+  const bool idle = sends_.empty();
+  sends_.push(req);
   if (eof_) {  // the peer closed its socket: it will never read this
     fail(lost(0, "send", req.bytes));
     return;
@@ -145,33 +124,20 @@ void Connection::postRecv(Request& req) {
     sink_->finish(req, State::Failed, true);
     return;
   }
-  if (isP2P(req.tag)) {
-    const auto it = std::find_if(unexpected_.begin(), unexpected_.end(),
-                                 [&](const Unexpected& u) { return u.tag == req.tag; });
-    if (it != unexpected_.end()) {
-      if (it->bytes != req.bytes) {
-        const Error e = mismatch(req, it->tag, it->bytes);
-        fail(e);
-        sink_->finish(req, State::Failed, true);
-        return;
-      }
-      if (!it->data.empty()) std::memcpy(req.data, it->data.data(), it->data.size());
-      req.progress = it->data.size();
-      const bool complete = it->data.size() == it->bytes;
-      if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
-        rxUnexpected_ = nullptr;
-        rxRequest_ = &req;
-      }
-      unexpected_.erase(it);
-      if (complete) {
-        sink_->finish(req, State::Done, false);
-        return;
-      }
+  std::optional<Error> mismatch;
+  switch (inbox_.post(req, mismatch)) {
+    case engine::Inbox::Posted::Mismatch:
+      fail(*mismatch);
+      sink_->finish(req, State::Failed, true);
+      return;
+    case engine::Inbox::Posted::Done:
+      return;
+    case engine::Inbox::Posted::Receiving:
       read();
       return;
-    }
+    case engine::Inbox::Posted::Queued:
+      break;
   }
-  append(recvHead_, recvTail_, req);
   if (!isP2P(req.tag) && stalled_) {
     stalled_ = false;
     updateInterest();
@@ -184,11 +150,11 @@ std::string Connection::stallReason(const Request& req) const {
   const std::string peer = "rank " + std::to_string(peer_);
   if (req.isSend) {
     const std::size_t sent = req.progress > kHeaderBytes ? req.progress - kHeaderBytes : 0;
-    if (sendHead_ != &req) return "earlier sends to " + peer + " are not written yet";
+    if (sends_.front() != &req) return "earlier sends to " + peer + " are not written yet";
     return std::to_string(sent) + " of " + std::to_string(req.bytes) + " bytes written; " + peer +
            " does not read (the socket buffer is full)";
   }
-  if (rxRequest_ == &req)
+  if (inbox_.receivingRequest() == &req)
     return std::to_string(req.progress) + " of " + std::to_string(req.bytes) + " bytes arrived; " +
            peer + " sent no more";
   if (stalled_ && staged() >= kHeaderBytes) {
@@ -197,37 +163,15 @@ std::string Connection::stallReason(const Request& req) const {
     return "ahead of it from " + peer + " waits " + sink_->tagText(h.tag) + " (" +
            std::to_string(h.bytes) + " bytes), which no posted receive of this rank matches";
   }
-  if (rxRequest_ != nullptr || rxUnexpected_ != nullptr)
-    return "an earlier message from " + peer + " is still arriving";
-  std::string text = "nothing for it has arrived from " + peer;
-  if (!unexpected_.empty()) {
-    text += "; messages from " + peer + " that no receive has taken:";
-    for (const Unexpected& u : unexpected_)
-      text += " " + sink_->tagText(u.tag) + " (" + std::to_string(u.bytes) + " bytes)";
-  }
-  return text;
+  if (inbox_.receiving()) return "an earlier message from " + peer + " is still arriving";
+  return "nothing for it has arrived from " + peer + inbox_.heldText(peer);
 }
 
 // ---- failure ----
 
 void Connection::finishAll(bool connectionError) {
-  if (rxRequest_ != nullptr) {
-    Request* r = rxRequest_;
-    rxRequest_ = nullptr;
-    sink_->finish(*r, State::Failed, connectionError);
-  }
-  for (Request** head : {&sendHead_, &recvHead_}) {
-    Request* r = *head;
-    *head = nullptr;
-    while (r != nullptr) {
-      Request* next = r->next;  // read before finish: the owner may reuse r at once
-      sink_->finish(*r, State::Failed, connectionError);
-      r = next;
-    }
-  }
-  sendTail_ = recvTail_ = nullptr;
-  rxUnexpected_ = nullptr;
-  unexpected_.clear();
+  inbox_.failAll(connectionError);
+  sends_.drain([&](Request& r) { sink_->finish(r, State::Failed, connectionError); });
   stageBegin_ = stageEnd_ = 0;
   stalled_ = false;
   wantWrite_ = false;
@@ -267,7 +211,7 @@ void Connection::updateInterest() {
   ev.data.u64 = static_cast<std::uint64_t>(peer_);
   if (::epoll_ctl(epollFd_, EPOLL_CTL_MOD, fd_.get(), &ev) != 0) {
     fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + ": epoll_ctl for " +
-                                        description_ + ": " + errnoText(errno)));
+                                        description() + ": " + errnoText(errno)));
     return;
   }
   events_ = want;
@@ -278,17 +222,7 @@ void Connection::onEof() {
   // Level-triggered EPOLLIN would report the end of the stream forever; staged bytes stay usable.
   if (registered_) ::epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd_.get(), nullptr);
   registered_ = false;
-  if (sendHead_ != nullptr) fail(lost(0, "send", sendHead_->bytes));
-}
-
-void Connection::completeRx() {
-  if (rxRequest_ != nullptr) {
-    Request* r = rxRequest_;
-    rxRequest_ = nullptr;
-    sink_->finish(*r, State::Done, false);
-  } else {
-    rxUnexpected_ = nullptr;  // complete; held until a receive of its tag is posted
-  }
+  if (!sends_.empty()) fail(lost(0, "send", sends_.front()->bytes));
 }
 
 // Matches the staged header against the posted receives. False when reading must stop.
@@ -297,130 +231,83 @@ bool Connection::matchHeader() {
       std::span<const std::uint8_t, kHeaderBytes>(staging_.data() + stageBegin_, kHeaderBytes));
   const std::uint64_t tag = header.tag;
   const std::uint64_t bytes = header.bytes;
-  const bool p2p = isP2P(tag);
-  Request* prev = nullptr;
-  Request* r = recvHead_;
-  for (; r != nullptr; prev = r, r = r->next)
-    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
-  if (r == nullptr && !p2p) {
-    stalled_ = true;
-    updateInterest();
-    return false;
-  }
-  if (r == nullptr) {
-    if (bytes > maxHeldFrameBytes()) {
+  std::optional<Error> mismatch;
+  // A header announcing more than this host's memory is corrupt (or hostile).
+  const std::uint64_t maxHeld = maxHeldFrameBytes();
+  const auto arrival = bytes > maxHeld ? engine::Inbox::Arrival::TooLarge
+                                       : inbox_.arrive(tag, static_cast<std::size_t>(bytes),
+                                                       static_cast<std::size_t>(maxHeld), mismatch);
+  switch (arrival) {
+    case engine::Inbox::Arrival::Stall:
+      stalled_ = true;
+      updateInterest();
+      return false;
+    case engine::Inbox::Arrival::TooLarge:
       fail(Error(ErrorCode::Mismatch,
                  "rank " + std::to_string(selfRank_) + " received a frame of " +
                      std::to_string(bytes) + " bytes (" + sink_->tagText(tag) + ") from " +
-                     description_ + ": more than this host's memory, a corrupt stream"));
+                     description() + ": more than this host's memory, a corrupt stream"));
       return false;
-    }
-    unexpected_.push_back(Unexpected{tag, static_cast<std::size_t>(bytes), {}});
-    stageBegin_ += kHeaderBytes;
-    if (bytes > 0) rxUnexpected_ = &unexpected_.back();
-    return true;
+    case engine::Inbox::Arrival::Mismatch:
+      fail(*mismatch);
+      return false;
+    case engine::Inbox::Arrival::Done:
+    case engine::Inbox::Arrival::Receiving:
+      break;
   }
-  if (r->tag != tag || r->bytes != bytes) {
-    fail(mismatch(*r, tag, bytes));
-    return false;
-  }
-  (prev != nullptr ? prev->next : recvHead_) = r->next;
-  if (recvTail_ == r) recvTail_ = prev;
   stageBegin_ += kHeaderBytes;
-  if (bytes == 0)
-    sink_->finish(*r, State::Done, false);
-  else
-    rxRequest_ = r;
   return true;
-}
-
-// Reads into the held P2P message being received, growing it by what arrives.
-Connection::Step Connection::readHeld(std::size_t& budget, bool& drained) {
-  Unexpected& u = *rxUnexpected_;
-  const std::size_t have = u.data.size();
-  const std::size_t want = u.bytes - have;
-  try {
-    if (staged() > 0) {
-      const std::size_t got = std::min(want, staged());
-      const auto* from = staging_.data() + stageBegin_;
-      u.data.insert(u.data.end(), from, from + got);
-      stageBegin_ += got;
-    } else {
-      if (eof_) {
-        fail(lost(0, "recv", u.bytes));
-        return Step::Stop;
-      }
-      if (drained || budget == 0) return Step::Stop;
-      const std::size_t ask = std::min({want, budget, kHeldGrowthBytes});
-      u.data.resize(have + ask);
-      const ssize_t n = ::recv(fd_.get(), u.data.data() + have, ask, MSG_DONTWAIT);
-      const int err = errno;
-      u.data.resize(have + static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-      if (n < 0) {
-        if (err == EINTR) return Step::Continue;
-        if (err == EAGAIN || err == EWOULDBLOCK) return Step::Stop;
-        fail(lost(err, "recv", u.bytes));
-        return Step::Stop;
-      }
-      if (n == 0) {
-        onEof();
-        return Step::Continue;
-      }
-      budget -= static_cast<std::size_t>(n);
-      drained = static_cast<std::size_t>(n) < ask;
-    }
-  } catch (const std::exception&) {  // bad_alloc: this host cannot hold it
-    fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + " cannot hold " +
-                                        sink_->tagText(u.tag) + " (" + std::to_string(u.bytes) +
-                                        " bytes) from " + description_ +
-                                        " until its receive is posted"));
-    return Step::Stop;
-  }
-  if (u.data.size() == u.bytes) completeRx();
-  return Step::Continue;
 }
 
 void Connection::read() {
   std::size_t budget = kIoBudget;
   bool drained = false;  // a recv returned less than asked: the socket is most likely empty
   while (fd_ && !error_) {
-    if (rxRequest_ == nullptr && rxUnexpected_ != nullptr) {
-      if (readHeld(budget, drained) == Step::Stop) return;
-      continue;
-    }
-    if (rxRequest_ != nullptr) {
-      std::uint8_t* dst = rxRequest_->data + rxRequest_->progress;
-      const std::size_t want = rxRequest_->bytes - rxRequest_->progress;
-      const std::size_t frameBytes = rxRequest_->bytes;
-      std::size_t got = 0;
+    if (inbox_.receiving()) {
+      // The payload goes straight into the matched request, or into a held P2P message that
+      // grows by what arrives.
+      const std::size_t frameBytes = inbox_.rxBytes();
+      const std::size_t want = inbox_.rxRemaining();
       if (staged() > 0) {
-        got = std::min(want, staged());
+        const std::size_t got = std::min(want, staged());
+        std::uint8_t* dst = inbox_.rxSpace(got);
+        if (dst == nullptr) {
+          fail(inbox_.cannotHold());
+          return;
+        }
         std::memcpy(dst, staging_.data() + stageBegin_, got);
         stageBegin_ += got;
+        inbox_.rxCommit(got);
       } else {
         if (eof_) {
           fail(lost(0, "recv", frameBytes));
           return;
         }
         if (drained || budget == 0) return;
-        const std::size_t ask = std::min(want, budget);
+        std::size_t ask = std::min(want, budget);
+        if (inbox_.receivingRequest() == nullptr) ask = std::min(ask, kHeldGrowthBytes);
+        std::uint8_t* dst = inbox_.rxSpace(ask);
+        if (dst == nullptr) {
+          fail(inbox_.cannotHold());
+          return;
+        }
         const ssize_t n = ::recv(fd_.get(), dst, ask, MSG_DONTWAIT);
+        const int err = errno;
+        inbox_.rxCommit(static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
         if (n < 0) {
-          if (errno == EINTR) continue;
-          if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-          fail(lost(errno, "recv", frameBytes));
+          if (err == EINTR) continue;
+          if (err == EAGAIN || err == EWOULDBLOCK) return;
+          fail(lost(err, "recv", frameBytes));
           return;
         }
         if (n == 0) {
           onEof();
           continue;
         }
-        got = static_cast<std::size_t>(n);
-        budget -= got;
-        drained = got < ask;
+        budget -= static_cast<std::size_t>(n);
+        drained = static_cast<std::size_t>(n) < ask;
       }
-      rxRequest_->progress += got;
-      if (rxRequest_->progress == rxRequest_->bytes) completeRx();
+      if (inbox_.rxRemaining() == 0) inbox_.rxComplete();
       continue;
     }
     if (staged() >= kHeaderBytes) {
@@ -428,7 +315,7 @@ void Connection::read() {
       continue;
     }
     if (eof_) {
-      if (recvHead_ != nullptr) fail(lost(0, "recv", recvHead_->bytes));
+      if (inbox_.hasPosted()) fail(lost(0, "recv", inbox_.firstPosted()->bytes));
       return;
     }
     if (drained || budget == 0) return;
@@ -443,7 +330,8 @@ void Connection::read() {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       const int err = errno;
-      fail(recvHead_ != nullptr ? lost(err, "recv", recvHead_->bytes) : lost(err, nullptr, 0));
+      fail(inbox_.hasPosted() ? lost(err, "recv", inbox_.firstPosted()->bytes)
+                              : lost(err, nullptr, 0));
       return;
     }
     if (n == 0) {
@@ -460,7 +348,7 @@ void Connection::read() {
 
 void Connection::write() {
   std::size_t budget = kIoBudget;
-  while (sendHead_ != nullptr && fd_ && !error_) {
+  while (!sends_.empty() && fd_ && !error_) {
     if (budget == 0) {  // more to send, but let the other peers have a turn first
       wantWrite_ = true;
       updateInterest();
@@ -471,7 +359,7 @@ void Connection::write() {
     std::size_t count = 0;
     std::size_t headerCount = 0;
     std::size_t total = 0;
-    for (Request* r = sendHead_; r != nullptr && count + 2 <= iov.size() && total < budget;
+    for (Request* r = sends_.front(); r != nullptr && count + 2 <= iov.size() && total < budget;
          r = r->next) {
       if (r->progress < kHeaderBytes) {
         std::uint8_t* h = headers[headerCount++].data();
@@ -497,21 +385,17 @@ void Connection::write() {
         updateInterest();
         return;
       }
-      fail(lost(errno, "send", sendHead_->bytes));
+      fail(lost(errno, "send", sends_.front()->bytes));
       return;
     }
     std::size_t left = static_cast<std::size_t>(n);
     budget -= std::min(budget, left);
     while (left > 0) {
-      Request* r = sendHead_;
+      Request* r = sends_.front();
       const std::size_t take = std::min(left, kHeaderBytes + r->bytes - r->progress);
       r->progress += take;
       left -= take;
-      if (r->progress == kHeaderBytes + r->bytes) {
-        sendHead_ = r->next;
-        if (sendHead_ == nullptr) sendTail_ = nullptr;
-        sink_->finish(*r, State::Done, false);
-      }
+      if (r->progress == kHeaderBytes + r->bytes) sink_->finish(*sends_.pop(), State::Done, false);
     }
     if (static_cast<std::size_t>(n) < total) {  // the socket buffer is full
       wantWrite_ = true;
@@ -519,7 +403,7 @@ void Connection::write() {
       return;
     }
   }
-  if (wantWrite_ && sendHead_ == nullptr) {
+  if (wantWrite_ && sends_.empty()) {
     wantWrite_ = false;
     updateInterest();
   }
@@ -535,7 +419,7 @@ void Connection::handleEvents(std::uint32_t events) {
     fail(lost(err, nullptr, 0));
     return;
   }
-  if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0 && sendHead_ != nullptr) write();
+  if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0 && !sends_.empty()) write();
   if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) read();
 }
 

@@ -8,21 +8,21 @@
 // request: what is already staged is copied, the rest is read straight into the user buffer.
 // So a burst of small frames costs one recv, and a large payload is not copied twice.
 //
-// Matching: a non-P2P frame must match the first posted non-P2P receive exactly (tag and size,
-// else Error(Mismatch) fails the connection); if none is posted the stream stalls (EPOLLIN off)
-// until one is. A P2P frame (kP2PTagBit) goes to the first posted receive of its tag, else into
-// a heap buffer held until a receive of that tag is posted.
+// Matching is the engine's (engine.hpp, Inbox): a non-P2P frame must match the first posted
+// non-P2P receive exactly (tag and size, else Error(Mismatch) fails the connection); if none is
+// posted the stream stalls (EPOLLIN off) until one is. A P2P frame (kP2PTagBit) goes to the first
+// posted receive of its tag, else into a heap buffer held until a receive of that tag is posted.
 #pragma once
 
 #include <braid/error.hpp>
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "transport/engine.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/transport.hpp"
 
@@ -41,16 +41,9 @@ void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept;
 /// instead of making the process allocate it.
 std::uint64_t maxHeldFrameBytes() noexcept;
 
-/// What a connection reports to its transport. Called with the transport's lock held.
-class CompletionSink {
+/// What a connection reports to its transport (engine.hpp), with the transport's lock held.
+class CompletionSink : public engine::CompletionSink {
  public:
-  /// req left the connection: Done, or Failed with the error in the connection (connectionError)
-  /// or in the transport. The sink publishes the state; the connection no longer touches req.
-  virtual void finish(Request& req, Request::State state, bool connectionError) = 0;
-  /// The tag in words, for Mismatch errors.
-  virtual std::string tagText(std::uint64_t tag) const = 0;
-  /// A receive from `peer` expected tag `expected` but the peer sent `received`.
-  virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
   /// The connection failed with `error` (after every request on it was finished). Default:
   /// nothing; a striped transport uses it to fail its other streams (tcp_streams.hpp).
   virtual void connectionFailed(const Error& error) { (void)error; }
@@ -70,7 +63,7 @@ class Connection {
   Connection(int selfRank, int peer, std::string description, Fd fd, int epollFd,
              CompletionSink& sink);
 
-  const std::string& description() const { return description_; }
+  const std::string& description() const { return inbox_.description(); }
   /// Set once the connection failed; every request on it failed with this error.
   const std::optional<Error>& error() const { return error_; }
 
@@ -89,17 +82,8 @@ class Connection {
   std::string stallReason(const Request& req) const;
 
  private:
-  // A P2P message that arrived before its receive. `data` holds what has arrived so far: it
-  // grows with the bytes, not with what the header announced.
-  struct Unexpected {
-    std::uint64_t tag = 0;
-    std::size_t bytes = 0;
-    std::vector<std::uint8_t> data;
-  };
-
   std::size_t staged() const { return stageEnd_ - stageBegin_; }
   Error lost(int err, const char* during, std::size_t bytes) const;
-  Error mismatch(const Request& expected, std::uint64_t tag, std::size_t bytes) const;
   void fail(Error error);
   void finishAll(bool connectionError);
   void closeSocket();
@@ -107,14 +91,10 @@ class Connection {
   void onEof();
   void read();
   bool matchHeader();
-  void completeRx();
-  enum class Step { Continue, Stop };
-  Step readHeld(std::size_t& budget, bool& drained);
   void write();
 
   int selfRank_ = -1;
   int peer_ = -1;
-  std::string description_;
   Fd fd_;
   int epollFd_ = -1;
   CompletionSink* sink_ = nullptr;
@@ -125,18 +105,12 @@ class Connection {
   bool eof_ = false;      // the peer closed its end; staged bytes may still be consumed
   std::optional<Error> error_;
 
-  Request* sendHead_ = nullptr;
-  Request* sendTail_ = nullptr;
-  Request* recvHead_ = nullptr;
-  Request* recvTail_ = nullptr;
+  engine::RequestQueue sends_;  // in posting order, until fully written
+  engine::Inbox inbox_;
 
   std::vector<std::uint8_t> staging_;
   std::size_t stageBegin_ = 0;
   std::size_t stageEnd_ = 0;
-  // The payload being read: into a request, into a held P2P message, or neither.
-  Request* rxRequest_ = nullptr;
-  Unexpected* rxUnexpected_ = nullptr;
-  std::list<Unexpected> unexpected_;
 };
 
 }  // namespace braid::transport::tcp

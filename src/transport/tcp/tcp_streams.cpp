@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include "transport/engine.hpp"
+
 namespace braid::transport::tcp {
 
 namespace {
@@ -138,17 +140,9 @@ class StripedTransport final : public Transport {
       return;
     }
     // Checked here, before any piece is posted, so that a bad call leaves nothing in flight.
-    if (peer < 0 || peer >= size_ || peer == rank_)
-      throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank_) +
-                                                  " cannot address peer " + std::to_string(peer) +
-                                                  " (size " + std::to_string(size_) + ")");
-    if (data == nullptr)
-      throw Error(ErrorCode::InvalidArgument, std::string(op) + ": null buffer for " +
-                                                  std::to_string(bytes) + " bytes, " +
-                                                  describePeer(peer));
-    if (req.state.load(std::memory_order_acquire) == State::Pending)
-      throw Error(ErrorCode::InvalidArgument,
-                  std::string(op) + ": the request is still pending (" + describePeer(peer) + ")");
+    engine::checkPost(
+        req, op, rank_, size_, peer, data, bytes, true, "", [] { return std::string(); },
+        [this](int p) { return describePeer(p); });
     Stripe* stripe = nullptr;
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -164,15 +158,7 @@ class StripedTransport final : public Transport {
         ++active_;
       }
     }
-    req.isSend = isSend;
-    req.peer = peer;
-    req.tag = tag;
-    req.data = static_cast<std::uint8_t*>(data);
-    req.bytes = bytes;
-    req.progress = 0;
-    req.aux = 0;
-    req.next = nullptr;
-    req.state.store(State::Pending, std::memory_order_release);
+    engine::arm(req, isSend, peer, data, bytes, tag);
     const int k = static_cast<int>(streams_.size());
     auto* bytesPtr = static_cast<std::uint8_t*>(data);
     for (int i = 0; i < k; ++i) {

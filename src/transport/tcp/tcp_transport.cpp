@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/engine.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_bootstrap.hpp"
 #include "transport/tcp/tcp_connection.hpp"
@@ -57,10 +58,8 @@ constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
 constexpr int kBackgroundSleepMs = 1000;
 constexpr std::uint64_t kWakeId = ~std::uint64_t{0};
 
-// Request::aux while pending: counted in backgroundWork_. Once failed: where the error lives.
+// Request::aux while pending: counted in backgroundWork_ (once finished, the engine's).
 constexpr std::size_t kAuxBackground = 1;
-constexpr std::size_t kAuxConnectionError = 2;
-constexpr std::size_t kAuxTransportError = 4;
 
 // Holds the right to drive the epoll set (TcpTransport::driving_) for one round.
 class DrivingToken {
@@ -107,7 +106,11 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   }
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
-               bool isSend, Request& req);
+               bool isSend, Request& req) {
+    engine::armRequest(
+        req, op, rank_, size_, peer, data, bytes, tag, isSend, true, "",
+        [] { return std::string(); }, [this](int p) { return describePeer(p); });
+  }
   // Everything below requires mu_.
   void post(Request& req);
   void failTransport(Error error);
@@ -124,14 +127,14 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   const std::chrono::microseconds spin_;
   const std::function<void(const Error&)> onFailure_;
   const std::size_t backgroundRecvBytes_;
+  engine::Engine engine_;
+  std::mutex& mu_;  // engine_.mutex()
   Fd epoll_;
   Fd wake_;
   std::vector<Connection> connections_;  // indexed by rank; this rank's has no socket
 
-  std::mutex mu_;
   std::condition_variable waitCv_;        // waiters that are not driving
   std::condition_variable backgroundCv_;  // the background thread
-  std::optional<Error> failed_;
   bool driving_ = false;
   bool backgroundDriving_ = false;
   bool backgroundIdle_ = false;
@@ -139,7 +142,6 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   int waiters_ = 0;
   int cvWaiters_ = 0;
   std::size_t backgroundWork_ = 0;     // pending requests counted with kAuxBackground
-  bool completed_ = false;             // a request finished since notifyCompletions()
   Request* sleeperRequest_ = nullptr;  // what the driver sleeping in epoll_wait waits for
   bool kickSleeper_ = false;
   std::thread progress_;
@@ -152,7 +154,9 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
       size_(size),
       spin_(options.spin),
       onFailure_(std::move(onFailure)),
-      backgroundRecvBytes_(backgroundRecvBytes) {
+      backgroundRecvBytes_(backgroundRecvBytes),
+      engine_(rank),
+      mu_(engine_.mutex()) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
     throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
@@ -190,47 +194,13 @@ std::string TcpTransport::describePeer(int peer) const {
 }
 
 std::string TcpTransport::tagText(std::uint64_t tag) const {
-  try {
-    return describeTag(tag);
-  } catch (const std::exception&) {
-    return "tag " + std::to_string(tag);
-  }
+  return describeTag(tag);
 }
 
 // ---- posting ----
 
-void TcpTransport::prepare(const char* op, int peer, const void* data, std::size_t bytes,
-                           std::uint64_t tag, bool isSend, Request& req) {
-  if (peer < 0 || peer >= size_ || peer == rank_)
-    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank_) +
-                                                " cannot address peer " + std::to_string(peer) +
-                                                " (size " + std::to_string(size_) + ")");
-  if (data == nullptr && bytes > 0)
-    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": null buffer for " +
-                                                std::to_string(bytes) + " bytes, " +
-                                                describePeer(peer));
-  if (req.state.load(std::memory_order_acquire) == State::Pending)
-    throw Error(ErrorCode::InvalidArgument,
-                std::string(op) + ": the request is still pending (" + describePeer(peer) + ")");
-  req.isSend = isSend;
-  req.peer = peer;
-  req.tag = tag;
-  req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
-  req.bytes = bytes;
-  req.progress = 0;
-  req.aux = 0;
-  req.next = nullptr;
-  req.state.store(State::Pending, std::memory_order_relaxed);
-}
-
 void TcpTransport::post(Request& req) {
-  Connection& c = connections_[static_cast<std::size_t>(req.peer)];
-  if (failed_)
-    finish(req, State::Failed, false);
-  else if (req.isSend)
-    c.postSend(req);
-  else
-    c.postRecv(req);
+  engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
   // Still pending after the attempt on the caller's thread: may need the background thread.
   if (req.state.load(std::memory_order_relaxed) == State::Pending &&
       (req.isSend || req.bytes >= backgroundRecvBytes_)) {
@@ -259,17 +229,12 @@ void TcpTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64
 
 void TcpTransport::finish(Request& req, State state, bool connectionError) {
   if ((req.aux & kAuxBackground) != 0) --backgroundWork_;
-  req.aux = state == State::Done ? 0 : connectionError ? kAuxConnectionError : kAuxTransportError;
-  req.next = nullptr;
-  completed_ = true;
   if (&req == sleeperRequest_) kickSleeper_ = true;
-  // Last touch: the owner may reuse or destroy the request as soon as it sees the new state.
-  req.state.store(state, std::memory_order_release);
+  engine_.publish(req, state, connectionError);  // the last touch
 }
 
 void TcpTransport::notifyCompletions() {
-  if (!completed_) return;
-  completed_ = false;
+  if (!engine_.takeCompleted()) return;
   if (cvWaiters_ > 0) waitCv_.notify_all();
   if (kickSleeper_) {
     kickSleeper_ = false;
@@ -284,12 +249,10 @@ void TcpTransport::kick() const {
 }
 
 void TcpTransport::failTransport(Error error) {
-  if (failed_) return;
-  failed_ = std::move(error);
+  if (!engine_.fail(std::move(error))) return;
   // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
   for (Connection& c : connections_) c.abandon();
-  if (onFailure_) onFailure_(*failed_);
-  completed_ = true;
+  if (onFailure_) onFailure_(*engine_.failure());
   kickSleeper_ = true;
   backgroundCv_.notify_all();
 }
@@ -301,11 +264,8 @@ void TcpTransport::abort(const std::string& why) {
 }
 
 void TcpTransport::throwFailure(const Request& req) const {
-  if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
   const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
-  if (c.error()) throw *c.error();
-  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
-                                       c.description() + " failed without an error");
+  engine_.throwFailure(req, c.error(), c.description());
 }
 
 // ---- driving ----
@@ -373,7 +333,7 @@ void TcpTransport::leaveWait() {
 }
 
 void TcpTransport::wakeBackground() {
-  if (backgroundIdle_ && backgroundWork_ > 0 && waiters_ == 0 && !failed_)
+  if (backgroundIdle_ && backgroundWork_ > 0 && waiters_ == 0 && !engine_.failure())
     backgroundCv_.notify_one();
 }
 
@@ -386,58 +346,49 @@ void TcpTransport::wait(Request& req, Deadline deadline) {
     TcpTransport* self;
     ~Leave() { self->leaveWait(); }
   } leave{this};
-  const auto spinUntil = Clock::now() + spin_;
-  for (;;) {
-    s = req.state.load(std::memory_order_acquire);
-    if (s == State::Done) return;
-    if (s == State::Failed) throwFailure(req);
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
-      const std::string& peer = c.description();
-      std::string what = req.isSend
-                             ? "a send of " + std::to_string(req.bytes) + " bytes to " + peer
-                             : "a recv of " + std::to_string(req.bytes) + " bytes from " + peer;
-      if (const std::string why = c.stallReason(req); !why.empty()) what += ": " + why;
-      // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
-      failTransport(Error(ErrorCode::Timeout,
-                          "rank " + std::to_string(rank_) + " timed out waiting for " + what));
-      notifyCompletions();
-      throwFailure(req);
-    }
-    const bool spinning = now < spinUntil;
-    if (!driving_) {
-      {
-        const DrivingToken token(driving_);
-        drive(lk, spinning ? 0 : std::max(1, tcp::millisecondsUntil(deadline, kMaxSleepMs)), &req);
-      }
-      notifyCompletions();
-      if (spinning) {
-        // Between two polls let posting threads in, and give the CPU to a runnable thread (on
-        // an oversubscribed machine, likely the very peer this rank waits for).
-        lk.unlock();
-        std::this_thread::yield();
-        lk.lock();
-      }
-    } else if (spinning) {
-      if (backgroundDriving_) kick();  // take over from the background thread
-      lk.unlock();
-      std::this_thread::yield();
-      lk.lock();
-    } else {
-      if (backgroundDriving_) kick();
-      ++cvWaiters_;
-      waitCv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(kMaxSleepMs)));
-      --cvWaiters_;
-    }
-  }
+  engine::waitLoop(
+      lk, req, deadline, engine::WaitPolicy{spin_, std::chrono::microseconds(0)},
+      [&] {  // poll
+        if (!driving_) {
+          {
+            const DrivingToken token(driving_);
+            drive(lk, 0, nullptr);
+          }
+          notifyCompletions();
+        } else if (backgroundDriving_) {
+          kick();  // take over from the background thread
+        }
+      },
+      [&](Deadline until) {  // sleep: in epoll_wait when nobody drives, else until notified
+        if (!driving_) {
+          {
+            const DrivingToken token(driving_);
+            drive(lk, std::max(1, tcp::millisecondsUntil(until, kMaxSleepMs)), &req);
+          }
+          notifyCompletions();
+          return;
+        }
+        if (backgroundDriving_) kick();
+        ++cvWaiters_;
+        waitCv_.wait_until(lk,
+                           std::min(until, Clock::now() + std::chrono::milliseconds(kMaxSleepMs)));
+        --cvWaiters_;
+      },
+      [&](const Request& r) { throwFailure(r); },
+      [&](const Request& r) {
+        const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
+        // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
+        failTransport(engine::timeoutError(rank_, r, c.description(), c.stallReason(r)));
+        notifyCompletions();
+        throwFailure(r);
+      });
 }
 
 void TcpTransport::progressLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   bool graceGiven = false;
   while (!stopping_) {
-    if (backgroundWork_ == 0 || waiters_ > 0 || failed_) {
+    if (backgroundWork_ == 0 || waiters_ > 0 || engine_.failure()) {
       graceGiven = false;
       backgroundIdle_ = true;
       backgroundCv_.wait(lk);

@@ -1,0 +1,196 @@
+#include "transport/engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+
+namespace braid::transport::engine {
+
+Error mismatchError(const CompletionSink& sink, int selfRank, int peerRank,
+                    const std::string& peerDescription, const Request& expected, std::uint64_t tag,
+                    std::size_t bytes) {
+  sink.mismatchSeen(peerRank, expected.tag, tag);
+  return Error(ErrorCode::Mismatch,
+               "rank " + std::to_string(selfRank) + " expected " + sink.tagText(expected.tag) +
+                   " (" + std::to_string(expected.bytes) + " bytes) from " + peerDescription +
+                   " but received " + sink.tagText(tag) + " (" + std::to_string(bytes) + " bytes)");
+}
+
+Error timeoutError(int selfRank, const Request& req, const std::string& peerDescription,
+                   const std::string& why) {
+  std::string what = req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to "
+                                : "a recv of " + std::to_string(req.bytes) + " bytes from ";
+  what += peerDescription;
+  if (!why.empty()) what += ": " + why;
+  return Error(ErrorCode::Timeout,
+               "rank " + std::to_string(selfRank) + " timed out waiting for " + what);
+}
+
+void throwUnreachable(const char* op, int rank, int size, int peer, const char* scope,
+                      const std::string& note) {
+  throw Error(ErrorCode::InvalidArgument,
+              std::string(op) + ": rank " + std::to_string(rank) + " cannot address peer " +
+                  std::to_string(peer) + scope + " (size " + std::to_string(size) + note + ")");
+}
+
+void throwNullBuffer(const char* op, std::size_t bytes, const std::string& peer) {
+  throw Error(ErrorCode::InvalidArgument,
+              std::string(op) + ": null buffer for " + std::to_string(bytes) + " bytes, " + peer);
+}
+
+void throwStillPending(const char* op, const std::string& peer) {
+  throw Error(ErrorCode::InvalidArgument,
+              std::string(op) + ": the request is still pending (" + peer + ")");
+}
+
+// ---- Inbox ----
+
+Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
+  if (isP2P(req.tag)) {
+    const auto it =
+        std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.tag == req.tag; });
+    if (it != held_.end()) {
+      if (it->bytes != req.bytes) {
+        error = mismatchError(*sink_, self_, peer_, description_, req, it->tag, it->bytes);
+        return Posted::Mismatch;
+      }
+      if (!it->data.empty()) std::memcpy(req.data, it->data.data(), it->data.size());
+      req.progress = it->data.size();
+      const bool complete = it->data.size() == it->bytes;
+      if (!complete) {  // still arriving: the rest goes straight into the caller's buffer
+        rxHeld_ = nullptr;
+        rxRequest_ = &req;
+      }
+      held_.erase(it);
+      if (!complete) return Posted::Receiving;
+      sink_->finish(req, State::Done, false);
+      return Posted::Done;
+    }
+  }
+  recvs_.push(req);
+  return Posted::Queued;
+}
+
+Inbox::Arrival Inbox::arrive(std::uint64_t tag, std::size_t bytes, std::size_t maxHeldBytes,
+                             std::optional<Error>& error) {
+  const bool p2p = isP2P(tag);
+  Request* prev = nullptr;
+  Request* r = recvs_.front();
+  for (; r != nullptr; prev = r, r = r->next)
+    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
+  if (r == nullptr) {
+    if (!p2p) return Arrival::Stall;
+    if (bytes > maxHeldBytes) return Arrival::TooLarge;
+    Held& h = held_.emplace_back();
+    h.tag = tag;
+    h.bytes = bytes;
+    if (bytes == 0) return Arrival::Done;
+    rxHeld_ = &h;
+    return Arrival::Receiving;
+  }
+  if (r->tag != tag || r->bytes != bytes) {
+    error = mismatchError(*sink_, self_, peer_, description_, *r, tag, bytes);
+    return Arrival::Mismatch;
+  }
+  recvs_.unlink(prev, *r);
+  if (bytes == 0) {
+    sink_->finish(*r, State::Done, false);
+    return Arrival::Done;
+  }
+  r->progress = 0;
+  rxRequest_ = r;
+  return Arrival::Receiving;
+}
+
+std::size_t Inbox::rxRemaining() const noexcept {
+  if (rxRequest_ != nullptr) return rxRequest_->bytes - rxRequest_->progress;
+  if (rxHeld_ != nullptr) return rxHeld_->bytes - rxHeld_->data.size();
+  return 0;
+}
+
+std::size_t Inbox::rxBytes() const noexcept {
+  if (rxRequest_ != nullptr) return rxRequest_->bytes;
+  if (rxHeld_ != nullptr) return rxHeld_->bytes;
+  return 0;
+}
+
+std::uint8_t* Inbox::rxSpace(std::size_t want) noexcept {
+  const std::size_t n = std::min(want, rxRemaining());
+  if (rxRequest_ != nullptr) return rxRequest_->data + rxRequest_->progress;
+  const std::size_t have = rxHeld_->data.size();
+  try {
+    rxHeld_->data.resize(have + n);
+  } catch (const std::exception&) {  // bad_alloc: this host cannot hold it
+    return nullptr;
+  }
+  heldAsked_ = n;
+  return rxHeld_->data.data() + have;
+}
+
+void Inbox::rxCommit(std::size_t n) noexcept {
+  if (rxRequest_ != nullptr) {
+    rxRequest_->progress += n;
+    return;
+  }
+  // rxSpace grew the held message by heldAsked_ bytes: keep only what was written.
+  rxHeld_->data.resize(rxHeld_->data.size() - (heldAsked_ - std::min(n, heldAsked_)));
+  heldAsked_ = 0;
+}
+
+void Inbox::rxComplete() {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Done, false);
+  } else {
+    rxHeld_ = nullptr;  // complete; held until a receive of its tag is posted
+  }
+}
+
+Error Inbox::cannotHold() const {
+  const std::uint64_t tag = rxHeld_ != nullptr ? rxHeld_->tag : 0;
+  const std::size_t bytes = rxHeld_ != nullptr ? rxHeld_->bytes : 0;
+  return Error(ErrorCode::Internal, "rank " + std::to_string(self_) + " cannot hold " +
+                                        sink_->tagText(tag) + " (" + std::to_string(bytes) +
+                                        " bytes) from " + description_ +
+                                        " until its receive is posted");
+}
+
+bool Inbox::anyPostedAtLeast(std::size_t bytes) const noexcept {
+  if (rxRequest_ != nullptr && rxRequest_->bytes >= bytes) return true;
+  for (const Request* r = recvs_.front(); r != nullptr; r = r->next)
+    if (r->bytes >= bytes) return true;
+  return false;
+}
+
+std::string Inbox::heldText(const std::string& peer) const {
+  if (held_.empty()) return {};
+  std::string text = "; messages from " + peer + " that no receive has taken:";
+  for (const Held& h : held_)
+    text += " " + sink_->tagText(h.tag) + " (" + std::to_string(h.bytes) + " bytes)";
+  return text;
+}
+
+void Inbox::failAll(bool peerError) {
+  if (rxRequest_ != nullptr) {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    sink_->finish(*r, State::Failed, peerError);
+  }
+  recvs_.drain([&](Request& r) { sink_->finish(r, State::Failed, peerError); });
+  rxHeld_ = nullptr;
+  held_.clear();
+}
+
+// ---- Engine ----
+
+void Engine::throwFailure(const Request& req, const std::optional<Error>& peerError,
+                          const std::string& peerDescription) const {
+  if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
+  if (peerError) throw *peerError;
+  if (failed_) throw *failed_;
+  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": a request to " +
+                                       peerDescription + " failed without an error");
+}
+
+}  // namespace braid::transport::engine
