@@ -37,8 +37,12 @@ using test::Bytes;
 // a dead peer only with their error handling on (docs/ucx.md).
 void useTls(const char* tls) {
   ::setenv("UCX_TLS", tls, 1);
-  ::setenv("UCX_POSIX_ERROR_HANDLING", "y", 1);
-  ::setenv("UCX_SYSV_ERROR_HANDLING", "y", 1);
+  for (const char* name : {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"}) {
+    if (std::string(tls).find("sm") != std::string::npos)
+      ::setenv(name, "y", 1);
+    else
+      ::unsetenv(name);  // UCX warns about variables of transports it does not use
+  }
 }
 
 UcxOptions quick(std::chrono::milliseconds connect = 20000ms) {
@@ -769,6 +773,27 @@ TEST_P(UcxKilled, SurvivorsSeePeerLost) {
 INSTANTIATE_TEST_SUITE_P(Tls, UcxKilled, testing::Values("tcp", "sm,cma"), [](const auto& info) {
   return std::string(info.param) == "tcp" ? "tcp" : "sm_cma";
 });
+
+// UCX 1.13's shared-memory transports detect dead peers only with their error handling on:
+// without it, creation says what to set instead of running without peer failure detection.
+TEST(UcxSetup, SharedMemoryWithoutErrorHandlingSaysWhatToSet) {
+  ::setenv("UCX_TLS", "sm,cma", 1);
+  ::unsetenv("UCX_POSIX_ERROR_HANDLING");
+  ::unsetenv("UCX_SYSV_ERROR_HANDLING");
+  MemoryStore store;
+  std::vector<std::string> errors(2);
+  std::vector<ErrorCode> codes(2, ErrorCode::Internal);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      codes[r] = test::codeOf([&] { createUcxTransport(store, r, 2, quick(5000ms)); }, errors[r]);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], ErrorCode::InvalidArgument) << errors[r];
+    EXPECT_NE(errors[r].find("UCX_POSIX_ERROR_HANDLING=y"), std::string::npos) << errors[r];
+  }
+}
 
 TEST(UcxBuild, ReportsItsVersion) {
   EXPECT_TRUE(ucxAvailable());
