@@ -107,10 +107,8 @@ void launched(Slot& s, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info = nul
     s.fired = true;
     s.status = UCS_PTR_STATUS(p);
     s.self->onFired(&s);
-  } else if (s.fired) {
-    // Completed inside the call (callback ran): free it when drained.
-    s.handle = p;
   } else {
+    // Pending, or completed inside the call (the callback ran): freed when drained.
     s.handle = p;
   }
 }
