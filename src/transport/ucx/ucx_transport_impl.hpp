@@ -194,6 +194,7 @@ class UcxTransport final : public Transport {
   std::string stallReason(const Request& req) const;
   std::string tagText(std::uint64_t tag) const { return describeTag(tag); }
   bool anyOutstanding(bool sideOnly) const;
+  int payloadsInFlight() const;
 
   const int rank_;
   const int size_;
