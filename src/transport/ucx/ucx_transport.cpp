@@ -958,6 +958,7 @@ void UcxTransport::teardown() {
         ucp_request_cancel(worker_, op->slots[0].handle);
     closeEndpoints();
     settle(std::chrono::milliseconds(2000), false);
+    discardUnexpected();
     // Requests the caller never waited for: their state is theirs, the bookkeeping is ours.
     for (Op* op : live_)
       if (op->pending == 0) delete op;
@@ -970,6 +971,35 @@ void UcxTransport::teardown() {
   if (epollFd_ >= 0) ::close(epollFd_);
   if (wakeFd_ >= 0) ::close(wakeFd_);
   epollFd_ = wakeFd_ = -1;
+}
+
+// Takes what peers sent that nobody will receive now (their goodbyes once ours was cancelled,
+// payloads of mismatched messages), so that destroying the worker does not warn about each.
+void UcxTransport::discardUnexpected() {
+  const Deadline until = Clock::now() + std::chrono::milliseconds(200);
+  std::vector<std::uint8_t> sink;
+  while (Clock::now() < until) {
+    ucp_worker_progress(worker_);
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+    if (msg == nullptr) return;
+    sink.resize(info.length);
+    Slot slot;
+    arm(slot, this, Slot::Owner::Other);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = recvDone;
+    param.user_data = &slot;
+    launched(slot, ucp_tag_msg_recv_nbx(worker_, sink.data(), sink.size(), msg, &param));
+    while (!slot.fired && Clock::now() < until) ucp_worker_progress(worker_);
+    fired_.clear();
+    if (slot.handle != nullptr) {
+      if (!slot.fired) ucp_request_cancel(worker_, slot.handle);
+      ucp_request_free(slot.handle);
+    }
+    if (!slot.fired) return;
+  }
 }
 
 // ---- waiting ----

@@ -170,6 +170,7 @@ class UcxTransport final : public Transport {
   void sendSide(int peer, Kind kind, std::uint64_t seq, std::vector<std::uint8_t> bytes);
   void sleep(Deadline until);
   void teardown();
+  void discardUnexpected();
   void check(const char* op, int peer, const void* data, std::size_t bytes, Request& req) const;
   // Everything below requires mu_.
   void progress();
