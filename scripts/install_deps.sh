@@ -4,8 +4,9 @@
 # scripts/install_venv.sh, python/requirements.txt).
 set -euo pipefail
 pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev
-      python3 pkg-config libpmix-dev openmpi-bin slurm-wlm munge)
+      python3 pkg-config libpmix-dev openmpi-bin slurm-wlm munge libucx-dev ucx-utils)
 # libpmix-dev: the store address of mpirun jobs goes through PMIx (optional at build time).
+# libucx-dev: the UCX transport (optional at build time, docs/ucx.md); ucx-utils: ucx_info.
 # openmpi-bin, slurm-wlm, munge: the launchers tests (tests/launchers) start real mpirun and a
 # one-node Slurm cluster of their own (munged, slurmctld, slurmd on a temporary slurm.conf,
 # other sockets and ports); services the packages may start (munge; slurmd and slurmctld, which

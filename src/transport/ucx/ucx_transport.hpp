@@ -1,0 +1,53 @@
+// The UCX transport's entry points (docs/ucx.md). This header does not include UCX, so the
+// rest of braid compiles the same with or without it: a build without UCX (pkg-config found no
+// `ucx`, or -DBRAID_WITH_UCX=OFF) still has these functions, and createUcxTransport then throws
+// an Error saying the build has no UCX.
+//
+// The transport (ucx_transport_impl.hpp) is one ucp context and worker per transport and one
+// endpoint per peer. Worker addresses travel through the store under "<keyPrefix>/addr/<rank>";
+// the peers then run braid's handshake (common/handshake.hpp) over UCX, so a key mismatch is the
+// same Error(Auth) as over TCP. Messages go out as ucp tagged sends: UCX picks eager sends for
+// small messages and zero-copy rendezvous for large ones by itself (its registration cache keeps
+// reused buffers registered). UCX reads its own variables (UCX_TLS, UCX_NET_DEVICES, ...).
+#pragma once
+
+#include <braid/options.hpp>
+#include <braid/store.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace braid::transport {
+
+struct UcxOptions {
+  /// Bound on the whole setup: store lookups, endpoint creation and every peer's handshake.
+  std::chrono::milliseconds connectTimeout{60000};
+  /// A waiter polls the worker this long before it arms it and sleeps on its event fd.
+  std::chrono::microseconds spin{50};
+  /// The job key (authKey) and the bound on one peer's handshake (handshakeTimeout). The
+  /// address whitelist does not apply: UCX endpoints are not sockets braid accepts.
+  SecurityOptions security;
+  /// Store namespace of the addresses (several UCX transports on one store need their own).
+  std::string keyPrefix = "ucx";
+};
+
+/// True when this build has the UCX transport.
+bool ucxAvailable() noexcept;
+/// Why the build has no UCX transport ("" when it has one).
+std::string ucxUnavailableReason();
+/// "1.13.1" (the UCX library this process runs with), or "" without UCX.
+std::string ucxVersion();
+
+/// Collective over all `size` ranks: creates this rank's UCX worker, publishes its address,
+/// creates an endpoint to every peer and authenticates every pair (the higher rank initiates).
+/// Errors: Error(InvalidArgument) for rank/size; Error(Auth) "rank R failed to authenticate with
+/// rank P at ..." on the rank whose key differs while the others time out naming it (as TCP);
+/// Error(Timeout) naming the ranks that never published or never completed the handshake;
+/// Error(Internal) naming the UCX call that failed; without UCX, Error(InvalidArgument) saying
+/// the build has no UCX transport.
+std::unique_ptr<Transport> createUcxTransport(Store& store, int rank, int size,
+                                              const UcxOptions& options);
+
+}  // namespace braid::transport

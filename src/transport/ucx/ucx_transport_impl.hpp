@@ -1,0 +1,226 @@
+// The UCX transport (built only with UCX; entry points in ucx_transport.hpp, docs/ucx.md).
+//
+// Wire. Every braid message is one ucp tagged send of a 16-byte header {braid tag, bytes}
+// followed, when bytes <= kInlineBytes, by the payload (copied once on each side); a larger
+// payload follows as a second tagged send straight from the caller's buffer into the receiver's
+// (UCX's rendezvous: zero-copy, registered through UCX's registration cache). The 64 ucp tag
+// bits say what a message is, not braid's tag (which needs all 64 bits itself):
+//
+//   ucp tag  kind[63:62] | sender rank[61:40] | sequence[39:0]
+//   kind 0   header of the sender's n-th message to this rank (n = sequence)
+//   kind 1   payload of that message (large messages only)
+//   kind 2   handshake message number n of the pair (setup only)
+//   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive)
+//
+// Matching. The receiver keeps exactly one header receive posted per peer, for that peer's next
+// sequence number, so headers are taken in the order the peer sent them whatever UCX's own
+// ordering. Braid's rules are then applied here, exactly as over TCP: a collective receive
+// takes the peer's next collective message and fails with Error(Mismatch) if its tag or size
+// differs (before anything is written to the caller's buffer); a point-to-point receive
+// (kP2PTagBit) takes the peer's first unmatched message of the same tag. Messages no receive
+// wants yet are held aside: a small one with its payload, a large one as its header only (its
+// payload waits inside UCX until the receive is posted, so it still lands zero-copy).
+//
+// Progress. Whoever waits drives the worker under mu_: it spins for `spin`, then arms the
+// worker (ucp_worker_arm) and sleeps in epoll on the worker's event fd and a wake-up eventfd.
+// There is no background thread: a send progresses while its rank waits on anything of this
+// transport.
+//
+// Failure. Endpoints use UCX's peer error handling: a peer whose process dies or whose
+// connection breaks fails every pending and later request with it with Error(PeerLost) naming
+// it. A transport that closes (or fails, or is aborted) first sends every peer a goodbye
+// carrying how many messages it sent, so peers fail the receives it will never satisfy with
+// PeerLost at once. A wait past its deadline fails the whole transport with Error(Timeout)
+// naming the peer; abort() with Error(Aborted); before such a request is reported failed, UCX
+// has given its buffer back (receives cancelled, endpoints closed).
+#pragma once
+
+#include <sys/types.h>
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/ucx/ucx_transport.hpp"
+
+namespace braid::transport::ucx {
+
+inline constexpr std::size_t kHeaderBytes = 16;
+/// Payloads up to this size travel inside the header message.
+inline constexpr std::size_t kInlineBytes = 8192;
+
+enum class Kind : std::uint64_t { Header = 0, Payload = 1, Handshake = 2, Goodbye = 3 };
+inline constexpr int kRankBits = 22;
+inline constexpr int kSeqBits = 40;
+inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
+inline constexpr std::uint64_t kKindMask = std::uint64_t{3} << 62;
+inline constexpr std::uint64_t kFullMask = ~std::uint64_t{0};
+inline constexpr int kMaxRanks = 1 << kRankBits;
+/// How long a peer whose endpoint broke, or that said goodbye, keeps what is in flight from it
+/// or to it: completions that were on their way when the news came (a rendezvous
+/// acknowledgement, bytes still in a socket) land meanwhile; what is still pending then fails
+/// with PeerLost.
+inline constexpr std::chrono::milliseconds kGrace{500};
+
+inline ucp_tag_t makeTag(Kind kind, int sender, std::uint64_t seq) {
+  return (static_cast<std::uint64_t>(kind) << 62) |
+         (static_cast<std::uint64_t>(sender) << kSeqBits) | (seq & kSeqMask);
+}
+inline int senderOf(ucp_tag_t tag) {
+  return static_cast<int>((tag >> kSeqBits) & ((std::uint64_t{1} << kRankBits) - 1));
+}
+
+class UcxTransport;
+
+/// One outstanding ucp operation: what its callback fills in.
+struct Slot {
+  enum class Owner : std::uint8_t { Send, PayloadRecv, Header, Goodbye, Handshake, Other };
+  UcxTransport* self = nullptr;
+  Owner owner = Owner::Other;
+  void* handle = nullptr;  // the ucp request, freed once fired
+  bool outstanding = false;
+  bool fired = false;
+  ucs_status_t status = UCS_OK;
+  std::size_t length = 0;
+  ucp_tag_t senderTag = 0;
+  void* op = nullptr;  // Op* (Send, PayloadRecv); nullptr otherwise
+  int peer = -1;
+  ucp_tag_recv_info_t info{};  // receives: where an immediate completion is described
+};
+
+/// The transport's state for one braid request.
+struct Op {
+  Request* req = nullptr;
+  int peer = -1;
+  std::uint64_t seq = 0;           // sends: this message's sequence number
+  int pending = 0;                 // ucp operations still outstanding
+  std::vector<std::uint8_t> wire;  // sends: the header (+ inline payload)
+  std::optional<Error> failure;    // set when it failed while ucp operations were outstanding
+  Slot slots[2];
+};
+
+/// A message whose header arrived before any receive wanted it.
+struct Held {
+  std::uint64_t tag = 0;
+  std::size_t bytes = 0;
+  std::uint64_t seq = 0;
+  std::vector<std::uint8_t> payload;  // inline payloads only
+};
+
+struct PeerState {
+  ucp_ep_h ep = nullptr;
+  std::string description;  // "rank 3 (host h, pid 123)"
+  std::uint64_t sendSeq = 0;
+  std::uint64_t recvSeq = 0;  // the sequence the posted header receive waits for
+  std::vector<std::uint8_t> headerBuf;
+  Slot header;
+  std::deque<Op*> posted;  // receives waiting for a header, in posting order
+  std::deque<Held> held;
+  std::optional<Error> error;                 // the link failed (PeerLost, Mismatch)
+  std::optional<std::uint64_t> finalSeq;      // a goodbye said: no header at or past this one
+  std::optional<Error> broken;                // UCX reported the endpoint failed
+  std::optional<Error> ended;                 // its goodbye came and every message before it
+  std::optional<Clock::time_point> doomedAt;  // broken or ended: failed after kGrace
+
+  std::string goodbyeReason;
+  // Setup: the handshake's messages, one ucp message each.
+  std::uint64_t hsSendSeq = 0;
+  std::uint64_t hsRecvSeq = 0;
+  std::vector<std::uint8_t> hsBuf;
+  Slot hs;
+};
+
+struct EndpointArg {
+  UcxTransport* self = nullptr;
+  int peer = -1;
+};
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(Store& store, int rank, int size, const UcxOptions& options);
+  ~UcxTransport() override;
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                Request& req) override;
+  void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override;
+  bool test(Request& req) override;
+  void wait(Request& req, Deadline deadline) override;
+  std::string describePeer(int peer) const override;
+  void abort(const std::string& why) override;
+
+  // Called by UCX's callbacks (mu_ held: they run inside ucp_worker_progress).
+  void onFired(Slot* slot) { fired_.push_back(slot); }
+  void onEndpointError(int peer, ucs_status_t status);
+
+ private:
+  void setup(Store& store);
+  void handshake(Deadline deadline);
+  void postHandshakeRecv(int peer);
+  void sendSide(int peer, Kind kind, std::uint64_t seq, std::vector<std::uint8_t> bytes);
+  void sleep(Deadline until);
+  void teardown();
+  void discardUnexpected();
+  void check(const char* op, int peer, const void* data, std::size_t bytes, Request& req) const;
+  // Everything below requires mu_.
+  void progress();
+  void drain();
+  void startSend(Op* op, const void* data);
+  void postHeaderRecv(int peer);
+  void postGoodbyeRecv();
+  void onHeader(int peer);
+  void match(int peer, Op* op, const Held& msg);
+  void startPayloadRecv(Op* op, std::uint64_t seq);
+  void finish(Op* op, Request::State state, const std::optional<Error>& error);
+  void failPeer(int peer, Error error);
+  void doom(int peer);
+  void reap();
+  void failTransport(Error error);
+  void settle(std::chrono::milliseconds bound, bool sideOnly);
+  void flush(std::chrono::milliseconds bound);
+  void sendGoodbyes(const std::string& why);
+  void closeEndpoints();
+  void kick();
+  [[noreturn]] void throwFailure(Request& req);
+  std::string stallReason(const Request& req) const;
+  std::string tagText(std::uint64_t tag) const { return describeTag(tag); }
+  bool anyOutstanding(bool sideOnly) const;
+  int payloadsInFlight() const;
+
+  const int rank_;
+  const int size_;
+  const UcxOptions options_;
+  std::string self_;  // "rank 0 (host h, pid 1)"
+
+  mutable std::mutex mu_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int workerFd_ = -1;
+  int wakeFd_ = -1;
+  int epollFd_ = -1;
+  std::vector<PeerState> peers_;
+  std::vector<Slot*> fired_;
+  std::vector<std::uint8_t> goodbyeBuf_;
+  Slot goodbye_;
+  std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
+  std::unordered_map<Request*, Error> failures_;
+  std::list<Op*> live_;  // every Op not yet finished
+  std::vector<EndpointArg> endpointArgs_;
+  std::vector<std::pair<int, std::vector<std::uint8_t>>> handshakeInbox_;
+  bool closing_ = false;
+  std::optional<Error> failed_;
+  int sleepers_ = 0;
+  int doomed_ = 0;
+};
+
+}  // namespace braid::transport::ucx

@@ -1,0 +1,32 @@
+// The UCX entry points of a build without UCX (ucx_transport.hpp): the transport itself lives
+// in src/transport/ucx/, compiled only when pkg-config found UCX (CMakeLists.txt).
+#ifndef BRAID_HAVE_UCX
+
+#include <braid/error.hpp>
+
+#include "transport/ucx/ucx_transport.hpp"
+
+namespace braid::transport {
+
+bool ucxAvailable() noexcept {
+  return false;
+}
+
+std::string ucxUnavailableReason() {
+  return "this build of braid has no UCX transport (configured without UCX: install libucx-dev "
+         "and reconfigure, and do not pass -DBRAID_WITH_UCX=OFF)";
+}
+
+std::string ucxVersion() {
+  return "";
+}
+
+std::unique_ptr<Transport> createUcxTransport(Store&, int rank, int size, const UcxOptions&) {
+  throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
+                                              " of " + std::to_string(size) + ": " +
+                                              ucxUnavailableReason());
+}
+
+}  // namespace braid::transport
+
+#endif  // BRAID_HAVE_UCX
