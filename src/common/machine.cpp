@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -154,6 +155,15 @@ int usableCpus() {
   int n = affinity > 0 ? affinity : 1;
   if (limit > 0) n = std::min(n, limit);
   return std::max(n, 1);
+}
+
+std::vector<std::string> rdmaDevices(const std::string& sysRoot) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(sysRoot + "/class/infiniband", ec))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace braid::machine

@@ -45,4 +45,8 @@ int cgroupCpuLimit(const std::string& procSelfCgroup = "/proc/self/cgroup",
 /// at least 1.
 int usableCpus();
 
+/// The RDMA devices the kernel registered (the names under <sysRoot>/class/infiniband, which
+/// lists InfiniBand and RoCE NICs alike, e.g. "mlx5_0"), sorted; empty when there are none.
+std::vector<std::string> rdmaDevices(const std::string& sysRoot = "/sys");
+
 }  // namespace braid::machine

@@ -4,10 +4,12 @@
 #include <braid/error.hpp>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "store/all_gather.hpp"
 #include "transport/host_identity.hpp"
 #include "transport/routed_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport {
 
@@ -34,20 +36,27 @@ std::vector<TransportKind> makeKinds() {
   };
   kinds.push_back(std::move(shm));
 
-  // The UCX transport (src/transport/ucx/) plugs in here: cannotRun answers "" where it is
-  // built, autoPick where UCX reports an RDMA-capable device, create builds it.
+  // UCX (src/transport/ucx/, docs/ucx.md): runs where the build has it; `auto` takes it where
+  // the kernel lists an RDMA device (InfiniBand or RoCE), since over plain Ethernet braid's own
+  // TCP transport is the faster path.
   TransportKind ucx;
   ucx.name = "ucx";
   ucx.priority = 1;
-  ucx.cannotRun = [](const TransportOptions&) {
-    return std::string(
-        "this build has no UCX transport (it is built where libucx-dev is installed)");
+  ucx.cannotRun = [](const TransportOptions&) { return ucxUnavailableReason(); };
+  ucx.autoPick = [](const TransportOptions&) {
+    return ucxAvailable() && !machine::rdmaDevices().empty();
   };
-  ucx.autoPick = [](const TransportOptions&) { return false; };
-  ucx.create = [](Store&, int rank, int, std::span<const int>, const TransportOptions&,
-                  std::vector<std::string>&) -> std::unique_ptr<Transport> {
-    throw Error(ErrorCode::InvalidArgument,
-                "rank " + std::to_string(rank) + ": this build has no UCX transport");
+  ucx.create = [](Store& store, int rank, int size, std::span<const int> peers,
+                  const TransportOptions& options, std::vector<std::string>& paths) {
+    // Like TCP, UCX connects the whole world; the routing uses it for the other hosts.
+    (void)peers;
+    UcxOptions ucxOptions;
+    ucxOptions.connectTimeout = options.tcp.connectTimeout;
+    ucxOptions.spin = options.tcp.spin;
+    ucxOptions.security = options.tcp.security;
+    for (int p = 0; p < size; ++p)
+      if (p != rank) paths[static_cast<std::size_t>(p)] = "ucx";
+    return createUcxTransport(store, rank, size, ucxOptions);
   };
   kinds.push_back(std::move(ucx));
 

@@ -10,10 +10,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "harness/errors.hpp"
 #include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/factory.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport {
 namespace {
@@ -209,12 +211,15 @@ TEST(TransportRegistry, KindsByPriorityShmThenUcxThenTcp) {
 
 TEST(TransportRegistry, AutoAndTcpChooseTcpBetweenHosts) {
   TransportOptions o = baseOptions();
-  EXPECT_EQ(interHostKind(o).name, "tcp");  // auto: this build has no UCX transport
+  // auto: UCX only where the build has it and the kernel lists an RDMA device.
+  const bool rdma = ucxAvailable() && !machine::rdmaDevices().empty();
+  EXPECT_EQ(interHostKind(o).name, rdma ? "ucx" : "tcp");
   o.interHost = "tcp";
   EXPECT_EQ(interHostKind(o).name, "tcp");
 }
 
 TEST(TransportRegistry, UcxWithoutTheUcxTransportFailsAtCreationSayingWhy) {
+  if (ucxAvailable()) GTEST_SKIP() << "this build has the UCX transport (ucx_less_build tests it)";
   TransportOptions o = baseOptions();
   o.interHost = "ucx";
   const Error e = [&] {
@@ -241,6 +246,23 @@ TEST(TransportRegistry, UcxWithoutTheUcxTransportFailsAtCreationSayingWhy) {
   o.interHost = "rdma";
   EXPECT_EQ(codeOf([&] { interHostKind(o); }, message), ErrorCode::InvalidArgument);
   EXPECT_NE(message.find("auto, ucx, tcp"), std::string::npos) << message;
+}
+
+TEST(TransportRegistry, UcxBetweenTwoHostsKeepsShmWithinEach) {
+  if (!ucxAvailable()) GTEST_SKIP() << ucxUnavailableReason();
+  runRanks(
+      {"a", "a", "b"},
+      [](int rank, RoutedTransport& t) {
+        if (rank == 2) {
+          EXPECT_EQ(t.pathTo(0), "ucx");
+          EXPECT_EQ(t.pathTo(1), "ucx");
+        } else {
+          EXPECT_TRUE(isShm(t.pathTo(1 - rank)));
+          EXPECT_EQ(t.pathTo(2), "ucx");
+        }
+        exchangeAll(rank, t, 70000, 1);
+      },
+      [](int, TransportOptions& o) { o.interHost = "ucx"; });
 }
 
 TEST(TransportRegistry, ExplicitTcpBetweenTwoHostsKeepsShmWithinEach) {
