@@ -8,6 +8,9 @@
 //   build/bin/braid-example-elastic [ranks=4] [steps=60]
 //
 // It serves the store from a process of its own, so that any rank, rank 0 included, may die.
+// Under a launcher (no grow: nobody starts a replacement), VICTIM (default: the last rank) dies:
+//
+//   build/bin/braid-run -n 4 --max-failures 1 -- build/bin/braid-example-elastic --from-env [VICTIM]
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace {
@@ -103,6 +107,7 @@ int train(const Job& job, std::unique_ptr<braid::Comm> comm, std::vector<double>
   (void)me;
   (void)store;
   if (comm->rank() != 0) return 0;
+  if (comm->size() < job.ranks) std::printf("finished on %d ranks\n", comm->size());
   // The same training on one process.
   std::vector<double> serial(kFeatures, 0.0);
   for (int s = 0; s < job.steps; ++s) {
@@ -122,6 +127,18 @@ int train(const Job& job, std::unique_ptr<braid::Comm> comm, std::vector<double>
 
 int main(int argc, char** argv) {
   Job job{};
+  if (argc > 1 && std::string(argv[1]) == "--from-env") {
+    // One rank of a launched job (braid-run --max-failures 1): the store is the launcher's.
+    auto comm = braid::Comm::fromEnv(options());
+    job.ranks = comm->size();
+    job.steps = 60;
+    job.victim = argc > 2 ? std::atoi(argv[2]) : job.ranks - 1;
+    job.dieAt = job.steps / 3;
+    job.growAt = job.steps + 1;  // nobody replaces the victim
+    const int code = train(job, std::move(comm), std::vector<double>(kFeatures, 0.0), 0, nullptr);
+    std::fflush(stdout);
+    return code;
+  }
   job.ranks = argc > 1 ? std::atoi(argv[1]) : 4;
   job.steps = argc > 2 ? std::atoi(argv[2]) : 60;
   if (job.ranks < 2 || job.steps < 10) {
