@@ -10,7 +10,8 @@
 // It serves the store from a process of its own, so that any rank, rank 0 included, may die.
 // Under a launcher (no grow: nobody starts a replacement), VICTIM (default: the last rank) dies:
 //
-//   build/bin/braid-run -n 4 --max-failures 1 -- build/bin/braid-example-elastic --from-env [VICTIM]
+//   build/bin/braid-run -n 4 --max-failures 1 -- build/bin/braid-example-elastic --from-env
+//   [VICTIM]
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>

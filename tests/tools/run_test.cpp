@@ -150,6 +150,21 @@ TEST(BraidRun, MaxFailuresRunsTheElasticExample) {
   }
 }
 
+// braid-perf --elastic under braid-run --max-failures 1: rank 2 is SIGKILLed a moment into the
+// sweep (its shell's background job kills the exec'd braid-perf); the others shrink, print the
+// new size, finish every size with every element checked, and the job exits 0.
+TEST(BraidRun, PerfElasticShrinksAndGoesOn) {
+  const std::string perf = toolPath("braid-perf");
+  const auto r = braidRun({"--max-failures", "1", "-n", "4", "--", "sh", "-c",
+                           "if [ $BRAID_RANK = 2 ]; then (sleep 0.3; kill -9 $$) & fi; exec " +
+                               perf + " allreduce --elastic -b 8 -e 64K -f 2 -n 3000 --reps 3"});
+  EXPECT_EQ(r.exitCode(), 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("# shrunk to 3 ranks"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("65536"), std::string::npos) << "the sweep went on to its end: " << r.out;
+  EXPECT_NE(r.out.find("wrong elements: 0 (OK)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("tolerated"), std::string::npos) << r.err;
+}
+
 TEST(BraidRun, AllRanksSucceedingExitsZeroQuietly) {
   const auto r = braidRun({"-n", "2", "true"});
   EXPECT_EQ(r.exitCode(), 0) << describe(r);

@@ -278,7 +278,8 @@ void Supervisor::onRankExit(Rank& rank, int status) {
     // The survivors go on (they shrink their communicators: docs/reliability.md).
     ++toleratedFailures_;
     say(message + "; failure " + std::to_string(toleratedFailures_) + " of the " +
-        std::to_string(settings_.maxFailures) + " tolerated (--max-failures), the other ranks go on");
+        std::to_string(settings_.maxFailures) +
+        " tolerated (--max-failures), the other ranks go on");
     return;
   }
   firstFailureCode_ = exitCodeOf(status);

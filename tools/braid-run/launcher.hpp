@@ -36,8 +36,8 @@ inline constexpr int kTimeoutExitCode = 124;
 
 /// Runs every rank to completion. Returns braid-run's exit code: 0 when every rank exited 0
 /// (or at most maxFailures failed and every other exited 0);
-/// else the first failing rank's status (beyond the tolerated ones) (exit code, or 128 + signal), 124 on timeout, or
-/// 128 + signal when braid-run itself was asked to stop.
+/// else the first failing rank's status (beyond the tolerated ones) (exit code, or 128 + signal),
+/// 124 on timeout, or 128 + signal when braid-run itself was asked to stop.
 int launch(const std::vector<RankSpec>& ranks, const LaunchSettings& settings);
 
 }  // namespace braid::run

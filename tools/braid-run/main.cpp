@@ -11,10 +11,13 @@
 // on several nodes cannot agree on one, so there the key must come from the environment).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <braid/braid.hpp>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -25,15 +28,13 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <braid/braid.hpp>
-#include <memory>
 
 #include "binding.hpp"
 #include "common/crypto.hpp"
@@ -310,8 +311,15 @@ int run(int argc, char** argv) {
     braid::SecurityOptions security = braid::Options::fromEnv().security;
     for (const auto& [k, v] : common)
       if (k == "BRAID_AUTH_KEY") security.authKey = v;
-    storeServer = std::make_unique<braid::TcpStoreServer>(host, static_cast<std::uint16_t>(storePort),
-                                                          security);
+    // The server's thread must not take the signals the launcher reads from its signalfd
+    // (SIGCHLD above all): it starts with them blocked, as the launcher blocks them later.
+    sigset_t handled, previous;
+    sigemptyset(&handled);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+    ::pthread_sigmask(SIG_BLOCK, &handled, &previous);
+    storeServer = std::make_unique<braid::TcpStoreServer>(
+        host, static_cast<std::uint16_t>(storePort), security);
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     common.emplace_back("BRAID_STORE_EXTERNAL", "1");
   }
   std::vector<RankSpec> specs;
