@@ -156,6 +156,7 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
     if (timeline) timeline->flush();
     dumpFlightRecorder("operation failed: " + message);
   }
+  publishRevoke(message);  // after the diagnosis, which sees the others as they were
   return out;
 }
 

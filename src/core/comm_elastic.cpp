@@ -209,11 +209,12 @@ std::exception_ptr Comm::Impl::elasticFailure(Op& op, std::exception_ptr error) 
       std::lock_guard<std::mutex> lk(revokedMu);
       if (!revoked.load()) {
         if (!failsCommunicator(e.code()) || size <= 1) return error;
-        // This rank detected the failure: revoke the communicator everywhere. Its own errors
-        // keep their diagnosis; later ones say it was revoked.
+        // This rank detected the failure: revoke the communicator everywhere once opFailed has
+        // diagnosed it (publishRevoke). Its own errors keep their diagnosis; later ones say it
+        // was revoked.
         revokedWhy = "rank " + std::to_string(rank) + " after " + e.what();
         revoked.store(true);
-        if (liveness) liveness->publishRevoke(revokedWhy, false);
+        revokePending = true;
         return error;
       }
       why = revokedWhy;
@@ -244,6 +245,18 @@ std::string Comm::Impl::goneText() {
   return " (gone: rank " + out +
          ", whose connection to the store closed: the process exited, was killed, or destroyed "
          "the communicator)";
+}
+
+void Comm::Impl::publishRevoke(const std::string& message) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk(revokedMu);
+    if (!revokePending) return;
+    revokePending = false;
+    revokedWhy = "rank " + std::to_string(rank) + " after " + message;
+    why = revokedWhy;
+  }
+  if (liveness) liveness->publishRevoke(why, false);
 }
 
 void Comm::revoke() {

@@ -128,6 +128,7 @@ struct Comm::Impl {
   std::atomic<bool> revoked{false};
   std::mutex revokedMu;
   std::string revokedWhy;       // guarded by revokedMu
+  bool revokePending = false;   // this rank detected a failure; published after the diagnosis
   int shrinkAttempt = 0;        // shrink rounds run on this communicator
   std::vector<int> shrinkPool;  // ranks a shrink may keep (all, until a round failed)
   int growSeq = 0;
@@ -138,6 +139,9 @@ struct Comm::Impl {
   /// Called first by opFailed: publishes a revoke for an error that fails the communicator, and
   /// turns the errors of a revoked communicator into PeerLost naming the revoker.
   std::exception_ptr elasticFailure(Op& op, std::exception_ptr error);
+  /// Called last by opFailed: publishes the revoke elasticFailure held back, with `message`
+  /// (the diagnosed error) as the reason.
+  void publishRevoke(const std::string& message);
   /// " (gone: rank 3, ...)" when the store knows ranks of this communicator are gone, else "".
   std::string goneText();
   static std::unique_ptr<Impl> make(std::shared_ptr<Store> store,
