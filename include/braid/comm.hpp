@@ -5,7 +5,6 @@
 #include <braid/options.hpp>
 #include <braid/store.hpp>
 #include <braid/types.hpp>
-
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -61,7 +60,11 @@ inline constexpr int kUndefinedColor = -1;
 /// Every failure throws braid::Error naming the operation, the argument and the rank.
 /// InvalidArgument errors are raised before anything is sent and leave the communicator usable.
 /// An operation that fails with Timeout, PeerLost, Mismatch or Aborted leaves it failed: every
-/// later operation fails too (its peers see PeerLost promptly); create a new communicator.
+/// later operation fails too (its peers see PeerLost promptly); create a new communicator, or
+/// keep going with the survivors: shrink(), then grow() and join() (docs/reliability.md).
+/// A rank that detects a failure (Timeout, PeerLost, Mismatch) revokes the communicator through
+/// the store: every pending and later operation on every rank fails at once with
+/// Error(PeerLost) "... was revoked by rank R: <R's error>", without waiting for its timeout.
 class Comm {
  public:
   /// Joins the job described by the launcher's environment (see LaunchInfo::fromEnv); rank 0
@@ -113,8 +116,7 @@ class Comm {
                        std::span<const std::size_t> displs, DataType dtype);
 
   /// send holds size()*count elements; rank r receives the reduction of slice r (count elements).
-  void reduceScatter(const void* send, void* recv, std::size_t count, DataType dtype,
-                     Reduction op);
+  void reduceScatter(const void* send, void* recv, std::size_t count, DataType dtype, Reduction op);
   Work reduceScatterAsync(const void* send, void* recv, std::size_t count, DataType dtype,
                           Reduction op);
 
@@ -140,8 +142,8 @@ class Comm {
   /// at its recvDispls[this rank]. Empty displs: packed in rank order.
   void alltoallv(const void* send, std::span<const std::size_t> sendCounts,
                  std::span<const std::size_t> sendDispls, void* recv,
-                 std::span<const std::size_t> recvCounts,
-                 std::span<const std::size_t> recvDispls, DataType dtype);
+                 std::span<const std::size_t> recvCounts, std::span<const std::size_t> recvDispls,
+                 DataType dtype);
   Work alltoallvAsync(const void* send, std::span<const std::size_t> sendCounts,
                       std::span<const std::size_t> sendDispls, void* recv,
                       std::span<const std::size_t> recvCounts,
@@ -169,6 +171,32 @@ class Comm {
 
   /// Fails every pending and later operation with Error(Aborted). Callable from any thread.
   void abort();
+
+  // ---- elastic: keep going when ranks die (docs/reliability.md) ----
+  /// Revokes this communicator on every rank (what a detected failure does by itself): every
+  /// pending and later operation fails with Error(PeerLost) naming this rank. Any thread.
+  void revoke();
+  /// Collective over the live ranks, after a failure (or at any time): revokes this
+  /// communicator, agrees through the store with every other live rank on who is alive, and
+  /// returns a new communicator of exactly those ranks, in their old order, renumbered from 0.
+  /// No launcher is involved. Every caller that returns gets the same member set. A rank is
+  /// left out once it is known dead (its store connection closed, or it destroyed this
+  /// communicator) or when it has not called shrink() within the operation timeout (a slow rank
+  /// is waited for until then). Throws Error(PeerLost) on a rank that was left out,
+  /// Error(Timeout) when no agreement was reached in time (e.g. the store is gone). This
+  /// communicator stays revoked; destroy it when done.
+  std::unique_ptr<Comm> shrink();
+  /// Collective over this communicator: adds `count` (>= 1) ranks that call Comm::join on the
+  /// same store. Returns the grown communicator: this rank keeps its rank, the newcomers get
+  /// size() .. size() + count - 1 in the order they joined. Within the operation timeout.
+  std::unique_ptr<Comm> grow(int count);
+  /// A replacement rank: waits (at most `timeout`) until some communicator of the job grows,
+  /// and returns this rank's place in it.
+  static std::unique_ptr<Comm> join(std::shared_ptr<Store> store, const Options& options,
+                                    std::chrono::milliseconds timeout);
+  /// join() through the launcher's store (LaunchInfo::fromEnv: BRAID_STORE etc.; rank and size
+  /// are not used), waiting at most options.connectTimeout.
+  static std::unique_ptr<Comm> joinFromEnv(const Options& options = Options::fromEnv());
 
   /// Bound on each operation issued from now on (by any thread), replacing Options::execTimeout
   /// (BRAID_EXEC_TIMEOUT) until changed again; std::nullopt restores that default. Returns the

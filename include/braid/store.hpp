@@ -73,6 +73,18 @@ class TcpStore : public Store {
   /// The local address of the connection to the store: an address of this host that the store's
   /// network can reach (used as the default listen address).
   std::string localAddress() const;
+  /// Liveness (docs/reliability.md): asks the server to set `key` to `value` when this client's
+  /// connection closes: the process exits or is killed, or this TcpStore is destroyed or
+  /// disconnected. From then on the client never reconnects (a request after the connection
+  /// broke throws Error(PeerLost)), so nothing it sends can reach the server after the key was set.
+  void setOnClose(const std::string& key, const std::vector<std::uint8_t>& value);
+  /// Drops this connection's setOnClose of `key` (nothing when there is none).
+  void cancelOnClose(const std::string& key);
+  /// A second, independent connection to the same server with the same settings.
+  std::unique_ptr<TcpStore> connectAgain() const;
+  /// Shuts the connection down from any thread: a request in progress (a parked GET) fails with
+  /// Error(PeerLost) at once, and ONCLOSE keys are set.
+  void disconnect();
 
   struct Impl;
 

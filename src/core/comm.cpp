@@ -42,6 +42,7 @@ const char* version() noexcept {
 // ---------------------------------------------------------------- execution
 
 Comm::Impl::~Impl() {
+  stopElastic();  // the revoke watcher may fail operations: stopped before anything else
   stopDiagnosis();
   {
     std::lock_guard<std::mutex> lk(queueMu);

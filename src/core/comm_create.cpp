@@ -179,6 +179,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->startDiagnosis();
+  impl->startElastic();
   impl->scratch.resize(opts.bufferBytes);
   impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
   if (parentParams != nullptr) {
@@ -220,6 +221,16 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
 }
 
 }  // namespace
+
+std::unique_ptr<Comm::Impl> Comm::Impl::make(std::shared_ptr<Store> store,
+                                             std::shared_ptr<TcpStoreServer> server, int rank,
+                                             int size, std::string id, const Options& opts,
+                                             const topology::Topology* parentTopology,
+                                             std::span<const int> members,
+                                             const tuning::CostParams* parentParams) {
+  return makeImpl(std::move(store), std::move(server), rank, size, std::move(id), opts,
+                  parentTopology, members, parentParams);
+}
 
 std::unique_ptr<Comm> Comm::fromEnv(const Options& options) {
   return create(LaunchInfo::fromEnv(), options);

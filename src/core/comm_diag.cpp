@@ -119,6 +119,7 @@ bool failsCommunicator(ErrorCode c) {
 }  // namespace
 
 std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
+  error = elasticFailure(op, error);  // revoke: published, or the error of a revoked comm
   std::exception_ptr out = error;
   std::string message;
   bool dump = false;
@@ -173,6 +174,7 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
     if (timeline) timeline->flush();
     dumpFlightRecorder("operation failed: " + message);
   }
+  publishRevoke(message);  // after the diagnosis, which sees the others as they were
   return out;
 }
 
@@ -255,6 +257,9 @@ Error Comm::Impl::diagnose(const Op& op, const Error& error) {
                  core::mismatchMessage(seen.peer, peerCall, peerSeq, rank, mine, id));
   }
   if (code == ErrorCode::PeerLost) {
+    // A rank the store knows is gone (its process died) is the cause: no report to wait for.
+    if (const std::string gone = goneText(); !gone.empty())
+      return Error(ErrorCode::PeerLost, error.detail() + gone);
     const int self = rank;
     auto rootCause = [self](const core::RankReport& r) {
       return r.failed && ((r.mismatch && r.mismatchPeer == self) || r.error != "PeerLost");

@@ -19,6 +19,7 @@
 #include "algo/algorithm.hpp"
 #include "core/diagnosis.hpp"
 #include "core/flight_recorder.hpp"
+#include "core/liveness.hpp"
 #include "core/metrics.hpp"
 #include "core/straggler.hpp"
 #include "core/timeline.hpp"
@@ -124,6 +125,34 @@ struct Comm::Impl {
     core::RankReport peer;  // stalled at our sequence number in another call
     core::OpDesc mine;
   } stallMismatch;  // found by the monitor through the store
+
+  // Elastic (core/comm_elastic.cpp, docs/reliability.md): revoke, shrink, grow.
+  std::unique_ptr<core::Liveness> liveness;  // size > 1 only
+  std::atomic<bool> revoked{false};
+  std::mutex revokedMu;
+  std::string revokedWhy;       // guarded by revokedMu
+  bool revokePending = false;   // this rank detected a failure; published after the diagnosis
+  int shrinkAttempt = 0;        // shrink rounds run on this communicator
+  std::vector<int> shrinkPool;  // ranks a shrink may keep (all, until a round failed)
+  int growSeq = 0;
+  void startElastic();
+  void stopElastic();
+  /// Fails what is pending and queued with the revoke (local; `why` names who revoked).
+  void revokeLocal(const std::string& why);
+  /// Called first by opFailed: publishes a revoke for an error that fails the communicator, and
+  /// turns the errors of a revoked communicator into PeerLost naming the revoker.
+  std::exception_ptr elasticFailure(Op& op, std::exception_ptr error);
+  /// Called last by opFailed: publishes the revoke elasticFailure held back, with `message`
+  /// (the diagnosed error) as the reason.
+  void publishRevoke(const std::string& message);
+  /// " (gone: rank 3, ...)" when the store knows ranks of this communicator are gone, else "".
+  std::string goneText();
+  static std::unique_ptr<Impl> make(std::shared_ptr<Store> store,
+                                    std::shared_ptr<TcpStoreServer> server, int rank, int size,
+                                    std::string id, const Options& opts,
+                                    const topology::Topology* parentTopology,
+                                    std::span<const int> members,
+                                    const tuning::CostParams* parentParams);
 
   ~Impl();
   /// Runs op now on the caller's thread if nothing is queued or running, else queues it and

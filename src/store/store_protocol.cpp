@@ -177,20 +177,28 @@ const char* toString(RequestType t) noexcept {
       return "WAIT";
     case RequestType::Check:
       return "CHECK";
+    case RequestType::OnClose:
+      return "ONCLOSE";
+    case RequestType::UnClose:
+      return "UNCLOSE";
   }
   return "UNKNOWN";
 }
 
 bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
   if (!keysFit(req.keys)) return false;
-  const bool oneKey =
-      req.type == RequestType::Set || req.type == RequestType::Get || req.type == RequestType::Add;
+  const bool oneKey = req.type == RequestType::Set || req.type == RequestType::Get ||
+                      req.type == RequestType::Add || req.type == RequestType::OnClose ||
+                      req.type == RequestType::UnClose;
   if (oneKey && req.keys.size() != 1) return false;
-  if (req.type == RequestType::Set && req.value.size() > kMaxValueBytes) return false;
+  if ((req.type == RequestType::Set || req.type == RequestType::OnClose) &&
+      req.value.size() > kMaxValueBytes)
+    return false;
   return appendFrame(out, [&] {
     putU8(out, static_cast<std::uint8_t>(req.type));
     switch (req.type) {
       case RequestType::Set:
+      case RequestType::OnClose:
         putBytes(out, req.keys[0].data(), req.keys[0].size());
         putBytes(out, req.value.data(), req.value.size());
         break;
@@ -208,6 +216,9 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
         break;
       case RequestType::Check:
         putKeys(out, req.keys);
+        break;
+      case RequestType::UnClose:
+        putBytes(out, req.keys[0].data(), req.keys[0].size());
         break;
     }
   });
@@ -253,6 +264,7 @@ DecodeResult decodeRequest(std::span<const std::uint8_t> bytes, Request& out) {
   bool ok = false;
   switch (out.type) {
     case RequestType::Set:
+    case RequestType::OnClose:
       out.keys.resize(1);
       ok = in.string(out.keys[0], kMaxKeyBytes, "key") && in.bytes(out.value);
       break;
@@ -272,6 +284,10 @@ DecodeResult decodeRequest(std::span<const std::uint8_t> bytes, Request& out) {
       break;
     case RequestType::Check:
       ok = in.keys(out.keys);
+      break;
+    case RequestType::UnClose:
+      out.keys.resize(1);
+      ok = in.string(out.keys[0], kMaxKeyBytes, "key");
       break;
     default:
       return malformed(r, "unknown request type " + std::to_string(type));

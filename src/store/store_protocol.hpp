@@ -12,6 +12,9 @@
 //            ADD    key, i64 delta        -> INTEGER new value, or ERROR message
 //            WAIT   u64 timeoutMs, keys   -> OK, or TIMEOUT missing keys     (parked server-side)
 //            CHECK  keys                  -> BOOL u8 (0 or 1)
+//            ONCLOSE key, value           -> OK; when this connection closes (the client exits,
+//                                            dies or closes it), the server SETs key to value
+//            UNCLOSE key                  -> OK; drops this connection's ONCLOSE of key
 //
 // A connection carries one request at a time: the client sends a request and reads its reply
 // before sending the next. Every length is checked against its bound before anything is
@@ -34,7 +37,15 @@ inline constexpr std::size_t kFrameHeaderBytes = 4;
 /// The largest payload: a SET of the longest key and the largest value, with room to spare.
 inline constexpr std::size_t kMaxFrameBytes = kMaxValueBytes + 2 * kMaxKeyBytes;
 
-enum class RequestType : std::uint8_t { Set = 1, Get = 2, Add = 3, Wait = 4, Check = 5 };
+enum class RequestType : std::uint8_t {
+  Set = 1,
+  Get = 2,
+  Add = 3,
+  Wait = 4,
+  Check = 5,
+  OnClose = 6,
+  UnClose = 7
+};
 enum class ResponseType : std::uint8_t {
   Ok = 1,
   Value = 2,
@@ -49,8 +60,9 @@ const char* toString(RequestType t) noexcept;
 
 struct Request {
   RequestType type = RequestType::Set;
-  std::vector<std::string> keys;    ///< one key for SET/GET/ADD; any number for WAIT/CHECK
-  std::vector<std::uint8_t> value;  ///< SET
+  std::vector<std::string>
+      keys;  ///< one key for SET/GET/ADD/ONCLOSE/UNCLOSE; any number for WAIT/CHECK
+  std::vector<std::uint8_t> value;  ///< SET, ONCLOSE
   std::int64_t delta = 0;           ///< ADD
   std::uint64_t timeoutMs = 0;      ///< GET/WAIT
 };

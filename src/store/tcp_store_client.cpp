@@ -182,7 +182,11 @@ struct TcpStore::Impl {
   const std::string authKey_;
 
   mutable std::mutex mu_;  // serialises requests; guards everything below
+  // fd_ changes under fdMu_ too, so that disconnect() can shut it down without mu_.
+  std::mutex fdMu_;
   Fd fd_;
+  // An ONCLOSE was registered: the connection is never re-established (setOnClose()).
+  bool pinned_ = false;
   std::string localAddress_;
   // Without a key: the handshake whose answer has not been read yet.
   std::optional<security::Initiator> pendingHandshake_;
@@ -239,7 +243,10 @@ void TcpStore::Impl::connect() {
         socklen_t len = sizeof local;
         if (::getsockname(a.fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0)
           localAddress_ = store_socket::numericHost(reinterpret_cast<sockaddr*>(&local), len);
-        fd_ = std::move(a.fd);
+        {
+          std::lock_guard<std::mutex> g(fdMu_);
+          fd_ = std::move(a.fd);
+        }
         return;
       }
     }
@@ -254,7 +261,10 @@ void TcpStore::Impl::connect() {
 }
 
 void TcpStore::Impl::fail(ErrorCode code, const std::string& message) {
-  fd_.reset();  // the connection's state is unknown now; the next request reconnects
+  {
+    std::lock_guard<std::mutex> g(fdMu_);
+    fd_.reset();
+  }  // the connection's state is unknown now; the next request reconnects
   pendingHandshake_.reset();
   throw Error(code, message);
 }
@@ -341,7 +351,13 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
   if (!proto::appendRequest(req, frame))
     throw Error(ErrorCode::InvalidArgument, "store " + describe(req).substr(0, 256) + " at " +
                                                 address_ + ": " + boundBroken(req));
-  if (!fd_.valid()) connect();
+  if (!fd_.valid()) {
+    if (pinned_)
+      throw Error(ErrorCode::PeerLost, "store " + describe(req).substr(0, 256) + " at " + address_ +
+                                           ": this client's connection (which carries an ONCLOSE "
+                                           "registration) is closed and is not re-established");
+    connect();
+  }
   if (!pendingHandshake_) {
     sendAll(frame, req, deadline);
   } else {
@@ -455,6 +471,39 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   const auto resp = impl_->request(req, impl_->opDeadline());
   if (resp.type != proto::ResponseType::Bool) unexpectedReply(impl_->address_, req, resp);
   return resp.flag;
+}
+
+void TcpStore::setOnClose(const std::string& key, const std::vector<std::uint8_t>& value) {
+  proto::Request req;
+  req.type = proto::RequestType::OnClose;
+  req.keys = {key};
+  req.value = value;
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  impl_->pinned_ = true;
+  const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Ok) unexpectedReply(impl_->address_, req, resp);
+}
+
+void TcpStore::cancelOnClose(const std::string& key) {
+  proto::Request req;
+  req.type = proto::RequestType::UnClose;
+  req.keys = {key};
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Ok) unexpectedReply(impl_->address_, req, resp);
+}
+
+std::unique_ptr<TcpStore> TcpStore::connectAgain() const {
+  SecurityOptions security;
+  security.authKey = impl_->authKey_;
+  return std::make_unique<TcpStore>(impl_->host_, impl_->port_, impl_->connectTimeout_,
+                                    impl_->opTimeout_, security);
+}
+
+void TcpStore::disconnect() {
+  std::lock_guard<std::mutex> g(impl_->fdMu_);
+  // shutdown, not close: a thread in a request keeps a valid fd, and its recv returns at once.
+  if (impl_->fd_.valid()) ::shutdown(impl_->fd_.get(), SHUT_RDWR);
 }
 
 std::string TcpStore::localAddress() const {

@@ -71,6 +71,8 @@ constexpr std::size_t kReadBudgetBytes = 4 * 1024 * 1024;
 constexpr int kMaxEvents = 64;
 // Deadlines further out than this are clamped, so a "forever" timeout cannot overflow.
 constexpr std::chrono::hours kMaxParkTime{24 * 365};
+// ONCLOSE registrations one connection may hold (a communicator registers one or two).
+constexpr std::size_t kMaxOnClosePerConnection = 64;
 
 struct Parked {
   proto::RequestType type = proto::RequestType::Get;
@@ -99,6 +101,9 @@ struct Connection {
   std::size_t counted = 0;       // charged to the stored-and-requests budget
   std::size_t countedReply = 0;  // charged to the replies budget
   std::size_t discard = 0;
+  // ONCLOSE registrations: set when the connection closes (charged to `host` meanwhile).
+  std::vector<std::pair<std::string, std::vector<std::uint8_t>>> onClose;
+  std::size_t onCloseBytes = 0;
 };
 
 // Bytes held, in total and per client host.
@@ -624,6 +629,35 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       onKeyChanged(key);
       return;
     }
+    case proto::RequestType::OnClose: {
+      // Kept with the connection (and charged to its host) until it closes; close() sets it.
+      const std::size_t bytes = entryBytes(req.keys[0], req.value.size());
+      if (c.onClose.size() >= kMaxOnClosePerConnection)
+        return refuse(
+            c, "ONCLOSE under '" + req.keys[0].substr(0, 64) + "'",
+            "a connection may register at most " + std::to_string(kMaxOnClosePerConnection));
+      if (const std::string why = overBound(c.host, bytes, bytes); !why.empty())
+        return refuse(
+            c, "ONCLOSE of " + bytesText(bytes) + " under '" + req.keys[0].substr(0, 64) + "'",
+            why);
+      charge(c.host, bytes, 0);
+      c.onCloseBytes += bytes;
+      c.onClose.emplace_back(std::move(req.keys[0]), std::move(req.value));
+      reply(c, resp);
+      return;
+    }
+    case proto::RequestType::UnClose: {
+      for (auto it = c.onClose.begin(); it != c.onClose.end(); ++it) {
+        if (it->first != req.keys[0]) continue;
+        const std::size_t bytes = entryBytes(it->first, it->second.size());
+        charge(c.host, 0, bytes);
+        c.onCloseBytes -= bytes;
+        c.onClose.erase(it);
+        break;
+      }
+      reply(c, resp);
+      return;
+    }
     case proto::RequestType::Check:
       resp.type = proto::ResponseType::Bool;
       resp.flag = std::all_of(req.keys.begin(), req.keys.end(),
@@ -775,8 +809,25 @@ void TcpStoreServer::Impl::close(std::uint64_t id) {
   if (c.handshake) handshakeDeadlines_.erase({c.handshake->deadline(), id});
   held_.charge(c.host, 0, c.counted);
   replies_.charge(c.host, 0, c.countedReply);
+  // ONCLOSE: the registered keys are set once the connection is gone (after every request it
+  // sent was served, so nothing the client wrote can follow them).
+  auto onClose = std::move(c.onClose);
+  const std::string host = c.host;
+  charge(host, 0, c.onCloseBytes);
   // Closing the fd removes it from the epoll set.
   connections_.erase(it);
+  if (stop_.load()) return;
+  for (auto& [key, value] : onClose) {
+    auto entry = data_.find(key);
+    const std::size_t before =
+        entry == data_.end() ? 0 : entryBytes(key, entry->second.value.size());
+    if (entry == data_.end()) entry = data_.emplace(key, Entry{}).first;
+    charge(entry->second.owner, 0, before);
+    charge(host, entryBytes(key, value.size()), 0);
+    entry->second.value = std::move(value);
+    entry->second.owner = host;
+    onKeyChanged(key);
+  }
 }
 
 int TcpStoreServer::Impl::epollTimeoutMs() const {

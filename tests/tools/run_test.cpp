@@ -116,6 +116,55 @@ TEST(BraidRun, ExitStatusOfAFailingRankIsPropagatedAndNamed) {
   EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << describe(r);
 }
 
+// --max-failures K: up to K failed ranks leave the others running, and the job exits 0 when
+// they do; one more failure is the job's failure as without the option.
+TEST(BraidRun, MaxFailuresKeepsTheOthersRunning) {
+  const auto r = braidRun({"--max-failures", "1", "-n", "3", "sh", "-c",
+                           "if [ $BRAID_RANK = 1 ]; then kill -9 $$; fi; sleep 1; echo done"});
+  EXPECT_EQ(r.exitCode(), 0) << r.err;
+  EXPECT_NE(r.err.find("rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tolerated"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[0] done"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[2] done"), std::string::npos) << r.out;
+  const auto two = braidRun({"--max-failures", "1", "-n", "3", "sh", "-c",
+                             "if [ $BRAID_RANK != 0 ]; then exit 5; fi; sleep 30"});
+  EXPECT_EQ(two.exitCode(), 5) << two.err;
+  EXPECT_LT(two.seconds, 20.0) << "the second failure must stop the job";
+  const auto bad = braidRun({"--max-failures", "x", "-n", "2", "true"});
+  EXPECT_EQ(bad.exitCode(), 2);
+  EXPECT_NE(bad.err.find("--max-failures"), std::string::npos) << bad.err;
+}
+
+// The elastic example under braid-run --max-failures 1: a rank (the last one, then rank 0, whose
+// death the store survives because braid-run serves it) kills itself mid-training; the others
+// shrink, rebalance, finish, and match one process's result.
+TEST(BraidRun, MaxFailuresRunsTheElasticExample) {
+  for (const char* victim : {"3", "0"}) {
+    SCOPED_TRACE(std::string("victim ") + victim);
+    const auto r = braidRun({"--max-failures", "1", "-n", "4", "--",
+                             toolPath("braid-example-elastic"), "--from-env", victim});
+    EXPECT_EQ(r.exitCode(), 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("shrunk from 4 to 3 ranks"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("finished on 3 ranks"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("matches"), std::string::npos) << r.out;
+  }
+}
+
+// braid-perf --elastic under braid-run --max-failures 1: rank 2 is SIGKILLed a moment into the
+// sweep (its shell's background job kills the exec'd braid-perf); the others shrink, print the
+// new size, finish every size with every element checked, and the job exits 0.
+TEST(BraidRun, PerfElasticShrinksAndGoesOn) {
+  const std::string perf = toolPath("braid-perf");
+  const auto r = braidRun({"--max-failures", "1", "-n", "4", "--", "sh", "-c",
+                           "if [ $BRAID_RANK = 2 ]; then (sleep 0.3; kill -9 $$) & fi; exec " +
+                               perf + " allreduce --elastic -b 8 -e 64K -f 2 -n 3000 --reps 3"});
+  EXPECT_EQ(r.exitCode(), 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("# shrunk to 3 ranks"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.out.find("65536"), std::string::npos) << "the sweep went on to its end: " << r.out;
+  EXPECT_NE(r.out.find("wrong elements: 0 (OK)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("tolerated"), std::string::npos) << r.err;
+}
+
 TEST(BraidRun, AllRanksSucceedingExitsZeroQuietly) {
   const auto r = braidRun({"-n", "2", "true"});
   EXPECT_EQ(r.exitCode(), 0) << describe(r);

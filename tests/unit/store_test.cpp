@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,6 +95,94 @@ TEST(StoreProtocol, RequestsRoundTrip) {
     EXPECT_EQ(got.timeoutMs, want.timeoutMs);
   }
   EXPECT_EQ(at, wire.size());
+}
+
+TEST(StoreProtocol, OnCloseRequestsRoundTrip) {
+  std::vector<proto::Request> reqs(2);
+  reqs[0].type = proto::RequestType::OnClose;
+  reqs[0].keys = {"braid/0//dead/3"};
+  reqs[0].value = {'1', 0, 255};
+  reqs[1].type = proto::RequestType::UnClose;
+  reqs[1].keys = {"braid/0//revoked"};
+  std::vector<std::uint8_t> wire;
+  for (const auto& r : reqs) ASSERT_TRUE(proto::appendRequest(r, wire));
+  std::size_t at = 0;
+  for (const auto& want : reqs) {
+    proto::Request got;
+    const auto r = proto::decodeRequest(std::span(wire).subspan(at), got);
+    ASSERT_EQ(r.status, proto::DecodeStatus::Complete) << r.error;
+    at += r.frameBytes;
+    EXPECT_EQ(got.type, want.type);
+    EXPECT_EQ(got.keys, want.keys);
+    EXPECT_EQ(got.value, want.value);
+  }
+  EXPECT_EQ(at, wire.size());
+  proto::Request twoKeys;
+  twoKeys.type = proto::RequestType::OnClose;
+  twoKeys.keys = {"a", "b"};
+  EXPECT_FALSE(proto::appendRequest(twoKeys, wire));
+}
+
+// ONCLOSE (docs/reliability.md): the key is set when the registering connection closes, by a
+// destructor, by disconnect() while a GET is parked, or by the process being killed; UNCLOSE
+// drops a registration; a client with one never reconnects.
+TEST(TcpStore, OnCloseSetsTheKeyWhenTheConnectionCloses) {
+  using namespace std::chrono_literals;
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStore reader("127.0.0.1", server.port(), 2000ms);
+  {
+    TcpStore a("127.0.0.1", server.port(), 2000ms);
+    a.setOnClose("gone/a", {'x', 'y'});
+    a.setOnClose("kept", {'1'});
+    a.cancelOnClose("kept");
+    a.cancelOnClose("never-registered");
+    a.set("plain", {'p'});
+    EXPECT_FALSE(reader.check({"gone/a"}));
+  }
+  EXPECT_EQ(reader.get("gone/a", 5000ms), (std::vector<std::uint8_t>{'x', 'y'}));
+  EXPECT_FALSE(reader.check({"kept"}));
+  EXPECT_TRUE(reader.check({"plain"}));
+
+  auto b = std::make_unique<TcpStore>("127.0.0.1", server.port(), 2000ms);
+  auto c = b->connectAgain();
+  c->setOnClose("gone/c", {'1'});
+  std::string parkedError;
+  std::thread parked([&] {
+    try {
+      c->get("never", std::chrono::hours(1));
+    } catch (const Error& e) {
+      parkedError = e.what();
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  c->disconnect();
+  parked.join();
+  EXPECT_NE(parkedError.find("PeerLost"), std::string::npos) << parkedError;
+  EXPECT_EQ(reader.getString("gone/c", 5000ms), "1");
+  try {
+    c->set("after", {'1'});
+    ADD_FAILURE() << "a client with an ONCLOSE reconnected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+  }
+  EXPECT_FALSE(reader.check({"after"}));
+  b->set("b", {'1'});  // the first connection is unaffected
+  EXPECT_TRUE(reader.check({"b"}));
+
+  // Killed: the kernel closes the socket.
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    TcpStore k("127.0.0.1", server.port(), 2000ms);
+    k.setOnClose("gone/killed", {'k'});
+    k.set("ready", {'1'});
+    for (;;) ::pause();
+  }
+  reader.get("ready", 5000ms);
+  EXPECT_FALSE(reader.check({"gone/killed"}));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(reader.getString("gone/killed", 5000ms), "k");
 }
 
 TEST(StoreProtocol, ResponsesRoundTrip) {

@@ -82,6 +82,9 @@ class Benchmark {
         runner_(comm, send_.get(), recv_.get()) {}
 
   int run();
+  /// --elastic: cases (sizes of every op, dtype, redop) completed; a rerun skips that many.
+  std::size_t done = 0;
+  std::size_t skip = 0;
 
  private:
   Result measure(const BenchCase& c);
@@ -337,7 +340,7 @@ bool Benchmark::openJson() {
 int Benchmark::run() {
   if (!openJson()) return kExitUsage;
   if (args_.compress) compressor_ = train::Compressor::create(*args_.compress);
-  if (comm_.rank() == 0) printHeader();
+  if (comm_.rank() == 0 && skip == 0) printHeader();
   const int n = comm_.size();
   for (const BenchOpInfo* op : args_.ops) {
     if (comm_.rank() == 0) printGroupHeader(*op);
@@ -356,7 +359,12 @@ int Benchmark::run() {
           std::size_t count = size / dataTypeSize(dtype);
           if (op->perRankSplit) count = count / static_cast<std::size_t>(n) * n;
           const BenchCase c{op, dtype, redop, args_.root, count};
+          if (done < skip) {
+            ++done;
+            continue;
+          }
           report(c, measure(c));
+          ++done;
           // Exchange the waits while the flight recorder still holds this size's collectives.
           if (args_.stragglerRank >= 0) stragglerText_ = comm_.stragglerReport();
         }
@@ -438,7 +446,28 @@ int run(int argc, char** argv) {
                    args.maxBytes);
       return kExitUsage;
     }
-    return bench->run();
+    if (!args.elastic) return bench->run();
+    // --elastic: a lost rank shrinks the communicator; the sweep goes on from the failed size.
+    for (;;) {
+      try {
+        return bench->run();
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::PeerLost && e.code() != ErrorCode::Timeout) throw;
+        std::int64_t done = static_cast<std::int64_t>(bench->done);
+        bench.reset();
+        if (rank == 0) std::fprintf(stderr, "braid-perf: %s\n", e.what());
+        comm = comm->shrink();
+        rank = comm->rank();
+        // Go on from the first case some survivor did not finish.
+        comm->allreduce(&done, &done, 1, DataType::Int64, ReduceOp::Min);
+        if (rank == 0) {
+          std::printf("# shrunk to %d ranks\n", comm->size());
+          std::fflush(stdout);
+        }
+        bench.emplace(args, *comm);
+        bench->skip = static_cast<std::size_t>(done);
+      }
+    }
   } catch (const std::exception& e) {
     if (rank >= 0)
       std::fprintf(stderr, "braid-perf: rank %d: %s\n", rank, e.what());

@@ -43,6 +43,10 @@ options:
                             (the same for a plain fp32 allreduce) and relerr (|out - exact| /
                             |exact| in the 2-norm, one shot without error feedback, on random
                             data); time includes copying the input into the working buffer
+  --elastic                 when a rank is lost (PeerLost, Timeout), shrink the communicator
+                            to the live ranks (docs/reliability.md), print "shrunk to N ranks"
+                            and go on from the size that failed (run under braid-run
+                            --max-failures K); exits 0 when the rest ran and checked
   --straggler RANK:US       rank RANK sleeps US microseconds before every operation (tests
                             and demonstrations); turns on straggler attribution
                             (Options::straggler) and prints the straggler report at the end:
@@ -160,6 +164,10 @@ PerfArgs parsePerfArgs(int argc, char** argv) {
     if (arg == "-h" || arg == "--help") {
       args.help = true;
       return args;
+    }
+    if (arg == "--elastic") {
+      args.elastic = true;
+      continue;
     }
     if (auto v = value("-b", "--minbytes")) {
       args.minBytes = parseBytesArg("-b", *v);

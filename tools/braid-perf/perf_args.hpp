@@ -32,6 +32,7 @@ struct PerfArgs {
   int iters = 0;  // 0: by size, as the anchors (200 up to 64K ... 2 above 64M)
   int warmup = 5;
   bool check = true;
+  bool elastic = false;  // --elastic: shrink on a lost rank and go on (docs/reliability.md)
   std::vector<DataType> dtypes{DataType::Float32};
   std::vector<ReduceOp> redops{ReduceOp::Sum};
   int root = 0;

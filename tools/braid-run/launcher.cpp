@@ -178,6 +178,7 @@ class Supervisor {
   bool timedOut_ = false;
   int receivedSignal_ = 0;
   std::optional<int> firstFailureCode_;
+  int toleratedFailures_ = 0;  // --max-failures
 };
 
 void Supervisor::spawn(const RankSpec& spec, Rank& rank) {
@@ -271,9 +272,17 @@ void Supervisor::onRankExit(Rank& rank, int status) {
   ::kill(-rank.pid, SIGKILL);
   const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   if (!failed || stopping_) return;
-  firstFailureCode_ = exitCodeOf(status);
   std::string message = "rank " + std::to_string(rank.rank) + " (pid " + std::to_string(rank.pid) +
                         ") " + describeStatus(status);
+  if (toleratedFailures_ < settings_.maxFailures) {
+    // The survivors go on (they shrink their communicators: docs/reliability.md).
+    ++toleratedFailures_;
+    say(message + "; failure " + std::to_string(toleratedFailures_) + " of the " +
+        std::to_string(settings_.maxFailures) +
+        " tolerated (--max-failures), the other ranks go on");
+    return;
+  }
+  firstFailureCode_ = exitCodeOf(status);
   if (runningCount() > 0) {
     message += "; stopping the other ranks";
     stopAll(SIGTERM);

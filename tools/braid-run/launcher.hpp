@@ -26,14 +26,18 @@ struct LaunchSettings {
   std::chrono::milliseconds grace{3000};
   /// Stop everything and fail after this long (exit code 124).
   std::optional<std::chrono::milliseconds> timeout;
+  /// Ranks that may fail (non-zero exit or a signal) without stopping the others
+  /// (--max-failures): the job goes on, and its exit code is 0 when every other rank exits 0.
+  int maxFailures = 0;
 };
 
 /// Exit code of braid-run when the time limit ends the job (as timeout(1)).
 inline constexpr int kTimeoutExitCode = 124;
 
-/// Runs every rank to completion. Returns braid-run's exit code: 0 when every rank exited 0;
-/// else the first failing rank's status (exit code, or 128 + signal), 124 on timeout, or
-/// 128 + signal when braid-run itself was asked to stop.
+/// Runs every rank to completion. Returns braid-run's exit code: 0 when every rank exited 0
+/// (or at most maxFailures failed and every other exited 0);
+/// else the first failing rank's status (beyond the tolerated ones) (exit code, or 128 + signal),
+/// 124 on timeout, or 128 + signal when braid-run itself was asked to stop.
 int launch(const std::vector<RankSpec>& ranks, const LaunchSettings& settings);
 
 }  // namespace braid::run

@@ -11,10 +11,13 @@
 // on several nodes cannot agree on one, so there the key must come from the environment).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
+#include <braid/braid.hpp>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -25,6 +28,7 @@
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -57,6 +61,10 @@ options:
                           M > 1. Default on one node: 127.0.0.1 and a free port.
   --timeout SECONDS       stop every rank and exit 124 after this long
   --grace SECONDS         wait between SIGTERM and SIGKILL when stopping ranks (default 3)
+  --max-failures K        keep the job running while at most K ranks have failed (the others
+                          shrink their communicators: docs/reliability.md); exit 0 when every
+                          other rank exits 0. On one node braid-run then serves the store itself
+                          (BRAID_STORE_EXTERNAL=1), so that any rank, rank 0 too, may die
   --bind MODE             auto (default): on one node, bind each rank to cores of its own
                           (braid-run's CPU affinity mask split evenly, whole cores, at least
                           one per rank; Open MPI binds too); core: always (fails with fewer
@@ -202,6 +210,8 @@ Args parseArgs(int argc, char** argv) {
       args.settings.timeout = parseSeconds("--timeout", *v6);
     } else if (auto v7 = value(arg, "--grace")) {
       args.settings.grace = parseSeconds("--grace", *v7);
+    } else if (auto v8 = value(arg, "--max-failures")) {
+      args.settings.maxFailures = parseInt("--max-failures", *v8, 0, 1 << 20);
     } else {
       throw UsageError("unknown option '" + std::string(arg) + "'");
     }
@@ -294,6 +304,23 @@ int run(int argc, char** argv) {
     binding = planBinding(args.bind, args.nproc, args.nnodes, allowedCores());
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
+  }
+  // --max-failures on one node: the store lives here, not in rank 0, so it survives any rank.
+  std::unique_ptr<braid::TcpStoreServer> storeServer;
+  if (args.settings.maxFailures > 0 && args.masterHost.empty()) {
+    braid::SecurityOptions security = braid::Options::fromEnv().security;
+    for (const auto& [k, v] : common)
+      if (k == "BRAID_AUTH_KEY") security.authKey = v;
+    // The server's thread must not take the signals the launcher reads from its signalfd
+    // (SIGCHLD above all): it starts with them blocked, as the launcher blocks them later.
+    sigset_t handled, previous;
+    sigemptyset(&handled);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+    ::pthread_sigmask(SIG_BLOCK, &handled, &previous);
+    storeServer = std::make_unique<braid::TcpStoreServer>(
+        host, static_cast<std::uint16_t>(storePort), security);
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    common.emplace_back("BRAID_STORE_EXTERNAL", "1");
   }
   std::vector<RankSpec> specs;
   for (int local = 0; local < args.nproc; ++local) {
