@@ -17,13 +17,13 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Bottom to top, as docs/architecture.md draws them.
-ORDER = ["common", "kernels", "store", "bootstrap", "transport", "topology", "algo", "tuning",
+ORDER = ["common", "kernels", "store", "bootstrap", "transport", "topology", "algo", "tuning", "sim",
          "core", "train"]
 # Internal libraries a tool uses beside the public API, by name (tools/CMakeLists.txt links
 # them through `braid`).
 TOOL_INTERNALS = {
     "braid-info": {"algo", "core"},
-    "braid-plan": {"topology", "tuning"},
+    "braid-plan": {"topology", "tuning", "algo", "sim"},  # --simulate runs the algorithms
     "braid-perf": {"kernels"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
