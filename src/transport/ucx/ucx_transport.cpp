@@ -1014,10 +1014,10 @@ void UcxTransport::kick() {
 void UcxTransport::sleep(Deadline until) {
   if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;  // events pending: progress again
   ++sleepers_;
+  // A doomed peer is reaped when its grace ends, whether or not an event comes (read under mu_).
+  const long long cap = doomed_ > 0 ? 20 : 100;
   mu_.unlock();
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-  // A doomed peer is reaped when its grace ends, whether or not an event comes.
-  const long long cap = doomed_ > 0 ? 20 : 100;
   epoll_event events[2];
   ::epoll_wait(epollFd_, events, 2, static_cast<int>(std::clamp<long long>(left, 0, cap)));
   std::uint64_t value = 0;
