@@ -35,6 +35,7 @@
 
 #include "harness/random_ops.hpp"
 #include "harness/ranks.hpp"
+#include "harness/store_process.hpp"
 #include "store/memory_store.hpp"
 
 namespace braid::test {
@@ -77,63 +78,6 @@ std::vector<int> childrenOfThisProcess() {
   }
   ::closedir(d);
   return kids;
-}
-
-// Serves a TCP store from a child process, so that every rank may be killed and this process
-// stays single-threaded while it forks.
-class StoreProcess {
- public:
-  StoreProcess() {
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    std::fflush(stdout);
-    std::fflush(stderr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::close(fds[0]);
-      TcpStoreServer server("127.0.0.1", 0);
-      const std::uint16_t port = server.port();
-      if (::write(fds[1], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ::_exit(1);
-      for (;;) ::pause();
-    }
-    ::close(fds[1]);
-    if (pid_ < 0 || ::read(fds[0], &port_, sizeof port_) != static_cast<ssize_t>(sizeof port_))
-      port_ = 0;
-    ::close(fds[0]);
-  }
-  ~StoreProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  StoreProcess(const StoreProcess&) = delete;
-  StoreProcess& operator=(const StoreProcess&) = delete;
-  std::uint16_t port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
-
-void writeAll(int fd, const std::string& s) {
-  std::size_t done = 0;
-  while (done < s.size()) {
-    const ssize_t w = ::write(fd, s.data() + done, s.size() - done);
-    if (w <= 0) return;
-    done += static_cast<std::size_t>(w);
-  }
-}
-
-std::string readAll(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r <= 0) break;
-    out.append(buf, static_cast<std::size_t>(r));
-  }
-  return out;
 }
 
 // Reads one line (up to '\n') from fd by `until`; empty on timeout or EOF.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "harness/ranks.hpp"
+#include "harness/store_process.hpp"
 #include "transport/factory.hpp"
 
 namespace braid::test {
@@ -54,44 +55,6 @@ bool mapsMemfdSegment() {
     if (line.find("memfd:braid-shm") != std::string::npos) return true;
   return false;
 }
-
-// Serves a TCP store from a child process, so that this process stays single-threaded while
-// it forks ranks (a rank forked while another thread holds an allocator lock can deadlock in
-// malloc under ASan). The server dies with this process, or when the object goes.
-class StoreProcess {
- public:
-  StoreProcess() {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    std::fflush(stdout);
-    std::fflush(stderr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::close(fds[0]);
-      TcpStoreServer server("127.0.0.1", 0);
-      const std::uint16_t port = server.port();
-      if (::write(fds[1], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ::_exit(1);
-      for (;;) ::pause();
-    }
-    ::close(fds[1]);
-    if (pid_ < 0 || ::read(fds[0], &port_, sizeof port_) != static_cast<ssize_t>(sizeof port_))
-      port_ = 0;
-    ::close(fds[0]);
-  }
-  ~StoreProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  StoreProcess(const StoreProcess&) = delete;
-  StoreProcess& operator=(const StoreProcess&) = delete;
-  std::uint16_t port() const { return port_; }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
 
 // Forks n ranks that meet through a TCP store; rank r runs fn(r, port) and exits with its
 // result. Returns each rank's wait status; ranks still running at the deadline are killed (and

@@ -1,0 +1,76 @@
+// What the process-rank tests share: a TCP store served from a child process (so every rank may
+// be killed, and the test process stays single-threaded while it forks: a rank forked while
+// another thread holds an allocator lock can deadlock in malloc under ASan) and whole-pipe I/O.
+// The server dies with the test process, or when the object goes.
+#pragma once
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <braid/store.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace braid::test {
+
+class StoreProcess {
+ public:
+  StoreProcess() {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(fds[0]);
+      TcpStoreServer server("127.0.0.1", 0);
+      const std::uint16_t port = server.port();
+      if (::write(fds[1], &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ::_exit(1);
+      for (;;) ::pause();
+    }
+    ::close(fds[1]);
+    if (pid_ < 0 || ::read(fds[0], &port_, sizeof port_) != static_cast<ssize_t>(sizeof port_))
+      port_ = 0;
+    ::close(fds[0]);
+  }
+  ~StoreProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  StoreProcess(const StoreProcess&) = delete;
+  StoreProcess& operator=(const StoreProcess&) = delete;
+  /// The store's port; 0 when the child could not be started.
+  std::uint16_t port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+inline void writeAll(int fd, const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t w = ::write(fd, s.data() + done, s.size() - done);
+    if (w <= 0) return;
+    done += static_cast<std::size_t>(w);
+  }
+}
+
+/// Everything until EOF.
+inline std::string readAll(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r <= 0) break;
+    out.append(buf, static_cast<std::size_t>(r));
+  }
+  return out;
+}
+
+}  // namespace braid::test
