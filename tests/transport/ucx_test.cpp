@@ -21,6 +21,7 @@
 
 #include "algo/algorithm.hpp"
 #include "harness/errors.hpp"
+#include "harness/store_process.hpp"
 #include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
 #include "transport/ucx/ucx_transport.hpp"
@@ -425,8 +426,11 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxThreads, testing::Values("tcp", "sm,cma"), [](c
 // `killed`: a rank that must die of SIGKILL (it kills itself).
 void runUcxProcesses(int size, const std::function<std::string(int, Transport&)>& body,
                      std::chrono::seconds deadline = 180s, int killed = -1) {
-  TcpStoreServer server("127.0.0.1", 0);
+  // The store runs in a process of its own: a store thread in this process could hold an
+  // allocator lock at a fork and leave the rank deadlocked before it publishes its address.
+  test::StoreProcess server;
   const std::uint16_t port = server.port();
+  ASSERT_NE(port, 0) << "the store process did not start";
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
