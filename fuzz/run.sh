@@ -17,7 +17,7 @@ TARGETS=(store_protocol_fuzz handshake_fuzz frame_fuzz topology_json_fuzz transp
 # The library sources the targets need (an archive: each target pulls only what it uses).
 LIB_SRCS=(src/common/*.cpp src/store/store.cpp src/store/store_protocol.cpp src/store/memory_store.cpp
           src/transport/tcp/socket.cpp src/transport/tcp/tcp_connection.cpp
-          src/transport/tcp/tcp_bootstrap.cpp
+          src/transport/tcp/tcp_bootstrap.cpp src/transport/engine.cpp
           src/topology/json.cpp src/topology/topology.cpp src/topology/topology_json.cpp)
 
 if ! command -v "$CXX" >/dev/null 2>&1; then

@@ -18,11 +18,15 @@ if grep -q "UCX .* found: the UCX transport is built" "$out.configure.log"; then
 fi
 cmake --build "$out" -j2 --target braid_transport >"$out.build.log" 2>&1 || { tail -50 "$out.build.log"; exit 1; }
 lib=$out/libbraid_transport.a
-if nm "$lib" | grep -q " U ucp_"; then
-  echo "ucx_less_build: $lib refers to UCX:"; nm "$lib" | grep " U ucp_" | head; exit 1
+# The symbol tables into variables first: `nm | grep -q` under pipefail fails when grep's early
+# exit makes nm die of SIGPIPE.
+undefined=$(nm "$lib" | grep " U ucp_" || true)
+if [ -n "$undefined" ]; then
+  echo "ucx_less_build: $lib refers to UCX:"; echo "$undefined" | head; exit 1
 fi
-nm -C "$lib" | grep -q "T braid::transport::createUcxTransport" ||
+symbols=$(nm -C "$lib")
+grep -q "T braid::transport::createUcxTransport" <<<"$symbols" ||
   { echo "ucx_less_build: $lib lacks createUcxTransport"; exit 1; }
-nm -C "$lib" | grep -q "ucxUnavailableReason" ||
+grep -q "ucxUnavailableReason" <<<"$symbols" ||
   { echo "ucx_less_build: $lib lacks ucxUnavailableReason"; exit 1; }
 echo "ucx_less_build: braid_transport builds without UCX; createUcxTransport reports its absence"
