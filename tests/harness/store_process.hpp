@@ -1,18 +1,25 @@
 // What the process-rank tests share: a TCP store served from a child process (so every rank may
 // be killed, and the test process stays single-threaded while it forks: a rank forked while
-// another thread holds an allocator lock can deadlock in malloc under ASan) and whole-pipe I/O.
+// another thread holds an allocator lock can deadlock in malloc under ASan), whole-pipe I/O, and
+// what a test checks was left behind (child processes, /dev/shm entries).
 // The server dies with the test process, or when the object goes.
 #pragma once
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <braid/store.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace braid::test {
 
@@ -71,6 +78,44 @@ inline std::string readAll(int fd) {
     out.append(buf, static_cast<std::size_t>(r));
   }
   return out;
+}
+
+/// The entries of /dev/shm whose names contain "braid", sorted.
+inline std::vector<std::string> braidShmEntries() {
+  std::vector<std::string> names;
+  DIR* d = ::opendir("/dev/shm");
+  if (d == nullptr) return names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n.find("braid") != std::string::npos) names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Processes whose parent is this process (from /proc/<pid>/stat).
+inline std::vector<int> childrenOfThisProcess() {
+  std::vector<int> kids;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return kids;
+  const int self = ::getpid();
+  while (const dirent* e = ::readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self) kids.push_back(pid);
+  }
+  ::closedir(d);
+  return kids;
 }
 
 }  // namespace braid::test

@@ -41,42 +41,6 @@ constexpr auto kExecTimeout = 10s;
 // Slack on top of the exec timeout for a loaded machine (2 cores shared by many builds).
 constexpr auto kSlack = 15s;
 
-std::vector<std::string> braidShmEntries() {
-  std::vector<std::string> names;
-  DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return names;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n.find("braid") != std::string::npos) names.push_back(n);
-  }
-  ::closedir(d);
-  return names;
-}
-
-// Processes whose parent is this process.
-std::vector<int> childrenOfThisProcess() {
-  std::vector<int> kids;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return kids;
-  const int self = ::getpid();
-  while (const dirent* e = ::readdir(d)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state = 0;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == self) kids.push_back(pid);
-  }
-  ::closedir(d);
-  return kids;
-}
-
 std::int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
