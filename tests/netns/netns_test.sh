@@ -18,6 +18,9 @@
 #           run killed with SIGKILL: its forwarder exits by itself (--parent-pid), the next
 #           run removes its namespaces and processes
 #   delay_args  braid-netdelay's bad arguments: exit 2 and a message naming the argument
+#   ucx     2 hosts x 2 ranks, 1 Gbit/s links, BRAID_TRANSPORT=ucx with UCX_TLS=tcp: the same
+#           collectives and braid-check; shared memory inside a host and UCX across (braid-info
+#           --paths); registered only in a build with UCX (docs/ucx.md)
 # usage: netns_test.sh CASE BUILD_DIR
 set -uo pipefail
 case_name=${1:?case: 2x2, 3x1, fail, signal or skip}
@@ -65,10 +68,10 @@ check_teardown() {
   if ip -o link | grep -q "$tag"; then fail "links left behind by $tag"; fi
 }
 
-# check_paths HOSTS RANKS: braid-info --paths (rank 0, on host 0) shows shm between ranks of one
-# host and tcp between hosts.
+# check_paths HOSTS RANKS [ACROSS]: braid-info --paths (rank 0, on host 0) shows shm between ranks
+# of one host and ACROSS (tcp unless given) between hosts.
 check_paths() {
-  local hosts=$1 ranks=$2 n=$(($1 * $2)) r p got want seen=0
+  local hosts=$1 ranks=$2 across=${3:-tcp} n=$(($1 * $2)) r p got want seen=0
   for ((r = 0; r < n; r++)); do
     row=$(grep -E "^\[h0\] \[0\] +$r( |$)" "$log" | grep -F self | tail -1)
     [ -n "$row" ] || fail "no paths row for rank $r"
@@ -76,13 +79,13 @@ check_paths() {
     for ((p = 0; p < n; p++)); do
       [ "$p" = "$r" ] && continue
       got=${cells[$((p + 1))]:-}
-      if [ $((r / ranks)) = $((p / ranks)) ]; then want=shm; else want=tcp; fi
+      if [ $((r / ranks)) = $((p / ranks)) ]; then want=shm; else want=$across; fi
       case "$got" in "$want"*) ;; *) fail "path $r -> $p is '$got', expected $want" ;; esac
       seen=$((seen + 1))
     done
   done
   [ "$seen" = $((n * (n - 1))) ] || fail "checked $seen paths of $((n * (n - 1)))"
-  echo "paths ok: $seen pairs (shm inside a host, tcp across)"
+  echo "paths ok: $seen pairs (shm inside a host, $across across)"
 }
 
 # check_listen HOSTS RANKS REASON: every rank logged its data listener on its host's address.
@@ -114,7 +117,9 @@ paths=("$bin/braid-info" --paths)
 common=(--timeout 240 --env BRAID_CHUNK_SIZE=1K --env BRAID_SMALL_MSG_SIZE=4K)
 
 # cluster HOSTS RANKS REASON EXTRA...: the jobs on HOSTS x RANKS (emucluster options EXTRA), each
-# with its checks; REASON: why every rank's listener must have picked its host's address.
+# with its checks; REASON: why every rank's listener must have picked its host's address (empty:
+# no TCP data listener to check, as over UCX). $across names the path between hosts (tcp).
+across=tcp
 cluster() {
   local hosts=$1 ranks=$2 reason=$3
   shift 3
@@ -124,8 +129,8 @@ cluster() {
   check_teardown
   emu --hosts "$hosts" --ranks "$ranks" "$@" --env BRAID_DEBUG=INFO -- "${paths[@]}"
   [ "$rc" = 0 ] || fail "braid-info --paths on the cluster exited $rc"
-  check_paths "$hosts" "$ranks"
-  check_listen "$hosts" "$ranks" "$reason"
+  check_paths "$hosts" "$ranks" "$across"
+  [ -z "$reason" ] || check_listen "$hosts" "$ranks" "$reason"
   check_teardown
   # braid-check: pairs both ways and the variable-count collectives, checked.
   emu --hosts "$hosts" --ranks "$ranks" "$@" -- "$bin/braid-check" --quick
@@ -140,6 +145,10 @@ case "$case_name" in
     ;;
   3x1)
     cluster 3 1 "interface emu0 matches BRAID_SOCKET_IFNAME=emu0" --ifname emu0
+    ;;
+  ucx)
+    across=ucx
+    cluster 2 2 "" --rate 1gbit --env BRAID_TRANSPORT=ucx --env UCX_TLS=tcp
     ;;
   fail)
     marker="sleep 599.$$"  # a command line no other process has
