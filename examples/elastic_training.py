@@ -5,8 +5,8 @@ the next global batch of GLOBAL_BATCH samples and splits it over the ranks there
 sums its samples' gradients, one all_reduce(SUM) adds them, and every replica divides by
 GLOBAL_BATCH: the update is that of one process taking the whole batch, whatever the world size.
 
-A rank (BRAID_EXAMPLE_KILL_RANK, default 1; -1: none) kills itself with SIGKILL at step
-BRAID_EXAMPLE_KILL_STEP (default 7) just before that step's all_reduce. The others' all_reduce
+A rank (ELASTIC_KILL_RANK, default 1; -1: none) kills itself with SIGKILL at step
+ELASTIC_KILL_STEP (default 7) just before that step's all_reduce. The others' all_reduce
 fails with braid's PeerLost; they call braid_torch.shrink(), which agrees with the other live
 ranks on who is left and returns the default group shrunk to them (renumbered 0..n-1), split the
 same global batch over the new world size and redo the step. At the end rank 0 checks that the
@@ -25,6 +25,7 @@ import argparse
 import datetime
 import os
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,7 +62,9 @@ def recover(step, params, last, shrinks, first_rank):
     completed it applied the update and went on to the next step, so every survivor goes back
     to the smallest step any of them is at, undoing its last update if it is ahead."""
     while True:
+        start = time.monotonic()
         braid_torch.shrink()  # the default group, shrunk to the live ranks
+        took = time.monotonic() - start
         shrinks += 1
         agreed = torch.tensor([step], dtype=torch.int64)
         try:
@@ -75,8 +78,8 @@ def recover(step, params, last, shrinks, first_rank):
             with torch.no_grad():
                 for p, saved in zip(params, last[1]):
                     p.copy_(saved)
-        print(f"[rank {first_rank}] shrunk: now rank {dist.get_rank()} of "
-              f"{dist.get_world_size()}; redoing step {agreed.item()}", flush=True)
+        print(f"[rank {first_rank}] shrunk in {took * 1000:.0f} ms: now rank {dist.get_rank()} "
+              f"of {dist.get_world_size()}; redoing step {agreed.item()}", flush=True)
         return int(agreed.item()), shrinks
 
 
@@ -84,14 +87,14 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", help="rank 0 writes the final weights here (torch.save)")
     args = parser.parse_args()
-    kill_rank = int(os.environ.get("BRAID_EXAMPLE_KILL_RANK", "1"))
-    kill_step = int(os.environ.get("BRAID_EXAMPLE_KILL_STEP", "7"))
-    timeout = float(os.environ.get("BRAID_EXAMPLE_TIMEOUT", "60"))
+    kill_rank = int(os.environ.get("ELASTIC_KILL_RANK", "1"))
+    kill_step = int(os.environ.get("ELASTIC_KILL_STEP", "7"))
+    timeout = float(os.environ.get("ELASTIC_TIMEOUT", "60"))
     torch.set_num_threads(1)
     dist.init_process_group("braid", timeout=datetime.timedelta(seconds=timeout))
     first_rank = dist.get_rank()  # the rank in the job as started (the kill picks by it)
     if kill_rank == 0:
-        raise SystemExit("BRAID_EXAMPLE_KILL_RANK=0: rank 0 serves torch's env:// store, which "
+        raise SystemExit("ELASTIC_KILL_RANK=0: rank 0 serves torch's env:// store, which "
                          "the survivors still need; pick another rank")
     print(f"[rank {first_rank}] pid {os.getpid()}", flush=True)
 

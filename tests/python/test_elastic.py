@@ -69,11 +69,12 @@ def braid_run_or_skip():
 @pytest.mark.parametrize("nranks,kill_rank,kill_step,launcher", [
     (4, 2, 7, "braid-run"),
     (3, 1, 0, "braid-run"),
+    (2, 1, 4, "braid-run"),  # down to one rank
     (3, 2, 11, "processes"),
 ])
 def test_elastic_training_example(nranks, kill_rank, kill_step, launcher):
     out = Path(tempfile.mkdtemp(prefix="braid_elastic_")) / "weights.pt"
-    env = {"BRAID_EXAMPLE_KILL_RANK": kill_rank, "BRAID_EXAMPLE_KILL_STEP": kill_step}
+    env = {"ELASTIC_KILL_RANK": kill_rank, "ELASTIC_KILL_STEP": kill_step}
     if launcher == "braid-run":
         braid_run_or_skip()
         result = launch_braid_run(nranks, EXAMPLE, args=("--out", out), timeout=100, env=env,
@@ -82,7 +83,7 @@ def test_elastic_training_example(nranks, kill_rank, kill_step, launcher):
         log = result.outputs[0]
     else:
         # torch's store only: the dead rank is waited for until the group's timeout (5 s).
-        env["BRAID_EXAMPLE_TIMEOUT"] = 5
+        env["ELASTIC_TIMEOUT"] = 5
         result = launch(nranks, EXAMPLE, args=("--out", out), timeout=100, env=env)
         assert not result.timed_out, result.report()
         for r, rc in enumerate(result.returncodes):

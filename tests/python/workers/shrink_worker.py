@@ -1,6 +1,8 @@
 """Shrinking braid process groups (tests/python/test_elastic.py), one scenario per launch:
 
-  torch_api N   ranks N-2 and N-1 die (SIGKILL); the survivors' all_reduce fails with braid's
+  torch_api N   the backend's shrink() refuses bad arguments (out of range, this rank, a rank
+                twice, unknown flags) before agreeing on anything, the group still working;
+                then ranks N-2 and N-1 die (SIGKILL); the survivors' all_reduce fails with braid's
                 PeerLost; torch.distributed.shrink_group([N-1]) fails naming braid's agreed list
                 [N-2, N-1]; shrink_group([N-2, N-1]) then returns the default group of the
                 survivors, which reduces, gathers, sends and makes subgroups.
@@ -67,8 +69,39 @@ def check_world(rank_before, survivors):
     dist.barrier()
 
 
+def expect_error(fn, *texts):
+    try:
+        fn()
+    except RuntimeError as e:
+        for t in texts:
+            assert t in str(e), f"{t!r} not in {e}"
+        return
+    raise AssertionError(f"no error; expected {texts}")
+
+
+def bad_arguments(rank, world):
+    """The backend's own checks (torch's shrink_group checks the same before calling it): they
+    fail before any agreement, and the group stays usable."""
+    backend = braid_torch.backend_of()
+    where = f"braid: shrink_group on rank {rank} of a group of {world}"
+    expect_error(lambda: backend.shrink([world], 0, None), where,
+                 f"ranks_to_exclude has rank {world}, outside the group [0, {world})")
+    expect_error(lambda: backend.shrink([-1], 0, None), where, "has rank -1")
+    expect_error(lambda: backend.shrink([rank], 0, None), where,
+                 f"ranks_to_exclude has this rank ({rank})")
+    other = (rank + 1) % world
+    expect_error(lambda: backend.shrink([other, other], 0, None), where,
+                 f"ranks_to_exclude [{other}, {other}] names a rank twice")
+    expect_error(lambda: backend.shrink([other], 2, None), where,
+                 "shrink_flags 2 is neither SHRINK_DEFAULT (0) nor SHRINK_ABORT (1)")
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world))), t
+
+
 def torch_api(rank, world):
     dead = [world - 2, world - 1]
+    bad_arguments(rank, world)
     dist.barrier()
     if rank in dead:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -126,7 +159,7 @@ def subgroup(rank, world):
 def main():
     scenario = sys.argv[1]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    timeout = float(os.environ.get("BRAID_TEST_TIMEOUT", "30"))
+    timeout = float(os.environ.get("SHRINK_TEST_TIMEOUT", "30"))
     dist.init_process_group("braid", timeout=datetime.timedelta(seconds=timeout))
     print(f"[rank {rank}] pid {os.getpid()}", flush=True)
     {"torch_api": torch_api, "no_failure": no_failure, "subgroup": subgroup}[scenario](rank, world)
