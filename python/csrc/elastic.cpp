@@ -8,8 +8,9 @@
 // both lists (the result stays, so calling again with the agreed list returns it). braid's
 // agreement cannot leave out a rank that is alive and takes part, so torch's contract (an
 // excluded rank does not call shrink_group) is what makes the lists equal: an excluded rank that
-// is dead, has exited or destroyed its group is gone at once; one that is alive and does
-// nothing is left out once the group's timeout passed.
+// destroyed its group is gone at once, one that died or exited too where braid's store watches
+// the ranks (store_adapter.hpp, bootstrapStore); any other is left out once the group's timeout
+// passed.
 #include <Python.h>
 #include <c10/util/Exception.h>
 
@@ -69,17 +70,24 @@ std::vector<int> ProcessGroupBraid::agreeShrink() {
   NoGil nogil;
   std::lock_guard<std::mutex> lk(shrinkMu_);
   if (shrunk_) return shrunkOut_;
-  // Point-to-point operations waiting on a dead rank fail now too; Comm::shrink revokes the
-  // collectives' communicator itself.
+  // Every pending and queued operation of both communicators fails now, on every rank, so the
+  // queue drains at once (Comm::shrink would revoke the collectives' communicator itself).
+  comm_->revoke();
   p2p_->comm().revoke();
-  std::unique_ptr<braid::Comm> comm = comm_->shrink();
-  // Comm::shrink keeps the members' order but does not say which old ranks they were.
-  std::vector<std::int32_t> members(static_cast<std::size_t>(comm->size()));
-  const std::int32_t mine = rank_;
-  comm->allgather(&mine, members.data(), 1, braid::DataType::Int32);
-  // The point-to-point communicator is split off the shrunk one rather than shrunk on its own:
-  // two agreements could keep different ranks if one died between them.
-  std::unique_ptr<braid::Comm> p2p = comm->split(0, comm->rank());
+  std::unique_ptr<braid::Comm> comm, p2p;
+  std::vector<std::int32_t> members;
+  // On the group's worker, behind what was queued: the thread that issues every operation of
+  // the collectives' communicator.
+  runInOrder("braid:shrink", [&](braid::Comm& old) {
+    comm = old.shrink();
+    // Comm::shrink keeps the members' order but does not say which old ranks they were.
+    members.resize(static_cast<std::size_t>(comm->size()));
+    const std::int32_t mine = rank_;
+    comm->allgather(&mine, members.data(), 1, braid::DataType::Int32);
+    // The point-to-point communicator is split off the shrunk one rather than shrunk on its
+    // own: two agreements could keep different ranks if one died between them.
+    p2p = comm->split(0, comm->rank());
+  });
   std::vector<int> out;
   for (int r = 0; r < size_; ++r)
     if (std::find(members.begin(), members.end(), r) == members.end()) out.push_back(r);
