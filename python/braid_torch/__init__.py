@@ -23,7 +23,7 @@ import torch.distributed as dist
 from . import _C
 
 __all__ = ["ProcessGroupBraid", "BACKEND_NAME", "braid_version", "listen_address_for",
-           "backend_of", "FusionBuffer"]
+           "backend_of", "FusionBuffer", "shrink", "is_peer_failure"]
 
 BACKEND_NAME = "braid"
 ProcessGroupBraid = _C.ProcessGroupBraid
@@ -104,6 +104,46 @@ def backend_of(group=None):
         if isinstance(backend, ProcessGroupBraid):
             return backend
     raise ValueError(f"{pg!r} is not served by the braid backend")
+
+
+def shrink(group=None):
+    """Keep going after a rank died: every live rank of `group` (default: the world) calls it,
+    e.g. after a collective failed with braid's PeerLost or Timeout. braid agrees through the
+    store on which ranks are alive (braid::Comm::shrink, docs/reliability.md) and this returns
+    a new ProcessGroup of exactly those, renumbered 0..n-1 in their old order, registered with
+    torch like torch.distributed.shrink_group's result (which it is: shrink_group is called with
+    the ranks braid left out). `group` is destroyed; if it was the default group, the result is
+    the new default group and torch destroys every other group (ranks are renumbered).
+    A rank the others left out (it came after the group's timeout) gets RuntimeError
+    "braid PeerLost: ... this rank was left out"."""
+    from torch.distributed import distributed_c10d as c10d
+    if not hasattr(dist, "shrink_group"):
+        raise RuntimeError(f"braid_torch.shrink needs torch.distributed.shrink_group "
+                           f"(torch >= 2.15), and this is torch {torch.__version__}")
+    backend = backend_of(group)
+    target = c10d._get_default_group() if group is None or group is dist.group.WORLD else group
+    left_out = backend._agree_shrink()
+    if left_out:
+        kept = [g for i, g in enumerate(dist.get_process_group_ranks(target))
+                if i not in set(left_out)]
+        new = dist.shrink_group(left_out, group=group)
+        if dist.get_process_group_ranks(new) != kept:
+            # torch 2.15's shrink_group removes the excluded *group* ranks from the list of
+            # *global* ranks: wrong for a subgroup whose ranks are not 0..n-1. The right map:
+            c10d._world.pg_group_ranks[new] = {g: i for i, g in enumerate(kept)}
+        return new
+    # Nobody was left out (e.g. the group was revoked after a timeout or a mismatch, and every
+    # rank is alive): shrink_group refuses an empty list; its own steps make the same group.
+    info = c10d._prepare_shrink_target_group(group)
+    return c10d._finalize_shrunk_group(info, set(), backend.shrink([], 0, None))
+
+
+def is_peer_failure(error):
+    """True when `error` (an exception from a collective or Work.wait()) is braid's sign that
+    the group can only go on shrunk: PeerLost (a rank died, or the group was revoked) or
+    Timeout."""
+    text = str(error)
+    return "braid PeerLost" in text or "braid Timeout" in text
 
 
 _OP_NAMES = {"sum": "sum", "avg": "avg", "product": "prod", "prod": "prod", "min": "min",

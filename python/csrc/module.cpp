@@ -70,7 +70,12 @@ PYBIND11_MODULE(_C, m) {
             return pg.comm().selectedAlgorithm(*c, bytes);
           },
           py::arg("collective"), py::arg("bytes"),
-          "the algorithm braid picks for this collective and message size");
+          "the algorithm braid picks for this collective and message size")
+      .def("_agree_shrink", &ProcessGroupBraid::agreeShrink,
+           "braid's shrink agreement over the live ranks (braid_torch.shrink): the group's "
+           "ranks left out; once per group")
+      .def("revoke", &ProcessGroupBraid::revoke,
+           "revokes the group on every rank: pending and later operations fail with PeerLost");
 
   braid_torch::bindFusion(m);
   braid_torch::bindCompression(m);

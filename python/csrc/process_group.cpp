@@ -79,7 +79,7 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
                                      int size, const BackendConfig& config)
     : BackendBase(rank, size), config_(config), timeoutMs_(config.timeout.count()) {
   const braid::Options options = makeOptions(config);
-  auto adapter = std::make_shared<TorchStoreAdapter>(store);
+  auto adapter = bootstrapStore(store, rank, options);
   // Both communicators are created in the same order on every rank, so braid's per-store
   // generation counter gives them the same ids everywhere.
   comm_ = braid::Comm::create(adapter, rank, size, options);

@@ -24,7 +24,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "p2p.hpp"
 #include "torch_compat.hpp"
@@ -44,6 +46,9 @@ struct BackendConfig {
 class ProcessGroupBraid : public BackendBase {
  public:
   ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                    const BackendConfig& config);
+  /// A shrunk group (agreeShrink): over communicators braid::Comm::shrink made (elastic.cpp).
+  ProcessGroupBraid(std::unique_ptr<braid::Comm> comm, std::unique_ptr<braid::Comm> p2pComm,
                     const BackendConfig& config);
   ~ProcessGroupBraid() override;
 
@@ -104,6 +109,27 @@ class ProcessGroupBraid : public BackendBase {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
+  // ---- elastic: keep going when a rank dies (elastic.cpp, docs/pytorch.md "Shrink") ----
+#if BRAID_TORCH_HAS_SHRINK
+  bool supportsShrinking() const override { return true; }
+  /// torch.distributed.shrink_group's entry: the group of the ranks braid's agreement kept
+  /// (agreeShrink), when they are exactly the ranks not in `ranksToExclude`; otherwise an error
+  /// naming both lists (the agreed group is kept, so a second call with the agreed list, or
+  /// braid_torch.shrink(), returns it). Both shrink flags revoke this group first.
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<std::int64_t>& ranksToExclude, int shrinkFlags,
+      const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
+#endif
+  /// Collective over the live ranks: braid::Comm::shrink of the collectives' communicator
+  /// (which revokes it on every rank first), then a point-to-point communicator split off the
+  /// result. Returns this group's ranks that were left out, ascending. Done once: later calls
+  /// return the same answer (and shrink() the same group) without another agreement.
+  std::vector<int> agreeShrink();
+  /// The group agreeShrink made (nullptr before).
+  c10::intrusive_ptr<ProcessGroupBraid> shrunkGroup();
+  /// Revokes both communicators of this group on every rank (braid::Comm::revoke).
+  void revoke();
+
   /// Rank 0 collects a token from every rank, then releases them; a rank that does not arrive
   /// within the timeout is named in rank 0's error (Gloo's semantics and messages).
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
@@ -149,6 +175,9 @@ class ProcessGroupBraid : public BackendBase {
   std::shared_ptr<OpQueue> queue_;
   std::atomic<std::uint64_t> seq_{0};  // collectives issued (getSequenceNumberForGroup)
   std::atomic<std::int64_t> timeoutMs_;
+  std::mutex shrinkMu_;  // agreeShrink: one at a time, and the result below
+  c10::intrusive_ptr<ProcessGroupBraid> shrunk_;
+  std::vector<int> shrunkOut_;       // this group's ranks the agreement left out
   std::atomic<bool> closed_{false};  // shutdown() or abort() was called  // the group's bound
                                      // (config_.timeout, setTimeout)
 };

@@ -1,6 +1,7 @@
 #include "store_adapter.hpp"
 
 #include <braid/error.hpp>
+#include <string>
 
 namespace braid_torch {
 
@@ -8,8 +9,8 @@ namespace {
 
 [[noreturn]] void rethrowAsBraid(const char* what, const std::string& key, const std::exception& e,
                                  braid::ErrorCode code) {
-  throw braid::Error(code, std::string("torch store ") + what + " of key '" + key +
-                               "' failed: " + e.what());
+  throw braid::Error(
+      code, std::string("torch store ") + what + " of key '" + key + "' failed: " + e.what());
 }
 
 std::string joinKeys(const std::vector<std::string>& keys) {
@@ -65,6 +66,32 @@ bool TorchStoreAdapter::check(const std::vector<std::string>& keys) {
   } catch (const std::exception& e) {
     rethrowAsBraid("check", joinKeys(keys), e, braid::ErrorCode::Internal);
   }
+}
+
+std::shared_ptr<braid::Store> bootstrapStore(const c10::intrusive_ptr<c10d::Store>& torchStore,
+                                             int rank, const braid::Options& options) {
+  auto adapter = std::make_shared<TorchStoreAdapter>(torchStore);
+  braid::LaunchInfo launch;
+  try {
+    launch = braid::LaunchInfo::fromEnv();
+  } catch (const braid::Error&) {
+    return adapter;  // no launcher's store to use (bad or partial variables): torch's
+  }
+  if (!launch.storeExternal || launch.storeSource != "BRAID_STORE" || launch.storePort == 0)
+    return adapter;
+  auto tcp =
+      std::make_shared<braid::TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout,
+                                        braid::TcpStore::kDefaultOpTimeout, options.security);
+  // torch's store is already this group's namespace: the key is the group's.
+  const std::string key = "braid/namespace";
+  std::string ns;
+  if (rank == 0) {
+    ns = "braid/torch/" + std::to_string(tcp->add("braid/torch/groups", 1));
+    adapter->setString(key, ns);
+  } else {
+    ns = adapter->getString(key, options.connectTimeout);
+  }
+  return std::make_shared<braid::PrefixStore>(tcp, ns);
 }
 
 }  // namespace braid_torch

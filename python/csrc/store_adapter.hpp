@@ -3,7 +3,9 @@
 // (listen addresses, generation counters) goes through it; data never does.
 #pragma once
 
+#include <braid/options.hpp>
 #include <braid/store.hpp>
+#include <memory>
 
 #include "torch_compat.hpp"
 
@@ -24,5 +26,15 @@ class TorchStoreAdapter : public braid::Store {
  private:
   c10::intrusive_ptr<c10d::Store> store_;
 };
+
+/// The store a group's braid communicators bootstrap (and shrink) through. Where a launcher
+/// serves braid's own store outside the ranks (BRAID_STORE with BRAID_STORE_EXTERNAL=1, as
+/// braid-run --max-failures does): that store, in a namespace of the group that its rank 0 draws
+/// there and hands to the others through torch's store; so braid's liveness works as without
+/// torch (a killed rank is known gone at once, docs/reliability.md) and the store outlives any
+/// rank. Otherwise torch's store (a killed rank is then only left out of a shrink after the
+/// group's timeout).
+std::shared_ptr<braid::Store> bootstrapStore(const c10::intrusive_ptr<c10d::Store>& torchStore,
+                                             int rank, const braid::Options& options);
 
 }  // namespace braid_torch

@@ -16,6 +16,14 @@
 
 #define BRAID_TORCH_HAS_BACKEND_CLASS 1
 
+// c10d::Backend::supportsShrinking/shrink (torch.distributed.shrink_group): overridden for the
+// pinned torch and later (an older 2.x has no shrink_group; braid_torch.shrink says so).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define BRAID_TORCH_HAS_SHRINK 1
+#else
+#define BRAID_TORCH_HAS_SHRINK 0
+#endif
+
 namespace braid_torch {
 
 using BackendBase = c10d::Backend;

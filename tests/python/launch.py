@@ -99,8 +99,9 @@ def launch(nranks, script, args=(), init="env", timeout=120, env=None):
     return _collect(procs, files, start, timeout)
 
 
-def launch_braid_run(nranks, script, args=(), timeout=120, env=None):
-    """Runs `script` under build/bin/braid-run -n nranks (one process; output prefixed)."""
+def launch_braid_run(nranks, script, args=(), timeout=120, env=None, options=()):
+    """Runs `script` under build/bin/braid-run -n nranks (one process; output prefixed);
+    `options`: more braid-run options (e.g. "--max-failures", "1")."""
     braid_run = braid_run_path()
     if braid_run is None:
         raise FileNotFoundError("braid-run not built (build/bin/braid-run); set BRAID_RUN")
@@ -108,7 +109,8 @@ def launch_braid_run(nranks, script, args=(), timeout=120, env=None):
     out = open(os.path.join(tmp, "braid-run.log"), "w+")
     start = time.monotonic()
     proc = subprocess.Popen(
-        [str(braid_run), "-n", str(nranks), "--timeout", str(timeout), "--", PYTHON, str(script),
+        [str(braid_run), "-n", str(nranks), "--timeout", str(timeout), *map(str, options), "--",
+         PYTHON, str(script),
          *map(str, args)],
         env=base_env(env), stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO),
         start_new_session=True)
