@@ -1,11 +1,13 @@
 // A/B of straggler stamps and metrics in one run (docs/benchmarks.md, "Cost of straggler
-// attribution and metrics"): N forked ranks (one CPU each where there are enough) create three
-// communicators over one store: "off" (the defaults), "stamps" (BRAID_STRAGGLER=1: precise
-// stamps on every collective) and "metrics" (BRAID_METRICS_FILE, so precise stamps on every
-// 64th collective, per-operation counters, the metrics thread), then time blocks of
-// back-to-back blocking allreduces on each in turn (the order rotating every round), so that
-// a machine whose load changes affects the three alike. Per size: the median over rounds of
-// each setting's per-op time (max over ranks), and the median of the per-round ratios to "off".
+// attribution and metrics"): N forked ranks (one CPU each where there are enough) create four
+// communicators over one store: "off" (the defaults), "off2" (the defaults again: the A/A
+// control, whose ratio to "off" is what two identical communicators differ by), "stamps"
+// (BRAID_STRAGGLER=1: precise stamps on every collective) and "metrics" (BRAID_METRICS_FILE, so
+// precise stamps on every 64th collective, per-operation counters, the metrics thread), then
+// time blocks of back-to-back blocking allreduces on each in turn (the order rotating every
+// round), so that a machine whose load changes affects the four alike. Per size: the median
+// over rounds of each setting's per-op time (max over ranks), and the median of the per-round
+// ratios to "off".
 //
 // Usage: build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
 #include <sched.h>
@@ -40,16 +42,18 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
   }
   auto store = std::make_shared<TcpStore>("127.0.0.1", static_cast<std::uint16_t>(port),
                                           std::chrono::seconds(60));
-  Options off;
+  Options off = Options::fromEnv();  // BRAID_SHM_DISABLE=1 etc. apply to all four
+  Options off2 = off;
   Options stamps = off;
   stamps.stragglerSample = 1;
   Options metrics = off;
   metrics.metricsFile = "/tmp/braid-observe-ab.%r.prom";
   metrics.metricsInterval = std::chrono::seconds(1);
-  const char* names[] = {"off", "stamps", "metrics"};
+  const char* names[] = {"off", "off2", "stamps", "metrics"};
+  constexpr int kSettings = 4;
   std::vector<std::unique_ptr<Comm>> comms;
   int k = 0;
-  for (const Options* o : {&off, &stamps, &metrics})
+  for (const Options* o : {&off, &off2, &stamps, &metrics})
     comms.push_back(Comm::create(
         std::make_shared<PrefixStore>(store, std::string(names[k++]) + "/"), rank, n, *o));
   std::vector<char> send(sizes.back()), recv(sizes.back());
@@ -57,15 +61,15 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
     const std::size_t count = bytes / 4;
     const int iters =
         bytes <= 4096 ? 20000 : std::max<int>(20, static_cast<int>((64u << 20) / bytes));
-    std::vector<std::vector<double>> t(3);
-    std::vector<std::vector<double>> ratio(3);
-    for (int w = 0; w < 3; ++w)
+    std::vector<std::vector<double>> t(kSettings);
+    std::vector<std::vector<double>> ratio(kSettings);
+    for (int w = 0; w < kSettings; ++w)
       for (int i = 0; i < iters / 10 + 1; ++i)
         comms[w]->allreduce(send.data(), recv.data(), count, DataType::Float32, ReduceOp::Sum);
     for (int r = 0; r < rounds; ++r) {
-      double per[3];
-      for (int j = 0; j < 3; ++j) {
-        const int w = (j + r) % 3;
+      double per[kSettings];
+      for (int j = 0; j < kSettings; ++j) {
+        const int w = (j + r) % kSettings;
         Comm& c = *comms[w];
         c.barrier();
         const auto t0 = std::chrono::steady_clock::now();
@@ -76,7 +80,7 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
         c.allreduce(&s, &s, 1, DataType::Float64, ReduceOp::Max);
         per[w] = s;
       }
-      for (int w = 0; w < 3; ++w) {
+      for (int w = 0; w < kSettings; ++w) {
         t[w].push_back(per[w]);
         ratio[w].push_back(per[w] / per[0]);
       }
@@ -84,10 +88,10 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
     if (rank == 0) {
       std::printf("| %zu | %s | %d x %d |", bytes,
                   comms[0]->selectedAlgorithm(Collective::Allreduce, bytes).c_str(), rounds, iters);
-      for (int w = 0; w < 3; ++w)
+      for (int w = 0; w < kSettings; ++w)
         std::printf(" %.3f (%.3f) |", median(t[w]) * 1e6,
                     *std::min_element(t[w].begin(), t[w].end()) * 1e6);
-      std::printf(" %.3f | %.3f |\n", median(ratio[1]), median(ratio[2]));
+      std::printf(" %.3f | %.3f | %.3f |\n", median(ratio[1]), median(ratio[2]), median(ratio[3]));
       std::fflush(stdout);
     }
   }
@@ -110,9 +114,9 @@ int main(int argc, char** argv) {
   std::sort(sizes.begin(), sizes.end());
   TcpStoreServer server("127.0.0.1", 0);
   std::printf(
-      "| size (B) | algorithm | rounds x iters | off: median (min) us | stamps: median (min) "
-      "us | metrics: median (min) us | stamps/off | metrics/off |\n|---|---|---|---|---|---|"
-      "---|---|\n");
+      "| size (B) | algorithm | rounds x iters | off: median (min) us | off2: median (min) us | "
+      "stamps: median (min) us | metrics: median (min) us | off2/off | stamps/off | metrics/off "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
