@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
@@ -147,6 +149,45 @@ TEST(Selection, TuningFileParametersAndRulesApply) {
              [](Comm& c) { EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 32), "bruck"); });
   std::remove(topo.c_str());
   std::remove(tune.c_str());
+}
+
+// The row that runs is the row selected: a rule naming shm_ll for a message above its line is
+// skipped (BRAID_DEBUG=INFO names the rule and the constraint) and shm_direct runs under its own
+// name in the timeline (the flight recorder and metrics take the same name, Op::algorithm),
+// the INFO log and selectedAlgorithm; one that fits runs shm_ll.
+TEST(Selection, TheRowThatRunsIsTheOneNamedEverywhere) {
+  char tmpl[] = "/tmp/braid-selection-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  Options o = testOptions("allreduce:shm_ll");
+  o.timeline = dir + "/t.json";
+  o.flightSignal = false;
+  o.logLevel = 2;
+  testing::internal::CaptureStderr();
+  runThreads(2, o, [](Comm& c) {
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allreduce, 1200), "shm_direct");
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allreduce, 8), "shm_ll");
+    std::vector<float> x(300, 1.0f), y(300, 0.0f);
+    c.allreduce(x.data(), y.data(), 300, DataType::Float32, ReduceOp::Sum);  // 1200 B
+    EXPECT_EQ(y[299], 2.0f);
+    c.allreduce(x.data(), y.data(), 2, DataType::Float32, ReduceOp::Sum);  // 8 B
+    EXPECT_EQ(y[1], 2.0f);
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("rule 'shm_ll' skipped: shm_ll needs at most 1008 bytes in all"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("chosen shm_direct"), std::string::npos) << log;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir + "/t.rank" + std::to_string(r) + ".json");
+    const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(trace.find("\"bytes\":1200,\"algorithm\":\"shm_direct\""), std::string::npos)
+        << trace;
+    EXPECT_NE(trace.find("\"bytes\":8,\"algorithm\":\"shm_ll\""), std::string::npos) << trace;
+    EXPECT_EQ(trace.find("\"bytes\":1200,\"algorithm\":\"shm_ll\""), std::string::npos) << trace;
+    std::remove((dir + "/t.rank" + std::to_string(r) + ".json").c_str());
+  }
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace
