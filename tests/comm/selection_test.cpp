@@ -190,5 +190,30 @@ TEST(Selection, TheRowThatRunsIsTheOneNamedEverywhere) {
   ::rmdir(dir.c_str());
 }
 
+// Every rank selects the same row even where its sizes differ: alltoallv selects with 0 bytes,
+// so a ranged rule cannot split the ranks between two algorithms (rank 0 sends 4 KiB blocks,
+// the others 4-byte ones; the rule matches neither as 0 bytes, shm_direct runs everywhere).
+TEST(Selection, AlltoallvRanksWithDifferentSizesSelectAlike) {
+  runThreads(3, testOptions("alltoallv:1K-1G:pairwise"), [](Comm& c) {
+    const int n = c.size();
+    auto block = [](int from) { return std::size_t{from == 0 ? 1024u : 1u}; };
+    std::vector<std::size_t> sendCounts(3, block(c.rank())), recvCounts(3);
+    for (int p = 0; p < n; ++p) recvCounts[static_cast<std::size_t>(p)] = block(p);
+    std::vector<float> send(3 * block(c.rank())), recv(2 * 1 + 1024, -1.0f);
+    for (std::size_t i = 0; i < send.size(); ++i)
+      send[i] = static_cast<float>(c.rank() * 100000 + static_cast<int>(i));
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Alltoallv, 0), "shm_direct");
+    c.alltoallv(send.data(), sendCounts, {}, recv.data(), recvCounts, {}, DataType::Float32);
+    std::size_t at = 0;
+    for (int p = 0; p < n; ++p) {
+      const std::size_t b = block(p);
+      for (std::size_t i = 0; i < b; ++i)
+        ASSERT_EQ(recv[at + i], static_cast<float>(p * 100000 + static_cast<int>(c.rank() * b + i)))
+            << "from rank " << p << " element " << i;
+      at += b;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace braid::test
