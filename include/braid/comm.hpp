@@ -221,7 +221,9 @@ class Comm {
   /// outside [0, size()).
   std::string describePeer(int peer) const;
 
-  /// Name of the algorithm the communicator would pick for this collective and byte size.
+  /// Name of the algorithm the communicator would pick for this collective and byte size (the
+  /// nccl-tests size; alltoallv selects as 0 bytes): the one that runs, under that name. With
+  /// Options::algoForce, Error(InvalidArgument) when a matching rule's algorithm cannot run it.
   std::string selectedAlgorithm(Collective c, std::size_t bytes) const;
 
   /// Straggler report (docs/troubleshooting.md, "Who is slow"): every rank publishes the start

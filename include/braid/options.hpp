@@ -50,8 +50,14 @@ struct Options {
   std::size_t hierPieceBytes = 0;
   /// Messages up to this size use latency-optimised algorithms (BRAID_SMALL_MSG_SIZE).
   std::size_t smallMessageBytes = 64 * 1024;
-  /// Algorithm rules, e.g. "ring" or "allreduce:ring;allgather:ring" (BRAID_ALGO).
+  /// Algorithm rules, e.g. "ring" or "allreduce:ring;allgather:ring" (BRAID_ALGO). A rule
+  /// whose algorithm cannot run for an operation (its constraints, docs/algorithms.md) is
+  /// skipped for it, and BRAID_DEBUG=INFO says why.
   std::string algo;
+  /// The rules are requirements (BRAID_ALGO_FORCE=1; braid-perf --algo): an operation a
+  /// matching rule's algorithm cannot run fails with Error(InvalidArgument) naming the
+  /// algorithm, the constraint, the operation and the rank; nothing else runs in its place.
+  bool algoForce = false;
   /// Bound on connection setup, store included (BRAID_CONNECT_TIMEOUT, milliseconds).
   std::chrono::milliseconds connectTimeout{60000};
   /// Default bound on one operation (BRAID_EXEC_TIMEOUT, milliseconds).
@@ -149,7 +155,8 @@ struct Options {
   /// Straggler attribution (BRAID_STRAGGLER=N): precise start and end stamps on every N-th
   /// collective (by sequence number; 1: every one), so that an exchange of the ranks' stamps
   /// names the rank that arrived last at each of them (docs/troubleshooting.md, "Who is slow").
-  /// 0: off, except with metrics or BRAID_DEBUG=INFO, which sample every kDefaultStragglerSample-th.
+  /// 0: off, except with metrics or BRAID_DEBUG=INFO, which sample every
+  /// kDefaultStragglerSample-th.
   unsigned stragglerSample = 0;
   static constexpr unsigned kDefaultStragglerSample = 64;
   /// OpenMetrics text file per rank (BRAID_METRICS_FILE; "%r" -> rank, "%c" -> communicator),

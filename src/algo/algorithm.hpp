@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "topology/topology.hpp"
@@ -61,6 +62,32 @@ struct Context {
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
 
+/// What a row needs in order to run. Selection (tuning/rules.hpp) runs only rows whose
+/// constraints hold; an algorithm never runs another one under its name.
+struct Constraints {
+  /// A transport::SharedMemoryGroup of all ranks (every rank on this host, the shm transport);
+  /// a world of one rank needs none.
+  bool sharedMemory = false;
+  /// A topology of this world with at least 2 nodes and at least 2 ranks on some node.
+  bool severalNodes = false;
+  /// ... and the same number of ranks on every node.
+  bool uniformNodes = false;
+  /// At most this many bytes (0: no limit) of the operation's nccl-tests size, or of that size
+  /// divided by the world size when maxBytesPerRank is set.
+  std::size_t maxBytes = 0;
+  bool maxBytesPerRank = false;
+};
+
+/// The constraint a row fails (None: it can run).
+enum class Constraint : std::uint8_t {
+  None,
+  SharedMemory,
+  SeveralNodes,
+  UniformNodes,
+  MaxBytes,
+  RankOrdered,  // deterministic mode, a reduction, a row not registered rankOrdered
+};
+
 struct AlgoInfo {
   const char* name;  // e.g. "ring", "recursive_doubling", "binomial_tree"
   Collective coll;
@@ -69,7 +96,39 @@ struct AlgoInfo {
   /// Reductions only: with Context::deterministic set, every element is reduced in rank order
   /// (see Context::deterministic). Deterministic mode selects only these.
   bool rankOrdered = false;
+  Constraints needs = {};
 };
+
+/// What the constraints are checked against. Identical on every rank of a communicator, so
+/// every rank selects the same row (alltoallv, whose sizes differ by rank, passes bytes 0).
+struct Setting {
+  int worldSize = 1;
+  std::size_t bytes = 0;  // the operation's nccl-tests size
+  bool sharedMemory = false;
+  const topology::Topology* topo = nullptr;
+  bool deterministic = false;
+};
+
+/// The first constraint of `row` that `s` fails, or Constraint::None. No allocation.
+Constraint cannotRun(const AlgoInfo& row, const Setting& s) noexcept;
+/// "needs a shared-memory group of all ranks (...)": the constraint as text, for logs, errors
+/// and braid-info.
+std::string describe(Constraint c, const AlgoInfo& row);
+/// Every constraint of `row` as text ("none" when it has none), for braid-info and the docs.
+std::string describeConstraints(const AlgoInfo& row);
+
+/// The defensive check of an algorithm body entered against its row's constraints (selection
+/// prevents it; a direct call may not): throws Error(InvalidArgument) naming the algorithm,
+/// the constraint, the operation and the rank.
+[[noreturn]] void violated(const Context& ctx, Collective coll, const char* algorithm,
+                           Constraint c);
+/// The shared group, or violated(SharedMemory).
+transport::SharedMemoryGroup& requireSharedGroup(Context& ctx, Collective coll,
+                                                 const char* algorithm);
+/// ctx.topo when it has several nodes (and the same ranks on each when `uniform`), else
+/// violated(SeveralNodes / UniformNodes).
+const topology::Topology& requireNodes(const Context& ctx, Collective coll, const char* algorithm,
+                                       bool uniform);
 
 /// Every algorithm, grouped by collective.
 std::span<const AlgoInfo> registry();

@@ -9,12 +9,15 @@
 
 namespace braid::algo {
 
-/// The host's shared group when one line exchange carries `lineBytes` per rank (several ranks
-/// sharing a group, 1..kLineBytes bytes); nullptr when the caller must run its fallback.
-inline transport::SharedMemoryGroup* lineGroup(Context& ctx, std::size_t lineBytes) {
-  if (ctx.size == 1 || lineBytes == 0 || lineBytes > transport::SharedMemoryGroup::kLineBytes)
-    return nullptr;
-  return ctx.tr.sharedGroup();
+/// The host's shared group for one line exchange of `lineBytes` (<= kLineBytes) per rank.
+/// Selection runs shm_ll only where this holds (the rows' constraints); entered otherwise, it
+/// throws Error(InvalidArgument) naming the constraint (algorithm.hpp, violated()). A world of
+/// one rank and an empty message never reach it: the callers finish those locally.
+inline transport::SharedMemoryGroup& lineGroup(Context& ctx, Collective coll,
+                                               std::size_t lineBytes) {
+  if (lineBytes > transport::SharedMemoryGroup::kLineBytes)
+    violated(ctx, coll, "shm_ll", Constraint::MaxBytes);
+  return requireSharedGroup(ctx, coll, "shm_ll");
 }
 
 /// After this rank posted `own` (its whole line): reduces `count` elements at byte `offset` of

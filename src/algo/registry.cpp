@@ -57,6 +57,14 @@ void hierarchicalReduce(Context&, const CollArgs&);
 
 namespace {
 
+constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
+constexpr Constraints kShm{.sharedMemory = true};
+constexpr Constraints kShmLine{.sharedMemory = true, .maxBytes = kLine};
+constexpr Constraints kShmLinePerRank{
+    .sharedMemory = true, .maxBytes = kLine, .maxBytesPerRank = true};
+constexpr Constraints kNodes{.severalNodes = true};
+constexpr Constraints kUniformNodes{.severalNodes = true, .uniformNodes = true};
+
 constexpr std::array kAlgorithms{
     AlgoInfo{"ring", Collective::Allreduce, ringAllreduce,
              "ring reduce-scatter then ring allgather, chunk-pipelined; 2(N-1)/N x bytes per rank"},
@@ -85,27 +93,29 @@ constexpr std::array kAlgorithms{
     AlgoInfo{"dissemination", Collective::Barrier, disseminationBarrier,
              "ceil(log2 N) rounds of 0-byte messages to rank+2^k"},
     // Direct shared-memory collectives: only when every rank is on one host (the transport has
-    // a SharedMemoryGroup); elsewhere each runs the classic algorithm of its collective.
+    // a SharedMemoryGroup); selection does not pick them elsewhere.
     AlgoInfo{"shm_direct", Collective::Allreduce, shmDirectAllreduce,
              "one host: each rank reduces its 1/N slice of every peer's staged chunk in shared "
              "memory, then all copy the slices; 2 barriers per chunk (1 below 4 KiB)",
-             true},
+             true, kShm},
     AlgoInfo{"shm_direct", Collective::Allgather, shmDirectAllgather,
              "one host: each rank stages its block in shared memory, all copy every block; "
-             "1 barrier per chunk"},
+             "1 barrier per chunk",
+             false, kShm},
     AlgoInfo{"shm_direct", Collective::Broadcast, shmDirectBroadcast,
              "one host: the root stages the buffer in shared memory, all copy it; 1 barrier per "
-             "chunk"},
+             "chunk",
+             false, kShm},
     AlgoInfo{"shm_direct", Collective::ReduceScatter, shmDirectReduceScatter,
              "one host: each rank stages its input, reduces its block of every peer's staging; "
              "1 barrier per chunk",
-             true},
+             true, kShm},
     AlgoInfo{"shm_direct", Collective::Reduce, shmDirectReduce,
              "one host: slices reduced in shared memory as in allreduce, the root copies them; "
              "2 barriers per chunk (1 below 4 KiB)",
-             true},
+             true, kShm},
     AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
-             "one host: one counter line per rank in shared memory, spin then futex"},
+             "one host: one counter line per rank in shared memory, spin then futex", false, kShm},
     // Deterministic mode (BRAID_DETERMINISTIC): every element reduced in rank order.
     AlgoInfo{"rank_ordered", Collective::Allreduce, rankOrderedAllreduce,
              "each rank reduces its 1/N segment of every input in rank order, then ring "
@@ -141,56 +151,70 @@ constexpr std::array kAlgorithms{
     AlgoInfo{"hierarchical", Collective::Allreduce, hierarchicalAllreduce,
              "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
              "across nodes (all local ranks in parallel), ring allgather in the node, "
-             "pipelined by pieces; 2(M-1)/M x bytes per host over the network for M hosts"},
+             "pipelined by pieces; 2(M-1)/M x bytes per host over the network for M hosts",
+             false, kUniformNodes},
     AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
              "one host: from 64 KiB blocks each rank reads its block straight from every peer's "
-             "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk"},
+             "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk",
+             false, kShm},
     AlgoInfo{"shm_direct", Collective::Alltoallv, shmDirectAlltoallv,
              "one host: alltoall through staging slots, counts exchanged and checked in round 0; "
-             "1 barrier per chunk of the largest block"},
+             "1 barrier per chunk of the largest block",
+             false, kShm},
     AlgoInfo{"shm_direct", Collective::Allgatherv, shmDirectAllgatherv,
              "one host: each rank stages its block in shared memory, all copy every block; "
-             "1 barrier per chunk of the largest block"},
+             "1 barrier per chunk of the largest block",
+             false, kShm},
     AlgoInfo{"shm_direct", Collective::ReduceScatterv, shmDirectReduceScatterv,
              "one host: each rank stages its input, reduces its block of every peer's staging; "
              "1 barrier per chunk of the largest block",
-             true},
+             true, kShm},
     // Low-latency shared-memory collectives: data, tag and sequence number in one line per
-    // rank (1 KiB: up to 1008 B of data, one cache line up to 48); larger messages (or no
-    // shared group) run shm_direct.
+    // rank (1 KiB: up to 1008 B of data, one cache line up to 48); only messages that fit.
     AlgoInfo{"shm_ll", Collective::Allreduce, shmLowLatencyAllreduce,
              "one host, <= 1008 B: each rank posts its input in its line, all reduce the N lines "
-             "in rank order; no barrier"},
+             "in rank order; no barrier",
+             false, kShmLine},
     AlgoInfo{"shm_ll", Collective::Broadcast, shmLowLatencyBroadcast,
-             "one host, <= 1008 B: the root posts the buffer in its line, all copy it"},
+             "one host, <= 1008 B: the root posts the buffer in its line, all copy it", false,
+             kShmLine},
     AlgoInfo{"shm_ll", Collective::Reduce, shmLowLatencyReduce,
-             "one host, <= 1008 B: each rank posts its input in its line, the root reduces"},
+             "one host, <= 1008 B: each rank posts its input in its line, the root reduces", false,
+             kShmLine},
     AlgoInfo{"shm_ll", Collective::Barrier, shmLowLatencyBarrier,
-             "one host: each rank posts a sequence number in its line, polls the others'"},
+             "one host: each rank posts a sequence number in its line, polls the others'", false,
+             kShm},
     AlgoInfo{"shm_ll", Collective::Allgather, shmLowLatencyAllgather,
-             "one host, <= 1008 B per rank: each rank posts its block in its line, all copy"},
+             "one host, <= 1008 B per rank: each rank posts its block in its line, all copy", false,
+             kShmLinePerRank},
     AlgoInfo{"shm_ll", Collective::ReduceScatter, shmLowLatencyReduceScatter,
              "one host, <= 1008 B in all: each rank posts its input in its line, each reduces "
-             "its own block of the N lines in rank order; no barrier"},
+             "its own block of the N lines in rank order; no barrier",
+             false, kShmLine},
     AlgoInfo{"shm_ll", Collective::Alltoall, shmLowLatencyAlltoall,
              "one host, <= 1008 B in all: each rank posts its send buffer in its line, each "
-             "copies its block out of every peer's line; no barrier"},
+             "copies its block out of every peer's line; no barrier",
+             false, kShmLine},
     // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
-    // with the same local rank on every node; without such a topology, the classic algorithm.
+    // with the same local rank on every node; only with such a topology.
     AlgoInfo{"hierarchical", Collective::Allgather, hierarchicalAllgather,
              "several hosts: ring allgather of own blocks across nodes (all local ranks in "
              "parallel), then one ring allgather per node inside the node; (M-1)/M x bytes per "
-             "host over the network"},
+             "host over the network",
+             false, kUniformNodes},
     AlgoInfo{"hierarchical", Collective::ReduceScatter, hierarchicalReduceScatter,
              "several hosts: one ring reduce-scatter per node inside the node, then ring "
              "reduce-scatter of the node partials across nodes (all local ranks in parallel); "
-             "(M-1)/M x bytes per host over the network"},
+             "(M-1)/M x bytes per host over the network",
+             false, kUniformNodes},
     AlgoInfo{"hierarchical", Collective::Broadcast, hierarchicalBroadcast,
              "several hosts: root scatters P slices in its node, binomial tree of each slice "
-             "across nodes in parallel, ring allgather in each node; bytes once per host"},
+             "across nodes in parallel, ring allgather in each node; bytes once per host",
+             false, kNodes},
     AlgoInfo{"hierarchical", Collective::Reduce, hierarchicalReduce,
              "several hosts: ring reduce-scatter of P slices in each node, binomial tree reduce "
-             "of each slice across nodes in parallel, slices gathered at the root"},
+             "of each slice across nodes in parallel, slices gathered at the root",
+             false, kNodes},
 };
 
 }  // namespace

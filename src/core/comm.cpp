@@ -95,13 +95,17 @@ void Comm::Impl::log(int level, const std::string& msg) const {
 }
 
 tuning::SelectionInputs Comm::Impl::selectionInputs(Collective c, std::size_t bytes) const {
+  // Every rank must select the same row: alltoallv's sizes differ by rank, so it selects
+  // with 0 bytes (no row of alltoallv has a size constraint).
   return {c,
-          bytes,
+          c == Collective::Alltoallv ? 0 : bytes,
           size,
           opts.smallMessageBytes,
           transport->sharedGroup() != nullptr,
           opts.deterministic,
-          model.get()};
+          model.get(),
+          &topo,
+          opts.algoForce};
 }
 
 void Comm::Impl::execute(Op& op) {
@@ -143,18 +147,21 @@ void Comm::Impl::run(Op& op) {
   SelectionMemo& memo = selectionMemo[static_cast<std::size_t>(c)];
   const algo::AlgoInfo* algorithm = memo.algorithm;
   if (algorithm == nullptr || memo.bytes != op.bytes) {
-    std::string name;
+    // The selector runs only rows whose constraints hold (algo::cannotRun), and no algorithm
+    // runs another under its name: the row chosen here is the one the flight recorder, the
+    // metrics and the timeline name.
+    const tuning::SelectionInputs in = selectionInputs(c, op.bytes);
+    tuning::Selection sel;
     try {
-      name = tuning::selectAlgorithm(rules, selectionInputs(c, op.bytes));
-    } catch (const Error& e) {  // deterministic mode refusing a forced algorithm: nothing sent
+      sel = tuning::select(rules, in);
+    } catch (const Error& e) {  // a forced row that cannot run, a deterministic-mode refusal
       throw Error(e.code(), where(c) + ": " + e.detail());
     }
-    if (opts.logLevel >= 2 && model != nullptr && model->firstUse(c, op.bytes))
-      for (const auto& line : tuning::explainSelection(rules, selectionInputs(c, op.bytes), name))
-        log(2, line);
-    algorithm = algo::findAlgorithm(c, name);
+    algorithm = sel.algorithm;
     if (algorithm == nullptr)
-      throw Error(ErrorCode::Internal, where(c) + ": no algorithm named '" + name + "'");
+      throw Error(ErrorCode::Internal, where(c) + ": no algorithm can run it");
+    if (opts.logLevel >= 2 && model != nullptr && model->firstUse(c, in.bytes))
+      for (const auto& line : tuning::explainSelection(rules, in, algorithm->name)) log(2, line);
     // The hierarchical allreduce's piece: BRAID_HIER_PIECE_SIZE, else the model's pick.
     const std::size_t piece = opts.hierPieceBytes > 0 ? opts.hierPieceBytes
                               : c == Collective::Allreduce && model != nullptr
@@ -532,7 +539,11 @@ std::string Comm::stragglerReport() {
 }
 
 std::string Comm::selectedAlgorithm(Collective c, std::size_t bytes) const {
-  return tuning::selectAlgorithm(impl_->rules, impl_->selectionInputs(c, bytes));
+  try {
+    return tuning::selectAlgorithm(impl_->rules, impl_->selectionInputs(c, bytes));
+  } catch (const Error& e) {
+    throw Error(e.code(), impl_->where(c) + ": " + e.detail());
+  }
 }
 
 }  // namespace braid

@@ -45,6 +45,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_BUFFSIZE", "4M", "scratch memory per communicator, allocated once (bounds chunking)"},
     {"BRAID_SMALL_MSG_SIZE", "64K", "allreduce up to this size uses recursive doubling"},
     {"BRAID_ALGO", "", "algorithm rules, e.g. 'ring' or 'allreduce:0-64K:recursive_doubling'"},
+    {"BRAID_ALGO_FORCE", "0",
+     "1: a BRAID_ALGO rule whose algorithm cannot run an operation fails it (else: skipped)"},
     {"BRAID_CONNECT_TIMEOUT", "60000",
      "bound on store and peer connection setup: 500ms, 60s, 5m, 1h (a bare number is ms)"},
     {"BRAID_EXEC_TIMEOUT", "300000",
@@ -431,6 +433,7 @@ Options Options::fromEnv() {
     o.security.allowedPeers = security::readWhitelistFile(v);
   o.security.logRejections = o.logLevel >= 1;
   o.deterministic = boolVar("BRAID_DETERMINISTIC", false);
+  o.algoForce = boolVar("BRAID_ALGO_FORCE", false);
   if (const char* v = get("BRAID_KERNEL_ISA")) {
     std::string_view s(v);
     if (s != "auto" && s != "AUTO") {

@@ -66,8 +66,7 @@ std::pair<std::size_t, std::size_t> bufferBytes(Collective c, std::size_t count,
 }  // namespace
 
 bool needsSharedMemory(const algo::AlgoInfo& a) noexcept {
-  const std::string_view n = a.name;
-  return n == "shm_direct" || n == "shm_ll";
+  return a.needs.sharedMemory;
 }
 
 topology::Topology blockedTopology(int ranks, int perHost) {
@@ -88,12 +87,17 @@ topology::Topology blockedTopology(int ranks, int perHost) {
 SimResult simulate(const algo::AlgoInfo& algo, const topology::Topology& topo, std::size_t bytes,
                    const SimOptions& opts) {
   const int n = topo.size();
-  if (needsSharedMemory(algo))
+  // The registry's constraints, as selection checks them; the simulated transport has no
+  // shared-memory group.
+  if (const algo::Constraint why = algo::cannotRun(algo, {n, bytes, false, &topo, false});
+      why != algo::Constraint::None)
     throw Error(ErrorCode::InvalidArgument,
                 std::string("simulator: ") + toString(algo.coll) + " " + algo.name +
-                    " needs a shared-memory group (all ranks of one host sharing a segment), "
-                    "which the simulated transport does not offer; without one the library "
-                    "runs another algorithm");
+                    " cannot run on " + topo.summary() + ": it " + algo::describe(why, algo) +
+                    (why == algo::Constraint::SharedMemory
+                         ? "; the simulated transport has no shared-memory group"
+                         : "") +
+                    " (the library would not select it there)");
   if (opts.root < 0 || opts.root >= n)
     throw Error(ErrorCode::InvalidArgument, "simulator: root " + std::to_string(opts.root) +
                                                 " is not a rank of " + std::to_string(n));

@@ -49,8 +49,8 @@ struct SimResult {
   std::uint64_t switches = 0;
 };
 
-/// The algorithms written against a SharedMemoryGroup (shm_direct, shm_ll): without one they
-/// run another algorithm, so the simulator refuses them.
+/// The rows whose constraints need a SharedMemoryGroup (shm_direct, shm_ll; registry data,
+/// algo::Constraints): the simulated transport has none, so the simulator refuses them.
 bool needsSharedMemory(const algo::AlgoInfo& a) noexcept;
 
 /// Runs `algo` once on every rank of `topo` with a buffer of `bytes` (the nccl-tests size:

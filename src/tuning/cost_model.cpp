@@ -518,25 +518,30 @@ std::vector<std::string> explainSelection(const std::vector<Rule>& rules, const 
                     bytesText(CostModel::classBytes(cls)) + " (" + p.steps + ")" +
                     (p.algorithm == chosen ? "  <- chosen" : ""));
   std::string why;
-  for (const auto& r : rules) {
-    if (r.coll && *r.coll != in.coll) continue;
-    if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
-    if (algo::findAlgorithm(in.coll, r.algorithm) == nullptr) continue;
-    why = "a rule (BRAID_ALGO or tuning file) names " + r.algorithm;
-    break;
-  }
-  if (why.empty()) {
-    if (in.deterministic && isReduction(in.coll))
-      why = "deterministic mode (rank-ordered algorithms only)";
-    else if (in.sharedMemory && chosen.rfind("shm_", 0) == 0)
-      why = "one host with shared memory: fixed shared-memory policy";
-    else if (in.model != nullptr && in.model->decides() && !cands.empty())
-      why = "cost model: fastest predicted";
-    else if (in.model != nullptr && in.model->decides())
-      why = std::string("fixed policy (nothing for the model to choose between for ") +
-            toString(in.coll) + ")";
-    else
-      why = "fixed policy (one host, default parameters; BRAID_SMALL_MSG_SIZE threshold)";
+  const Selection sel = select(rules, in);
+  if (sel.skippedRule != nullptr)
+    lines.push_back("  rule '" + sel.skippedRule->algorithm + "' skipped: " + sel.skippedRow->name +
+                    " " + algo::describe(sel.skippedBecause, *sel.skippedRow));
+  switch (sel.reason) {
+    case Selection::Reason::Rule:
+      why = "a rule (BRAID_ALGO or tuning file) names " + chosen;
+      break;
+    case Selection::Reason::CostModel:
+      why = "cost model: fastest predicted of the rows that can run";
+      break;
+    case Selection::Reason::Default:
+      if (in.deterministic && isReduction(in.coll))
+        why = "default table, deterministic mode (rank-ordered rows only)";
+      else if (chosen.rfind("shm_", 0) == 0)
+        why = "default table: one host with shared memory";
+      else if (in.model != nullptr && in.model->decides())
+        why = std::string(
+                  "default table (the model has nothing that can run to choose between "
+                  "for ") +
+              toString(in.coll) + ")";
+      else
+        why = "default table (one host, default parameters; BRAID_SMALL_MSG_SIZE threshold)";
+      break;
   }
   lines.push_back("  chosen " + chosen + ": " + why);
   return lines;

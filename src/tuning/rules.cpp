@@ -122,7 +122,101 @@ std::vector<Rule> parseRules(std::string_view text, std::string_view source) {
   return rules;
 }
 
-std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in) {
+namespace {
+
+// The default table: per collective, the rows in order of preference, each with a condition.
+// The selector takes the first entry whose row can run (algo::cannotRun) and whose condition
+// holds; Model is the cost model's choice where it decides. Constraints do the filtering:
+// shm_ll holds only for messages that fit a line and shm_direct only with a shared group;
+// deterministic mode leaves only the rank-ordered rows of a reduction.
+enum class When : std::uint8_t {
+  Always,
+  Small,            // bytes <= smallMessageBytes: latency-bound, log2(N)-step algorithms
+  SmallPowerOfTwo,  // ... and N a power of two (otherwise halving's folding sends more)
+  Model,            // the cost model's choice, where it decides
+};
+
+struct DefaultEntry {
+  Collective coll;
+  const char* algorithm;  // nullptr for When::Model
+  When when;
+};
+
+constexpr DefaultEntry kDefaults[] = {
+    {Collective::Allreduce, "shm_ll", When::Always},
+    {Collective::Allreduce, "shm_direct", When::Always},
+    {Collective::Allreduce, nullptr, When::Model},
+    {Collective::Allreduce, "recursive_doubling", When::Small},
+    {Collective::Allreduce, "ring", When::Always},
+    {Collective::Allreduce, "rank_ordered", When::Always},
+    {Collective::Reduce, "shm_ll", When::Always},
+    {Collective::Reduce, "shm_direct", When::Always},
+    {Collective::Reduce, nullptr, When::Model},
+    {Collective::Reduce, "binomial_tree", When::Always},
+    {Collective::Reduce, "rank_ordered", When::Always},
+    {Collective::Broadcast, "shm_ll", When::Always},
+    {Collective::Broadcast, "shm_direct", When::Always},
+    {Collective::Broadcast, nullptr, When::Model},
+    {Collective::Broadcast, "binomial_tree", When::Always},
+    {Collective::Allgather, "shm_ll", When::Always},
+    {Collective::Allgather, "shm_direct", When::Always},
+    {Collective::Allgather, nullptr, When::Model},
+    {Collective::Allgather, "bruck", When::Small},
+    {Collective::Allgather, "ring", When::Always},
+    {Collective::Allgatherv, "shm_direct", When::Always},
+    {Collective::Allgatherv, "ring", When::Always},
+    {Collective::ReduceScatter, "shm_ll", When::Always},
+    {Collective::ReduceScatter, "shm_direct", When::Always},
+    {Collective::ReduceScatter, nullptr, When::Model},
+    {Collective::ReduceScatter, "halving_doubling", When::SmallPowerOfTwo},
+    {Collective::ReduceScatter, "ring", When::Always},
+    {Collective::ReduceScatter, "rank_ordered", When::Always},
+    {Collective::ReduceScatterv, "shm_direct", When::Always},
+    {Collective::ReduceScatterv, "ring", When::Always},
+    {Collective::ReduceScatterv, "rank_ordered", When::Always},
+    {Collective::Gather, "linear", When::Always},
+    {Collective::Scatter, "linear", When::Always},
+    {Collective::Alltoall, "shm_ll", When::Always},
+    {Collective::Alltoall, "shm_direct", When::Always},
+    {Collective::Alltoall, nullptr, When::Model},
+    {Collective::Alltoall, "pairwise", When::Always},
+    {Collective::Alltoallv, "shm_direct", When::Always},
+    {Collective::Alltoallv, "pairwise", When::Always},
+    {Collective::Barrier, "shm_ll", When::Always},
+    {Collective::Barrier, "dissemination", When::Always},
+};
+
+bool holds(When when, const SelectionInputs& in) {
+  switch (when) {
+    case When::Always:
+    case When::Model:
+      return true;
+    case When::Small:
+      return in.bytes <= in.smallMessageBytes;
+    case When::SmallPowerOfTwo:
+      return in.bytes <= in.smallMessageBytes && in.worldSize > 0 &&
+             (in.worldSize & (in.worldSize - 1)) == 0;
+  }
+  return false;
+}
+
+Error cannotRunError(const algo::AlgoInfo& row, algo::Constraint why, const SelectionInputs& in) {
+  return Error(ErrorCode::InvalidArgument,
+               "the forced algorithm '" + std::string(row.name) + "' cannot run " +
+                   toString(in.coll) + " of " + std::to_string(in.bytes) + " bytes on " +
+                   std::to_string(in.worldSize) + " ranks: it " + algo::describe(why, row) +
+                   " (BRAID_ALGO_FORCE=1 / braid-perf --algo runs nothing else in its place)");
+}
+
+}  // namespace
+
+algo::Setting settingOf(const SelectionInputs& in) noexcept {
+  return {in.worldSize, in.bytes, in.sharedMemory, in.topo, in.deterministic};
+}
+
+Selection select(const std::vector<Rule>& rules, const SelectionInputs& in) {
+  Selection out;
+  const algo::Setting setting = settingOf(in);
   for (const auto& r : rules) {
     if (r.coll && *r.coll != in.coll) continue;
     if (in.bytes < r.minBytes || in.bytes >= r.maxBytes) continue;
@@ -130,68 +224,41 @@ std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInput
     if (a == nullptr) continue;
     if (in.deterministic && isReduction(in.coll) && !a->rankOrdered)
       throw notRankOrdered(in.coll, r.algorithm, "a BRAID_ALGO rule");
-    return r.algorithm;
-  }
-  if (in.deterministic && isReduction(in.coll))
-    return in.sharedMemory && in.coll != Collective::ReduceScatterv ? "shm_direct" : "rank_ordered";
-  if (in.sharedMemory) {
-    // Tiny messages: one cache line per rank (shm_ll); the rest through the staging areas.
-    constexpr std::size_t kLine = transport::SharedMemoryGroup::kLineBytes;
-    const auto ranks = static_cast<std::size_t>(std::max(1, in.worldSize));
-    switch (in.coll) {
-      case Collective::Allreduce:
-      case Collective::Broadcast:
-      case Collective::Reduce:
-      case Collective::ReduceScatter:
-      case Collective::Alltoall:
-        return in.bytes <= kLine ? "shm_ll" : "shm_direct";
-      case Collective::Allgather:
-        return in.bytes <= kLine * ranks ? "shm_ll" : "shm_direct";
-      case Collective::Barrier:
-        return "shm_ll";
-      case Collective::Alltoallv:
-      case Collective::Allgatherv:
-      case Collective::ReduceScatterv:
-        return "shm_direct";
-      default:
-        break;
+    const algo::Constraint why = algo::cannotRun(*a, setting);
+    if (why == algo::Constraint::None) {
+      out.algorithm = a;
+      out.reason = Selection::Reason::Rule;
+      return out;
+    }
+    if (in.forced) throw cannotRunError(*a, why, in);
+    if (out.skippedRule == nullptr) {
+      out.skippedRule = &r;
+      out.skippedRow = a;
+      out.skippedBecause = why;
     }
   }
-  if (in.model != nullptr && in.model->decides()) {
-    if (auto choice = in.model->choose(in.coll, in.bytes)) return *choice;
+  for (const DefaultEntry& e : kDefaults) {
+    if (e.coll != in.coll || !holds(e.when, in)) continue;
+    const algo::AlgoInfo* a = nullptr;
+    if (e.when == When::Model) {
+      if (in.model == nullptr || !in.model->decides()) continue;
+      const auto choice = in.model->choose(in.coll, in.bytes);
+      if (!choice) continue;
+      a = algo::findAlgorithm(in.coll, *choice);
+    } else {
+      a = algo::findAlgorithm(in.coll, e.algorithm);
+    }
+    if (a == nullptr || algo::cannotRun(*a, setting) != algo::Constraint::None) continue;
+    out.algorithm = a;
+    out.reason = e.when == When::Model ? Selection::Reason::CostModel : Selection::Reason::Default;
+    return out;
   }
-  switch (in.coll) {
-    case Collective::Allreduce:
-      return in.bytes <= in.smallMessageBytes ? "recursive_doubling" : "ring";
-    case Collective::Reduce:
-    case Collective::Broadcast:
-      return "binomial_tree";
-    // Small messages are latency-bound: Bruck and recursive halving take log2(N) steps instead
-    // of ring's N-1 and send the same bytes (halving only when N is a power of two; otherwise
-    // its folding sends more).
-    case Collective::Allgather:
-      return in.bytes <= in.smallMessageBytes ? "bruck" : "ring";
-    case Collective::ReduceScatter:
-      return in.bytes <= in.smallMessageBytes && in.worldSize > 0 &&
-                     (in.worldSize & (in.worldSize - 1)) == 0
-                 ? "halving_doubling"
-                 : "ring";
-    case Collective::Allgatherv:
-    case Collective::ReduceScatterv:
-      return "ring";
-    case Collective::Gather:
-    case Collective::Scatter:
-      return "linear";
-    case Collective::Alltoall:
-    case Collective::Alltoallv:
-      return "pairwise";
-    case Collective::Barrier:
-      return "dissemination";
-    case Collective::Send:
-    case Collective::Recv:
-      return "direct";
-  }
-  return "direct";
+  return out;  // send / recv: no rows
+}
+
+std::string selectAlgorithm(const std::vector<Rule>& rules, const SelectionInputs& in) {
+  const Selection s = select(rules, in);
+  return s.algorithm != nullptr ? s.algorithm->name : "direct";
 }
 
 }  // namespace braid::tuning

@@ -243,13 +243,9 @@ std::optional<Expect> formula(Collective coll, const std::string& name, const Ca
     const int nodes = t.numNodes();
     const int local = t.maxLocalSize();
     const bool uniform = t.uniform();
-    const bool composed = coll == Collective::Broadcast || coll == Collective::Reduce
-                              ? nodes > 1 && local > 1
-                              : nodes > 1 && uniform && local > 1;
-    if (!composed) {
-      const bool tree = coll == Collective::Broadcast || coll == Collective::Reduce;
-      return formula(coll, tree ? "binomial_tree" : "ring", c, r);
-    }
+    // checkCase only gets here where the row's constraints hold (several nodes, uniform
+    // ones for allreduce / allgather / reduce_scatter).
+    (void)uniform;
     // Hosts of L ranks, M hosts; one piece (the sizes here), the sub-algorithms' chunks of
     // C elements (the chunk: the scratch is large enough here for every sub-algorithm's
     // slots in its half).
@@ -424,6 +420,18 @@ void checkCase(const AlgoInfo& a, const Case& c, const std::string& what) {
   o.root = c.root;
   // One piece for the hierarchical allreduce (its formula above is for one piece).
   o.pieceBytes = std::size_t{1} << 30;
+  // Where the row's constraints fail the simulator refuses it, as selection would.
+  if (const algo::Constraint why =
+          algo::cannotRun(a, {c.topo->size(), sizeOf(a.coll, c), false, c.topo, false});
+      why != algo::Constraint::None) {
+    try {
+      sim::simulate(a, *c.topo, sizeOf(a.coll, c), o);
+      ADD_FAILURE() << "simulated " << a.name << " where it cannot run";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(algo::describe(why, a)), std::string::npos) << e.what();
+    }
+    return;
+  }
   const sim::SimResult res = sim::simulate(a, *c.topo, sizeOf(a.coll, c), o);
   ASSERT_EQ(res.bytes, sizeOf(a.coll, c));
   std::uint64_t total = 0;
@@ -516,7 +524,9 @@ TEST(SimData, AllreduceResultsAreRightWithCopiedPayloads) {
   for (const int n : {7, 64}) {
     const Topology topo = topology::uniformTopology(n == 7 ? 1 : 8, n == 7 ? 7 : 8);
     for (const AlgoInfo& a : algo::registry()) {
-      if (a.coll != Collective::Allreduce || sim::needsSharedMemory(a)) continue;
+      if (a.coll != Collective::Allreduce ||
+          algo::cannotRun(a, {n, 0, false, &topo, false}) != algo::Constraint::None)
+        continue;
       SCOPED_TRACE(std::string(a.name) + " on " + topo.summary());
       constexpr std::size_t count = 3000;  // several chunks of 1 KiB
       EngineOptions o;

@@ -2,6 +2,13 @@
 // the inproc transport, with a 64-byte chunk and 4 KiB of scratch so every pipelining path runs.
 // Expected values come from tests/harness/data (plain double arithmetic, not braid's kernels).
 //
+// A case runs where its row's constraints hold (algo::cannotRun, as selection checks them) in
+// this harness: the ranks get a topology of two nodes (blocked, ceil(N/2) + floor(N/2) ranks),
+// so the hierarchical rows run composed at N = 4, 8 (uniform) and broadcast / reduce also at 3,
+// 5, 7; the inproc transport has no shared-memory group, so shm_direct and shm_ll run here at
+// N = 1 only; tests/comm/shm_direct_test.cpp and shm_ll_test.cpp sweep them over a real group
+// at every N. No row runs another algorithm in its place (rows that cannot run throw).
+//
 // The cross-product is trimmed to stay fast on two cores: the Sizes suite runs every world size
 // and count with two dtype/op pairs; the Types suite runs every dtype and op at two sizes.
 #include <gtest/gtest.h>
@@ -47,6 +54,25 @@ bool isRooted(Collective c) {
 }
 bool hasInPlace(Collective c) {
   return c != Collective::Alltoall && c != Collective::Alltoallv && c != Collective::Barrier;
+}
+
+/// The harness's topology for N ranks: two nodes, ranks blocked, ceil(N/2) on the first
+/// (one node for N = 1).
+const topology::Topology* harnessTopology(int n) {
+  static std::vector<topology::Topology> topos = [] {
+    std::vector<topology::Topology> t;
+    for (int size = 0; size <= 8; ++size) {
+      std::vector<topology::PeerInfo> peers(static_cast<std::size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        auto& p = peers[static_cast<std::size_t>(r)];
+        p.hostname = r < (size + 1) / 2 ? "a" : "b";
+        p.hostId = p.hostname;
+      }
+      t.push_back(size == 0 ? topology::Topology() : topology::buildTopology(peers));
+    }
+    return t;
+  }();
+  return n >= 1 && n <= 8 ? &topos[static_cast<std::size_t>(n)] : nullptr;
 }
 
 std::string caseName(const Case& c) {
@@ -129,6 +155,7 @@ class AlgoSweep : public testing::TestWithParam<Group> {
     setup.size = c.size;
     setup.chunkBytes = c.chunkBytes;
     setup.scratchBytes = c.scratchBytes;
+    setup.topo = harnessTopology(c.size);
     std::vector<std::string> reports(static_cast<std::size_t>(c.size));
     auto errors = runRanks(
         setup, [&](Context& ctx) { reports[static_cast<std::size_t>(ctx.rank)] = body(ctx); });
@@ -511,7 +538,39 @@ constexpr int kLargeSizes[] = {4, 5};
 // 5003 fp32 elements are 313 chunks of 64 bytes and five times the 4 KiB scratch.
 constexpr std::size_t kCounts[] = {0, 1, 7, 13, 257, 1031, 5003};
 
-std::vector<Case> casesOf(const Group& g) {
+/// The nccl-tests size of a case, as the communicator computes it for selection.
+std::size_t selectionBytes(const Case& c) {
+  const std::size_t es = dataTypeSize(c.dtype);
+  const auto n = static_cast<std::size_t>(c.size);
+  switch (c.algo->coll) {
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+    case Collective::Alltoall:
+    case Collective::Gather:
+    case Collective::Scatter:
+      return c.count * es * n;
+    case Collective::Allgatherv:
+    case Collective::ReduceScatterv: {
+      std::size_t total = 0;
+      for (int j = 0; j < c.size; ++j) total += varyingCount(c.count, j);
+      return total * es;
+    }
+    case Collective::Alltoallv:
+    case Collective::Barrier:
+      return 0;
+    default:
+      return c.count * es;
+  }
+}
+
+/// Whether the case's row can run in this harness (no shared-memory group, the two-node
+/// topology, not deterministic).
+bool runnable(const Case& c) {
+  return algo::cannotRun(*c.algo, {c.size, selectionBytes(c), false, harnessTopology(c.size),
+                                   false}) == algo::Constraint::None;
+}
+
+std::vector<Case> allCasesOf(const Group& g) {
   std::vector<Case> cases;
   const Collective coll = g.algo->coll;
   const int n = g.size;
@@ -564,13 +623,81 @@ std::vector<Case> casesOf(const Group& g) {
   return cases;
 }
 
+std::vector<Case> casesOf(const Group& g) {
+  std::vector<Case> cases = allCasesOf(g);
+  cases.erase(
+      std::remove_if(cases.begin(), cases.end(), [](const Case& c) { return !runnable(c); }),
+      cases.end());
+  return cases;
+}
+
 std::vector<Group> groups(Suite suite, std::span<const int> sizes) {
   std::vector<Group> out;
   for (const AlgoInfo& algo : algo::registry()) {
     if (suite != Suite::Sizes && algo.coll == Collective::Barrier) continue;
-    for (int n : sizes) out.push_back({&algo, n, suite});
+    for (int n : sizes)
+      if (!casesOf({&algo, n, suite}).empty()) out.push_back({&algo, n, suite});
   }
   return out;
+}
+
+// Which rows the sweep covers: every row somewhere (shm rows at N = 1; their sweep over a real
+// group is tests/comm), the hierarchical rows composed at several N, and never a row where
+// its constraints fail (a direct call there throws: RowsThatCannotRunThrow below).
+TEST(AlgoSweepCoverage, EveryRowWhereItsConstraintsHold) {
+  for (const AlgoInfo& algo : algo::registry()) {
+    std::vector<int> sizes;
+    for (int n : kSizes)
+      if (!casesOf({&algo, n, Suite::Sizes}).empty()) sizes.push_back(n);
+    EXPECT_FALSE(sizes.empty()) << toString(algo.coll) << " " << algo.name;
+    if (std::string(algo.name) == "hierarchical") {
+      const bool uniform = algo.needs.uniformNodes;
+      EXPECT_EQ(sizes, uniform ? std::vector<int>({4, 8}) : std::vector<int>({3, 4, 5, 7, 8}))
+          << toString(algo.coll);
+    } else if (algo.needs.sharedMemory) {
+      EXPECT_EQ(sizes, std::vector<int>({1})) << toString(algo.coll) << " " << algo.name;
+    } else {
+      EXPECT_EQ(sizes.size(), std::size(kSizes)) << toString(algo.coll) << " " << algo.name;
+    }
+  }
+}
+
+// An algorithm entered against its row's constraints throws Error(InvalidArgument) naming the
+// algorithm and the constraint on every rank; it never runs another algorithm instead.
+TEST(AlgoSweepCoverage, RowsThatCannotRunThrow) {
+  for (const AlgoInfo& algo : algo::registry()) {
+    for (int n : {2, 3}) {
+      Case c{&algo, n, 13, DataType::Float32, ReduceOp::Sum, false, false};
+      if (runnable(c)) continue;
+      SCOPED_TRACE(std::string(toString(algo.coll)) + " " + algo.name + " n=" + std::to_string(n));
+      RankSetup setup;
+      setup.size = n;
+      setup.topo = harnessTopology(n);
+      const std::size_t elems = 13 * static_cast<std::size_t>(n) * 4;  // room for every layout
+      std::vector<std::size_t> counts(static_cast<std::size_t>(n), 13);
+      std::vector<std::size_t> displs = displsOf(counts, 0);
+      auto errors = runRanks(setup, [&](Context& ctx) {
+        std::vector<float> in(elems, 1.0f), out(elems, 0.0f);
+        CollArgs a;
+        a.coll = algo.coll;
+        a.count = 13;
+        a.send = in.data();
+        a.recv = out.data();
+        a.counts = counts;
+        a.displs = displs;
+        a.recvCounts = counts;
+        a.recvDispls = displs;
+        algo.run(ctx, a);
+      });
+      for (int r = 0; r < n; ++r) {
+        const std::string w = errorText(errors[static_cast<std::size_t>(r)]);
+        EXPECT_NE(w.find("'" + std::string(algo.name) + "' cannot run"), std::string::npos)
+            << "rank " << r << ": " << w;
+        EXPECT_NE(w.find("needs"), std::string::npos) << w;
+        EXPECT_NE(w.find("rank " + std::to_string(r)), std::string::npos) << w;
+      }
+    }
+  }
 }
 
 TEST_P(AlgoSweep, MatchesExpected) {
@@ -654,8 +781,11 @@ TEST_P(AlgoSweepExtended, AddedDtypesAndOpsMatchExpected) {
         const std::size_t inCount = coll == Collective::ReduceScatter ? count * n : count;
         const int root = n - 1;
         std::vector<std::string> reports(static_cast<std::size_t>(n));
+        Case probe{g.algo, n, count, t, op, false, false};
+        if (!runnable(probe)) continue;
         RankSetup setup;
         setup.size = n;
+        setup.topo = harnessTopology(n);
         auto errors = runRanks(setup, [&](Context& ctx) {
           const int me = ctx.rank;
           std::vector<std::uint8_t> in(inCount * es + 1), out(count * es + 1, 0xa5);
@@ -698,7 +828,8 @@ std::vector<Group> reductionGroups() {
     if (algo.coll != Collective::Allreduce && algo.coll != Collective::Reduce &&
         algo.coll != Collective::ReduceScatter)
       continue;
-    for (int n : {3, 4}) out.push_back({&algo, n, Suite::Types});
+    for (int n : {3, 4})
+      if (!casesOf({&algo, n, Suite::Types}).empty()) out.push_back({&algo, n, Suite::Types});
   }
   return out;
 }

@@ -1,9 +1,10 @@
 // Algorithms that read Context::topo (the hierarchical allreduce, allgather, reduce_scatter,
 // broadcast and reduce) on fabricated topologies, hosts of equal and of different sizes:
 // blocked and cyclic rank placement, several counts (0, 1, odd, primes, > one chunk), dtypes,
-// in place, a tiny chunk; expected values computed independently (tests/harness/data). The
-// registry-driven sweep runs them without a topology (their flat fallback); this runs the
-// composed paths.
+// in place, a tiny chunk; expected values computed independently (tests/harness/data). On a
+// layout where a row's constraints fail (one node, one rank per node, uneven nodes for the
+// allreduce, allgather and reduce_scatter) every rank must throw Error(InvalidArgument) naming
+// the constraint: no algorithm runs another in its place.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -29,10 +30,38 @@ std::string describe(const Layout& l) {
          (l.cyclic ? " cyclic" : " blocked");
 }
 
+/// Where `algo` cannot run on `topo` (its row's constraints): runs it anyway and expects every
+/// rank to throw Error(InvalidArgument) naming the algorithm and the constraint. True then.
+bool refusedOn(const algo::AlgoInfo& algo, const topology::Topology& topo, RankSetup setup) {
+  const algo::Constraint why = algo::cannotRun(algo, {topo.size(), 0, false, &topo, false});
+  if (why == algo::Constraint::None) return false;
+  setup.size = topo.size();
+  setup.topo = &topo;
+  const std::size_t elems = 64 * static_cast<std::size_t>(topo.size());
+  auto errors = runRanks(setup, [&](algo::Context& ctx) {
+    std::vector<float> in(elems, 1.0f), out(elems, 0.0f);
+    algo::CollArgs a;
+    a.coll = algo.coll;
+    a.count = 8;
+    a.send = in.data();
+    a.recv = out.data();
+    algo.run(ctx, a);
+  });
+  const std::string text = algo::describe(why, algo);
+  for (int r = 0; r < topo.size(); ++r) {
+    const std::string w = errorText(errors[static_cast<std::size_t>(r)]);
+    EXPECT_NE(w.find("'" + std::string(algo.name) + "' cannot run"), std::string::npos)
+        << "rank " << r << " on " << topo.summary() << ": " << w;
+    EXPECT_NE(w.find(text), std::string::npos) << w;
+  }
+  return true;
+}
+
 /// pieceBytes: Context::pieceBytes of every rank (0: the Context's default).
 void checkAllreduce(const algo::AlgoInfo& algo, const topology::Topology& topo, std::size_t count,
                     DataType dt, ReduceOp op, bool inPlace, std::size_t pieceBytes = 0,
                     RankSetup setup = {}) {
+  if (refusedOn(algo, topo, setup)) return;
   const int n = topo.size();
   std::vector<double> expected(count);
   std::vector<double> v(static_cast<std::size_t>(n));
@@ -220,14 +249,18 @@ TEST(TopologyAlgorithms, HierarchicalAllreduceRanksAgreeBitwise) {
   }
 }
 
-TEST(TopologyAlgorithms, HierarchicalFallsBackOnUnevenNodes) {
-  // 3 ranks on one host, 1 on another: not uniform, so ring over all ranks.
+TEST(TopologyAlgorithms, HierarchicalAllreduceRefusesUnevenNodes) {
+  // 3 ranks on one host, 1 on another: not uniform, so the row cannot run (checkAllreduce
+  // expects every rank's Error naming the constraint).
   std::vector<topology::PeerInfo> peers(4);
   for (int r = 0; r < 4; ++r) {
     peers[static_cast<std::size_t>(r)].hostname = r < 3 ? "a" : "b";
     peers[static_cast<std::size_t>(r)].hostId = peers[static_cast<std::size_t>(r)].hostname;
   }
   const auto topo = topology::buildTopology(peers);
+  EXPECT_EQ(algo::cannotRun(*algo::findAlgorithm(Collective::Allreduce, "hierarchical"),
+                            {4, 4124, false, &topo, false}),
+            algo::Constraint::UniformNodes);
   checkAllreduce(*algo::findAlgorithm(Collective::Allreduce, "hierarchical"), topo, 1031,
                  DataType::Float32, ReduceOp::Sum, true);
 }
@@ -289,6 +322,7 @@ struct HierCase {
 /// rank's output element by element against values computed here.
 void checkHierarchical(const algo::AlgoInfo& algo, const topology::Topology& topo,
                        const HierCase& c, RankSetup setup = {}) {
+  if (refusedOn(algo, topo, setup)) return;
   const int n = topo.size();
   const auto un = static_cast<std::size_t>(n);
   const Collective coll = algo.coll;

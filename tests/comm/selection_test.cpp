@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
@@ -147,6 +149,70 @@ TEST(Selection, TuningFileParametersAndRulesApply) {
              [](Comm& c) { EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 32), "bruck"); });
   std::remove(topo.c_str());
   std::remove(tune.c_str());
+}
+
+// The row that runs is the row selected: a rule naming shm_ll for a message above its line is
+// skipped (BRAID_DEBUG=INFO names the rule and the constraint) and shm_direct runs under its own
+// name in the timeline (the flight recorder and metrics take the same name, Op::algorithm),
+// the INFO log and selectedAlgorithm; one that fits runs shm_ll.
+TEST(Selection, TheRowThatRunsIsTheOneNamedEverywhere) {
+  char tmpl[] = "/tmp/braid-selection-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  Options o = testOptions("allreduce:shm_ll");
+  o.timeline = dir + "/t.json";
+  o.flightSignal = false;
+  o.logLevel = 2;
+  testing::internal::CaptureStderr();
+  runThreads(2, o, [](Comm& c) {
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allreduce, 1200), "shm_direct");
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Allreduce, 8), "shm_ll");
+    std::vector<float> x(300, 1.0f), y(300, 0.0f);
+    c.allreduce(x.data(), y.data(), 300, DataType::Float32, ReduceOp::Sum);  // 1200 B
+    EXPECT_EQ(y[299], 2.0f);
+    c.allreduce(x.data(), y.data(), 2, DataType::Float32, ReduceOp::Sum);  // 8 B
+    EXPECT_EQ(y[1], 2.0f);
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("rule 'shm_ll' skipped: shm_ll needs at most 1008 bytes in all"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("chosen shm_direct"), std::string::npos) << log;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir + "/t.rank" + std::to_string(r) + ".json");
+    const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(trace.find("\"bytes\":1200,\"algorithm\":\"shm_direct\""), std::string::npos)
+        << trace;
+    EXPECT_NE(trace.find("\"bytes\":8,\"algorithm\":\"shm_ll\""), std::string::npos) << trace;
+    EXPECT_EQ(trace.find("\"bytes\":1200,\"algorithm\":\"shm_ll\""), std::string::npos) << trace;
+    std::remove((dir + "/t.rank" + std::to_string(r) + ".json").c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+// Every rank selects the same row even where its sizes differ: alltoallv selects with 0 bytes,
+// so a ranged rule cannot split the ranks between two algorithms (rank 0 sends 4 KiB blocks,
+// the others 4-byte ones; the rule matches neither as 0 bytes, shm_direct runs everywhere).
+TEST(Selection, AlltoallvRanksWithDifferentSizesSelectAlike) {
+  runThreads(3, testOptions("alltoallv:1K-1G:pairwise"), [](Comm& c) {
+    const int n = c.size();
+    auto block = [](int from) { return std::size_t{from == 0 ? 1024u : 1u}; };
+    std::vector<std::size_t> sendCounts(3, block(c.rank())), recvCounts(3);
+    for (int p = 0; p < n; ++p) recvCounts[static_cast<std::size_t>(p)] = block(p);
+    std::vector<float> send(3 * block(c.rank())), recv(2 * 1 + 1024, -1.0f);
+    for (std::size_t i = 0; i < send.size(); ++i)
+      send[i] = static_cast<float>(c.rank() * 100000 + static_cast<int>(i));
+    EXPECT_EQ(c.selectedAlgorithm(Collective::Alltoallv, 0), "shm_direct");
+    c.alltoallv(send.data(), sendCounts, {}, recv.data(), recvCounts, {}, DataType::Float32);
+    std::size_t at = 0;
+    for (int p = 0; p < n; ++p) {
+      const std::size_t b = block(p);
+      for (std::size_t i = 0; i < b; ++i)
+        ASSERT_EQ(recv[at + i], static_cast<float>(p * 100000 + static_cast<int>(c.rank() * b + i)))
+            << "from rank " << p << " element " << i;
+      at += b;
+    }
+  });
 }
 
 }  // namespace

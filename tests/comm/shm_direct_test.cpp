@@ -1,8 +1,9 @@
 // The direct shared-memory collectives ("shm_direct"): forced by rule and chosen by the default
 // policy on one host, over ranks as threads and as processes, every collective x world size x
 // count x dtype x op x in-place (harness/checks), multi-chunk messages (64-byte chunks, and
-// large messages bounded by the 1 MiB staging half), the fallback when there is no shared
-// group, and an oversubscribed host (8 ranks on this machine's CPUs) making quick progress.
+// large messages bounded by the 1 MiB staging half), rules naming it skipped and forced ones
+// refused when there is no shared group, and an oversubscribed host (8 ranks on this machine's
+// CPUs) making quick progress.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,11 +39,9 @@ TEST_P(ShmDirectThreads, ChosenByDefaultOnOneHost) {
     // runs it on one host; the barrier is always a line exchange.
     for (Collective k : kDirect) {
       const std::string want = k == Collective::Barrier ? "shm_ll" : "shm_direct";
+      // One rank needs no shared group: the rows run there too (a local copy).
       for (std::size_t bytes : {std::size_t{8} << 10, std::size_t{64} << 20})
-        if (c.size() > 1)
-          EXPECT_EQ(c.selectedAlgorithm(k, bytes), want) << toString(k) << " " << bytes;
-        else
-          EXPECT_NE(c.selectedAlgorithm(k, bytes), "shm_direct") << toString(k) << " " << bytes;
+        EXPECT_EQ(c.selectedAlgorithm(k, bytes), want) << toString(k) << " " << bytes;
     }
     // Collectives without a direct algorithm keep their default.
     EXPECT_EQ(c.selectedAlgorithm(Collective::Gather, 8 << 10), "linear");
@@ -74,7 +73,8 @@ TEST(ShmDirect, LargeMessagesSeveralChunks) {
 
 // Options::shmStagingBytes (BRAID_SHM_STAGING) bounds the chunks: at the 16 KiB minimum a
 // large message takes many rounds (slots of 16 KiB / 2 / N for reduce-scatter and alltoall);
-// at 0 there is no group, so neither shm_direct nor shm_ll is chosen and forced rows fall back.
+// at 0 there is no group, so neither shm_direct nor shm_ll is chosen and rules naming them are
+// skipped.
 TEST(ShmDirect, StagingSizeOption) {
   Options small = testOptions("shm_direct");
   small.chunkBytes = std::size_t{1} << 20;
@@ -166,14 +166,34 @@ TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmDirectProcesses, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
                          [](const auto& info) { return "n" + std::to_string(info.param); });
 
-// Without shared memory (BRAID_SHM_DISABLE) the shm_direct rows run their classic algorithm, and
-// the default policy does not pick them.
-TEST(ShmDirect, FallsBackWithoutSharedMemory) {
+// Without shared memory (BRAID_SHM_DISABLE) the shm_direct rows cannot run: a rule naming
+// them is skipped (the default table's row runs, under its own name), a forced one
+// (BRAID_ALGO_FORCE, braid-perf --algo) fails the operation with Error(InvalidArgument) naming
+// the algorithm, the constraint, the operation and the rank; nothing else runs in its place.
+TEST(ShmDirect, WithoutSharedMemoryRulesAreSkippedForcedOnesRefused) {
   Options o = testOptions("shm_direct");
   o.shmDisable = true;
   runThreads(3, o, [](Comm& c) {
+    for (Collective k : kDirect) EXPECT_NE(c.selectedAlgorithm(k, 8 << 10), "shm_direct");
     const std::size_t counts[] = {0, 7, 1031};
     sweepCollectives(c, counts);
+  });
+  o.algoForce = true;
+  runThreads(3, o, [](Comm& c) {
+    std::vector<float> in(64, 1.0f), out(64, 0.0f);
+    try {
+      c.allreduce(in.data(), out.data(), 64, DataType::Float32, ReduceOp::Sum);
+      ADD_FAILURE() << "a forced shm_direct ran without a shared group";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      const std::string w = e.what();
+      EXPECT_NE(w.find("'shm_direct'"), std::string::npos) << w;
+      EXPECT_NE(w.find("shared-memory group"), std::string::npos) << w;
+      EXPECT_NE(w.find("allreduce"), std::string::npos) << w;
+      EXPECT_NE(w.find("rank " + std::to_string(c.rank())), std::string::npos) << w;
+    }
+    // Collectives without a shm_direct row are not affected by the rule.
+    c.gather(in.data(), out.data(), 1, DataType::Float32, 0);
   });
   Options d = testOptions();
   d.shmDisable = true;

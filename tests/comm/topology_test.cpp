@@ -120,11 +120,17 @@ TEST(CommTopology, HierarchicalCollectivesThroughRulesOnFabricatedLayouts) {
       Options o = testOptions(rules);
       o.topoFile = file;
       const bool all = std::string(rules) == "hierarchical";
+      // Allgather and reduce_scatter's rows need the same ranks on every node: on the 3 + 2
+      // layout the rule naming them is skipped and the default table's row runs instead, under
+      // its own name.
+      const bool uniform = n == 4;
+      const char* even = uniform ? "hierarchical" : "shm_ll";
       runThreads(n, o, [&](Comm& c) {
-        EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 1024), "hierarchical");
+        EXPECT_EQ(c.selectedAlgorithm(Collective::Allgather, 1024), even);
         EXPECT_EQ(c.selectedAlgorithm(Collective::Reduce, 1 << 20), "hierarchical");
         if (all) {
-          EXPECT_EQ(c.selectedAlgorithm(Collective::ReduceScatter, 1024), "hierarchical");
+          EXPECT_EQ(c.selectedAlgorithm(Collective::ReduceScatter, 1024),
+                    uniform ? "hierarchical" : "shm_direct");
           EXPECT_EQ(c.selectedAlgorithm(Collective::Broadcast, 1 << 20), "hierarchical");
         }
         sweepCollectives(c, counts);

@@ -37,6 +37,12 @@ TEST(BraidInfo, PrintsVersionIsaAlgorithmsAndEnvironment) {
       EXPECT_EQ(r.out.find(std::string(a.summary) + " [rank-ordered") != std::string::npos,
                 a.rankOrdered)
           << a.name;
+      // The row's constraints follow on the next line (algo::describeConstraints).
+      const auto at = r.out.find(a.summary);
+      const auto next = r.out.find('\n', at);
+      EXPECT_EQ(r.out.compare(r.out.find_first_not_of(' ', next + 1), 7, "needs: "), 0) << a.name;
+      EXPECT_NE(r.out.find("needs: " + algo::describeConstraints(a), next), std::string::npos)
+          << a.name;
     }
   }
   for (const EnvVarDoc& d : environmentVariables()) {

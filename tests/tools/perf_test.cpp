@@ -222,6 +222,24 @@ TEST(Perf, ForcedAlgorithmShowsInTheAlgoColumn) {
   EXPECT_EQ(rows[0].algo, "ring");
 }
 
+// --algo forces: a size the algorithm cannot run (shm_ll: one 1008-byte line) fails naming the
+// algorithm and the constraint, instead of measuring another algorithm under its name.
+TEST(Perf, ForcedAlgorithmThatCannotRunIsAnError) {
+  auto r = perfUnderRun(2, {"allreduce", "--algo", "shm_ll", "-b", "1K", "-e", "1K", "-n", "1",
+                            "-w", "0", "--reps", "1"},
+                        60);
+  EXPECT_NE(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.err.find("'shm_ll' cannot run allreduce of 1024 bytes"), std::string::npos)
+      << describe(r);
+  EXPECT_NE(r.err.find("at most 1008 bytes"), std::string::npos) << describe(r);
+  r = perfUnderRun(2, {"allreduce", "--algo", "shm_ll", "-b", "1000", "-e", "1000", "-n", "1",
+                       "-w", "0", "--reps", "1"});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  const auto rows = tableRows(r);
+  ASSERT_EQ(rows.size(), 1u) << describe(r);
+  EXPECT_EQ(rows[0].algo, "shm_ll");
+}
+
 TEST(Perf, FailuresHaveNonZeroExitCodes) {
   ProcessOptions opts;
   opts.env = cleanLaunchEnv();

@@ -199,8 +199,8 @@ TEST(BraidPlan, ChoiceEqualsTheLibrarySelection) {
           const Collective kind = *parseCollective(str(coll, "collective"));
           for (const auto& op : coll.find("ops")->items()) {
             const auto bytes = static_cast<std::size_t>(num(op, "bytes"));
-            tuning::SelectionInputs in{kind,  bytes, topo.size(), 64 * 1024, !noShm && c.hosts == 1,
-                                       false, &model};
+            tuning::SelectionInputs in{
+                kind, bytes, topo.size(), 64 * 1024, !noShm && c.hosts == 1, false, &model, &topo};
             EXPECT_EQ(str(op, "chosen"), tuning::selectAlgorithm({}, in))
                 << toString(kind) << " " << bytes;
             const auto cands = model.candidates(kind, bytes);
@@ -332,7 +332,7 @@ TEST(BraidPlan, SimulateSelectsAsTheLibraryAndRefusesSharedMemory) {
   const topology::Topology topo = topology::uniformTopology(8, 2);
   const tuning::CostModel model(tuning::CostParams{}, topo, 16, 256 * 1024, 0, 4 << 20);
   const tuning::SelectionInputs in{
-      Collective::Allgather, 1 << 20, 16, 64 * 1024, false, false, &model};
+      Collective::Allgather, 1 << 20, 16, 64 * 1024, false, false, &model, &topo};
   const auto v = planJson(
       {"--simulate", "allgather", "--hosts", "8", "--ranks-per-host", "2", "--size", "1M"});
   EXPECT_EQ(str(v, "algorithm"), tuning::selectAlgorithm({}, in));

@@ -372,9 +372,10 @@ TEST(CostModel, SelectionOrder) {
   const CostModel single(CostParams{}, one, 4, 1 << 18);
   EXPECT_TRUE(multi.decides());
   EXPECT_FALSE(single.decides());  // one host, default parameters: the fixed policy
-  auto in = [](Collective c, std::size_t bytes, const CostModel& m) {
+  auto in = [&](Collective c, std::size_t bytes, const CostModel& m) {
     SelectionInputs s{c, bytes, m.worldSize(), 64 * 1024};
     s.model = &m;
+    s.topo = &m == &multi ? &two : &one;
     return s;
   };
   // One host: exactly the fixed policy.
@@ -415,6 +416,7 @@ TEST(CostModel, ExplanationListsEveryCandidateAndTheChoice) {
   const CostModel m(CostParams{}, topo, 4, 1 << 18);
   SelectionInputs s{Collective::Allreduce, 1000, 4, 64 * 1024};
   s.model = &m;
+  s.topo = &topo;
   const std::string chosen = selectAlgorithm({}, s);
   const auto lines = explainSelection({}, s, chosen);
   ASSERT_GE(lines.size(), 6u);

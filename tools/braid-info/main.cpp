@@ -44,6 +44,7 @@ void printAlgorithms() {
       first = false;
       std::printf("    %-24s %s%s\n", a.name, a.summary != nullptr ? a.summary : "",
                   a.rankOrdered ? " [rank-ordered: BRAID_DETERMINISTIC]" : "");
+      std::printf("    %-24s needs: %s\n", "", algo::describeConstraints(a).c_str());
     }
   }
   if (algos.empty()) std::printf("  (none registered)\n");

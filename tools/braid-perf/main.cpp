@@ -417,7 +417,12 @@ int run(int argc, char** argv) {
   int rank = -1;
   try {
     Options options = Options::fromEnv();
-    if (!args.algo.empty()) options.algo = args.algo;
+    if (!args.algo.empty()) {
+      // Forced: a size the named algorithm cannot run fails naming the constraint, instead of
+      // measuring another algorithm under its name.
+      options.algo = args.algo;
+      options.algoForce = true;
+    }
     if (args.stragglerRank >= 0) {
       // Every collective of a size stays in the flight recorder until that size's exchange.
       options.stragglerSample = 1;

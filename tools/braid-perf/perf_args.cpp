@@ -34,7 +34,9 @@ options:
                             (factor 1), a list, or all; pairs braid does not support (band on
                             fp32, min on complex, avg on bool) are skipped with a note
   -r, --root R              root of broadcast, reduce, gather, scatter (default 0)
-  --algo RULES              force algorithms: sets Options::algo (BRAID_ALGO's syntax)
+  --algo RULES              force algorithms: sets Options::algo (BRAID_ALGO's syntax) and
+                            algoForce: a size the algorithm cannot run (its constraints,
+                            braid-info) fails with an error naming the constraint
   --json FILE               also write one JSON object per line per result ('-': stdout)
   --reps K                  repetitions per size (default 7); the median is reported
   --compress METHOD         allreduce through a compressor (docs/training.md): int8,

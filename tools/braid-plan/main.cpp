@@ -478,7 +478,7 @@ int run(int argc, char** argv) {
       bool sharedMemory = !noShm && group.numNodes() == 1;
       for (auto [bytes, times] : e.ops) {
         tuning::SelectionInputs in{e.coll,       bytes, group.size(), smallMsg,
-                                   sharedMemory, false, &model};
+                                   sharedMemory, false, &model,       &group};
         const std::string chosen = tuning::selectAlgorithm(rules, in);
         json::Value op = json::Value::object();
         op.set("bytes", json::Value::number(static_cast<double>(bytes)));

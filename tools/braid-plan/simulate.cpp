@@ -47,7 +47,8 @@ int runSimulate(const SimulateRequest& req, const topology::Topology& world) {
     // As the library selects: rules, then (one host with shared memory) the shm policy, else
     // the cost model or the fixed policy.
     const bool sharedMemory = !req.noShm && world.numNodes() == 1;
-    tuning::SelectionInputs in{req.coll, req.bytes, n, req.smallMsg, sharedMemory, false, &model};
+    tuning::SelectionInputs in{req.coll,     req.bytes, n,      req.smallMsg,
+                               sharedMemory, false,     &model, &world};
     name = tuning::selectAlgorithm(req.rules, in);
     why = "selected as the library would";
   }

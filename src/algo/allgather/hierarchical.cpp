@@ -12,8 +12,8 @@
 // Every block goes straight to its place in the output (global rank order, any placement of
 // ranks on nodes): no scratch, no staging copy. The phases run the registered ring algorithm on
 // SubgroupTransport views (src/algo/subgroup.hpp); nothing of ring is re-implemented here.
-// Without a topology, with one node, with one rank per node, or with nodes of different sizes,
-// it runs ring allgather over all ranks.
+// Needs a topology of at least 2 nodes, at least 2 ranks on a node, the same number on every
+// node (the row's constraints; selection runs it only then, a direct call throws).
 // Steps: M-1 across nodes, then M x (L-1) inside the node (N-1 in all, as ring).
 // Bytes on the wire per rank, c the block: (M-1) x c over the network (phase 1) and
 // M(L-1) x c over shared memory (phase 2), (N-1) x c in all; per host L(M-1) x c =
@@ -28,12 +28,8 @@
 namespace braid::algo {
 
 void hierarchicalAllgather(Context& ctx, const CollArgs& a) {
-  const topology::Topology* topo = ctx.topo;
-  if (topo == nullptr || topo->size() != ctx.size || topo->numNodes() < 2 || !topo->uniform() ||
-      topo->maxLocalSize() < 2) {
-    ringAllgather(ctx, a);
-    return;
-  }
+  const topology::Topology* topo =
+      &requireNodes(ctx, Collective::Allgather, "hierarchical", /*uniform=*/true);
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t blockBytes = a.count * es;
   std::uint8_t* const out = bytesOf(a.recv);

@@ -1,5 +1,5 @@
 // Direct shared-memory allgather and allgatherv (transport::SharedMemoryGroup; all ranks on one
-// host, else the ring algorithms run instead).
+// host: the row's constraint, selection picks it only then).
 //
 // Allgather. Each rank's block is cut into chunks of C = min(chunkBytes, staging half) bytes; per
 // chunk:
@@ -19,9 +19,6 @@
 
 namespace braid::algo {
 
-void ringAllgather(Context&, const CollArgs&);
-void ringAllgatherv(Context&, const CollArgs&);
-
 void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t block = a.count * es;
@@ -31,11 +28,7 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
     copyBytes(out, a.send, block);
     return;
   }
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (g == nullptr) {
-    ringAllgather(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g = &requireSharedGroup(ctx, Collective::Allgather, "shm_direct");
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
   const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
@@ -61,11 +54,8 @@ void shmDirectAllgatherv(Context& ctx, const CollArgs& a) {
   const int me = ctx.rank;
   const int n = ctx.size;
   const auto ume = static_cast<std::size_t>(me);
-  transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
-  if (n > 1 && g == nullptr) {
-    ringAllgatherv(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      n > 1 ? &requireSharedGroup(ctx, Collective::Allgatherv, "shm_direct") : nullptr;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
   copyBytes(out + a.displs[ume] * es, in, a.counts[ume] * es);

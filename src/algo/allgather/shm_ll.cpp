@@ -1,5 +1,5 @@
 // Low-latency shared-memory allgather for tiny blocks (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger blocks, or no shared group, run shm_direct.
+// exchange; all ranks on one host, blocks up to a line: the row's constraints).
 //
 // Steps (block bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. every rank posts its block in its own line (data, tag, exchange number; one cache line up to
@@ -10,18 +10,16 @@
 
 namespace braid::algo {
 
-void shmDirectAllgather(Context&, const CollArgs&);
-
 void shmLowLatencyAllgather(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, block);
-  if (g == nullptr) {
-    shmDirectAllgather(ctx, a);
-    return;
-  }
   const int me = ctx.rank;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
+  if (ctx.size == 1 || block == 0) {
+    copyBytes(out + static_cast<std::size_t>(me) * block, in, block);
+    return;
+  }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::Allgather, block);
   g->linePost(ctx.tag, in, block, ctx.deadline);
   for (int s = 1; s < ctx.size; ++s) {
     const int q = (me + s) % ctx.size;

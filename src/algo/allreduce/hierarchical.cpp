@@ -27,8 +27,8 @@
 // copied, so every rank ends with bitwise the same result.
 // Scratch: the first half (64-byte aligned) receives the network's reduce-scatter messages (so a
 // piece's network segment, ~piece/(L M), is capped by it), the rest serves the in-node rings.
-// Without a topology, with one node, with one rank per node, or with nodes of different sizes,
-// it runs ring allreduce over all ranks.
+// Needs a topology of at least 2 nodes, at least 2 ranks on a node, the same number on every
+// node (the row's constraints; selection runs it only then, a direct call throws).
 // Bytes on the wire: per rank, 2(L-1)/L x S over shared memory (phases 1 and 3) and
 // 2(M-1)/M x S/L over the network (phase 2); per host L x 2(M-1)/M x S/L = 2(M-1)/M x S, the
 // cross-host bytes of an allreduce of 2 ranks per slice when M = 2 — independent of L and P.
@@ -45,7 +45,6 @@
 
 namespace braid::algo {
 
-void ringAllreduce(Context&, const CollArgs&);
 void ringReduceScatterv(Context&, const CollArgs&);
 void ringAllgatherv(Context&, const CollArgs&);
 
@@ -146,12 +145,8 @@ class NetPhase {
 }  // namespace
 
 void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
-  const topology::Topology* topo = ctx.topo;
-  if (topo == nullptr || topo->size() != ctx.size || topo->numNodes() < 2 || !topo->uniform() ||
-      topo->maxLocalSize() < 2) {
-    ringAllreduce(ctx, a);
-    return;
-  }
+  const topology::Topology* topo =
+      &requireNodes(ctx, Collective::Allreduce, "hierarchical", /*uniform=*/true);
   const std::size_t es = dataTypeSize(a.dtype);
   const int node = topo->nodeOf(ctx.rank);
   const int local = topo->localRank(ctx.rank);

@@ -1,6 +1,6 @@
 // Direct shared-memory allreduce: every rank reads its peers' data in the host's segment
-// (transport::SharedMemoryGroup), no messages. Needs all ranks on one host; without a group it
-// runs the ring algorithm instead.
+// (transport::SharedMemoryGroup), no messages. Needs all ranks on one host (the row's
+// constraint: selection picks it only then).
 //
 // Small (bytes <= kSmallBytes): one step. Each rank copies its input into its staging half,
 //   barrier, then reduces all N staged inputs in rank order into its output (every rank computes
@@ -32,9 +32,6 @@
 
 namespace braid::algo {
 
-void ringAllreduce(Context&, const CollArgs&);
-void rankOrderedAllreduce(Context&, const CollArgs&);
-
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
@@ -48,14 +45,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     copyBytes(a.recv, a.send, bytes);
     return;
   }
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (g == nullptr) {
-    if (ctx.deterministic)
-      rankOrderedAllreduce(ctx, a);
-    else
-      ringAllreduce(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g = &requireSharedGroup(ctx, Collective::Allreduce, "shm_direct");
   if (bytes == 0) return;
   const int n = ctx.size;
   const int me = ctx.rank;

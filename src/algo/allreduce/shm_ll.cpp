@@ -1,6 +1,5 @@
 // Low-latency shared-memory allreduce for tiny messages (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct (which
-// itself falls back to the ring without a group).
+// exchange; all ranks on one host, messages up to a line: the row's constraints).
 //
 // Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. linePost: this rank's input, the operation tag and the exchange number go into its own
@@ -13,15 +12,13 @@
 
 namespace braid::algo {
 
-void shmDirectAllreduce(Context&, const CollArgs&);
-
 void shmLowLatencyAllreduce(Context& ctx, const CollArgs& a) {
   const std::size_t bytes = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, bytes);
-  if (g == nullptr) {
-    shmDirectAllreduce(ctx, a);
+  if (ctx.size == 1 || bytes == 0) {
+    copyBytes(a.recv, a.send, bytes);
     return;
   }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::Allreduce, bytes);
   const std::uint8_t* in = bytesOf(a.send);
   g->linePost(ctx.tag, in, bytes, ctx.deadline);
   reduceLines(ctx, *g, a.dtype, a.op, in, 0, a.count, a.recv);

@@ -1,6 +1,6 @@
 // Direct shared-memory alltoall and alltoallv (transport::SharedMemoryGroup; all ranks on one host,
-// else the pairwise algorithms run instead). No messages and no allocation: the staging areas of
-// the host's segment are the only intermediate memory.
+// the row's constraint: selection picks it only then). No messages and no allocation: the staging
+// areas of the host's segment are the only intermediate memory.
 //
 // Alltoall, blocks of at least 64 KiB when every rank can read every other rank's memory
 // (SharedMemoryGroup::canReadPeers, process_vm_readv) and the ranks outnumber their CPUs
@@ -43,9 +43,6 @@
 
 namespace braid::algo {
 
-void pairwiseAlltoall(Context&, const CollArgs&);
-void pairwiseAlltoallv(Context&, const CollArgs&);
-
 namespace {
 
 // Alltoall blocks of at least this size go single-copy where every pair allows it.
@@ -61,11 +58,8 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const auto un = static_cast<std::size_t>(n);
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
-  transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
-  if (n > 1 && g == nullptr) {
-    pairwiseAlltoall(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      n > 1 ? &requireSharedGroup(ctx, Collective::Alltoall, "shm_direct") : nullptr;
   const auto own = static_cast<std::size_t>(me) * block;
   const bool stream = streamsOutput(block * un, n);
   const bool singleCopy = n > 1 && block >= kSingleCopyBytes && g->canReadPeers() && g->crowded();
@@ -115,11 +109,8 @@ void shmDirectAlltoallv(Context& ctx, const CollArgs& a) {
   const int n = ctx.size;
   const auto un = static_cast<std::size_t>(n);
   const auto ume = static_cast<std::size_t>(me);
-  transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
-  if (n > 1 && g == nullptr) {
-    pairwiseAlltoallv(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      n > 1 ? &requireSharedGroup(ctx, Collective::Alltoallv, "shm_direct") : nullptr;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
   if (a.counts[ume] != a.recvCounts[ume])

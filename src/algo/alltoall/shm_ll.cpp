@@ -1,6 +1,5 @@
 // Low-latency shared-memory alltoall for tiny buffers (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger buffers, or no shared group, run shm_direct (which
-// itself falls back to pairwise exchange without a group).
+// exchange; all ranks on one host, buffers up to a line: the row's constraints).
 //
 // Steps (whole send buffer, N blocks, <= SharedMemoryGroup::kLineBytes, 1008 bytes):
 //   1. linePost: this rank's whole send buffer, the operation tag and the exchange number go
@@ -14,20 +13,18 @@
 
 namespace braid::algo {
 
-void shmDirectAlltoall(Context&, const CollArgs&);
-
 void shmLowLatencyAlltoall(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
   const std::size_t total = block * static_cast<std::size_t>(ctx.size);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, total);
-  if (g == nullptr) {
-    shmDirectAlltoall(ctx, a);
-    return;
-  }
   const int me = ctx.rank;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
   const std::size_t mine = static_cast<std::size_t>(me) * block;
+  if (ctx.size == 1 || block == 0) {
+    if (block > 0) std::memcpy(out + mine, in + mine, block);
+    return;
+  }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::Alltoall, total);
   g->linePost(ctx.tag, in, total, ctx.deadline);
   for (int s = 1; s < ctx.size; ++s) {
     const int q = (me + s) % ctx.size;

@@ -11,8 +11,8 @@
 //      >= P contribute nothing and receive everything).
 // Phases 2 and 3 run the registered binomial tree and ring algorithms on SubgroupTransport
 // views (src/algo/subgroup.hpp); phase 1 is one message per slice, posted directly.
-// Without a topology, with one node, or with one rank on every node, it runs binomial tree
-// broadcast over all ranks.
+// Needs a topology of at least 2 nodes and at least 2 ranks on a node (the row's constraints;
+// selection runs it only then, a direct call throws).
 // Bytes on the wire per rank (l its local rank, m its node, s_l the bytes of slice l, s_j = 0
 // for j >= P): the root sends S - s_r over shared memory (phase 1, r the root's local rank if
 // < P); over the network s_l x (children of node m in the binomial tree of the M nodes rooted
@@ -31,12 +31,8 @@ void binomialTreeBroadcast(Context&, const CollArgs&);
 void ringAllgatherv(Context&, const CollArgs&);
 
 void hierarchicalBroadcast(Context& ctx, const CollArgs& a) {
-  const topology::Topology* topo = ctx.topo;
-  if (topo == nullptr || topo->size() != ctx.size || topo->numNodes() < 2 ||
-      topo->maxLocalSize() < 2) {
-    binomialTreeBroadcast(ctx, a);
-    return;
-  }
+  const topology::Topology* topo =
+      &requireNodes(ctx, Collective::Broadcast, "hierarchical", /*uniform=*/false);
   const std::size_t es = dataTypeSize(a.dtype);
   std::uint8_t* const buf = bytesOf(a.recv);
   const bool isRoot = ctx.rank == a.root;

@@ -1,5 +1,5 @@
-// Direct shared-memory broadcast (transport::SharedMemoryGroup; all ranks on one host, else the
-// binomial tree runs instead).
+// Direct shared-memory broadcast (transport::SharedMemoryGroup; all ranks on one host, the
+// row's constraint).
 //
 // The buffer is cut into chunks of C = min(chunkBytes, staging half) bytes; per chunk:
 //   1. the root copies the chunk into its staging half;
@@ -13,17 +13,12 @@
 
 namespace braid::algo {
 
-void binomialTreeBroadcast(Context&, const CollArgs&);
-
 void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t bytes = a.count * es;
   const bool isRoot = ctx.rank == a.root;
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (ctx.size > 1 && g == nullptr) {
-    binomialTreeBroadcast(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      ctx.size > 1 ? &requireSharedGroup(ctx, Collective::Broadcast, "shm_direct") : nullptr;
   // The communicator passes send == recv == buf; a distinct root send buffer is copied first.
   if (isRoot && a.send != nullptr) copyBytes(a.recv, a.send, bytes);
   if (ctx.size == 1 || bytes == 0) return;

@@ -1,5 +1,5 @@
 // Low-latency shared-memory broadcast for tiny messages (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
+// exchange; all ranks on one host, messages up to a line: the row's constraints).
 //
 // Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. the root posts the buffer in its own line (data, tag, exchange number; one cache line up to
@@ -13,15 +13,13 @@
 
 namespace braid::algo {
 
-void shmDirectBroadcast(Context&, const CollArgs&);
-
 void shmLowLatencyBroadcast(Context& ctx, const CollArgs& a) {
   const std::size_t bytes = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, bytes);
-  if (g == nullptr) {
-    shmDirectBroadcast(ctx, a);
+  if (ctx.size == 1 || bytes == 0) {
+    if (ctx.rank == a.root && a.send != nullptr) copyBytes(a.recv, a.send, bytes);
     return;
   }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::Broadcast, bytes);
   if (ctx.rank == a.root) {
     // The communicator passes send == recv == buf; a distinct root send buffer is copied first.
     if (a.send != nullptr) copyBytes(a.recv, a.send, bytes);

@@ -18,8 +18,8 @@
 // phases once per segment of g elements. Non-root ranks never touch recv (it may be null); in
 // place at the root works since each segment's output is written after that segment of the
 // input was read, and later segments read other elements.
-// Without a topology, with one node, or with one rank on every node, it runs binomial tree
-// reduce over all ranks.
+// Needs a topology of at least 2 nodes and at least 2 ranks on a node (the row's constraints;
+// selection runs it only then, a direct call throws).
 // Bytes on the wire per rank (l its local rank, m its node, s_l the bytes of slice l, s_j = 0
 // for j >= P): over shared memory S - s_l (phase 1, on nodes of several ranks) plus s_l on
 // node m0 for l != the root's local rank (phase 3); over the network s_l when m != m0 (phase
@@ -38,12 +38,8 @@ void binomialTreeReduce(Context&, const CollArgs&);
 void ringReduceScatterv(Context&, const CollArgs&);
 
 void hierarchicalReduce(Context& ctx, const CollArgs& a) {
-  const topology::Topology* topo = ctx.topo;
-  if (topo == nullptr || topo->size() != ctx.size || topo->numNodes() < 2 ||
-      topo->maxLocalSize() < 2) {
-    binomialTreeReduce(ctx, a);
-    return;
-  }
+  const topology::Topology* topo =
+      &requireNodes(ctx, Collective::Reduce, "hierarchical", /*uniform=*/false);
   if (a.count == 0) return;
   const std::size_t es = dataTypeSize(a.dtype);
   const bool isRoot = ctx.rank == a.root;

@@ -1,5 +1,5 @@
-// Direct shared-memory reduce (transport::SharedMemoryGroup; all ranks on one host, else the
-// binomial tree runs instead).
+// Direct shared-memory reduce (transport::SharedMemoryGroup; all ranks on one host, the
+// row's constraint).
 //
 // Small (bytes <= kSmallBytes): every rank copies its input into its staging half, barrier,
 //   the root reduces all N in rank order into its output. 1 barrier.
@@ -24,9 +24,6 @@
 
 namespace braid::algo {
 
-void binomialTreeReduce(Context&, const CollArgs&);
-void rankOrderedReduce(Context&, const CollArgs&);
-
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
@@ -43,14 +40,7 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
     copyBytes(a.recv, a.send, bytes);
     return;
   }
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (g == nullptr) {
-    if (ctx.deterministic)
-      rankOrderedReduce(ctx, a);
-    else
-      binomialTreeReduce(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g = &requireSharedGroup(ctx, Collective::Reduce, "shm_direct");
   if (bytes == 0) return;
   const std::size_t half = g->stagingBytes() / 2;
   const std::uint8_t* in = bytesOf(a.send);

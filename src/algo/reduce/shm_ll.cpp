@@ -1,5 +1,5 @@
 // Low-latency shared-memory reduce for tiny messages (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger messages, or no shared group, run shm_direct.
+// exchange; all ranks on one host, messages up to a line: the row's constraints).
 //
 // Steps (bytes <= SharedMemoryGroup::kLineBytes, 1008):
 //   1. every rank posts its input in its own line (data, tag, exchange number; one cache line up to
@@ -13,15 +13,13 @@
 
 namespace braid::algo {
 
-void shmDirectReduce(Context&, const CollArgs&);
-
 void shmLowLatencyReduce(Context& ctx, const CollArgs& a) {
   const std::size_t bytes = a.count * dataTypeSize(a.dtype);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, bytes);
-  if (g == nullptr) {
-    shmDirectReduce(ctx, a);
+  if (ctx.size == 1 || bytes == 0) {
+    if (ctx.rank == a.root) copyBytes(a.recv, a.send, bytes);
     return;
   }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::Reduce, bytes);
   const std::uint8_t* in = bytesOf(a.send);
   g->linePost(ctx.tag, in, bytes, ctx.deadline);
   if (ctx.rank == a.root) reduceLines(ctx, *g, a.dtype, a.op, in, 0, a.count, a.recv);

@@ -19,8 +19,8 @@
 // longer than g run both phases once per segment of g elements. In place (recv = send + r x c)
 // works: each segment's output is written after that segment of the input was read, and later
 // segments read other elements.
-// Without a topology, with one node, with one rank per node, or with nodes of different sizes,
-// it runs ring reduce_scatter over all ranks.
+// Needs a topology of at least 2 nodes, at least 2 ranks on a node, the same number on every
+// node (the row's constraints; selection runs it only then, a direct call throws).
 // Steps: M x (L-1) inside the node, then M-1 across nodes (N-1 in all, as ring), per segment.
 // Bytes on the wire per rank: M(L-1) x c over shared memory (phase 1) and (M-1) x c over the
 // network (phase 2), (N-1) x c in all; per host L(M-1) x c = (M-1)/M x S over the network.
@@ -36,12 +36,8 @@
 namespace braid::algo {
 
 void hierarchicalReduceScatter(Context& ctx, const CollArgs& a) {
-  const topology::Topology* topo = ctx.topo;
-  if (topo == nullptr || topo->size() != ctx.size || topo->numNodes() < 2 || !topo->uniform() ||
-      topo->maxLocalSize() < 2) {
-    ringReduceScatter(ctx, a);
-    return;
-  }
+  const topology::Topology* topo =
+      &requireNodes(ctx, Collective::ReduceScatter, "hierarchical", /*uniform=*/true);
   if (a.count == 0) return;
   const std::size_t es = dataTypeSize(a.dtype);
   const int numNodes = topo->numNodes();

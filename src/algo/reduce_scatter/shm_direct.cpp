@@ -1,5 +1,5 @@
 // Direct shared-memory reduce-scatter and reduce-scatterv (transport::SharedMemoryGroup; all
-// ranks on one host, else the ring algorithms run instead).
+// ranks on one host; the registry row's constraint, selection picks it only then).
 //
 // Reduce-scatter. Every block is cut into chunks of C = min(chunkBytes, staging half / N) bytes;
 // per chunk index:
@@ -8,8 +8,7 @@
 //   3. reduce chunk `rank` of every rank's staging, in rank order, into the output.
 // Steps alternate staging halves. 1 barrier per chunk; memory traffic per rank: its input written
 // once into the segment, N chunks read per output chunk. Every rank reduces in rank order
-// (algo/rank_order.hpp), deterministic mode or not; without a shared group, deterministic mode
-// runs the rank_ordered algorithm instead of the ring.
+// (algo/rank_order.hpp), deterministic mode or not.
 //
 // Reduce-scatterv. The same rounds over blocks of different lengths (every rank knows all
 // counts; blocks packed in the input): slot q of C = min(chunkBytes, staging half / N) bytes
@@ -23,11 +22,6 @@
 
 namespace braid::algo {
 
-void ringReduceScatter(Context&, const CollArgs&);
-void rankOrderedReduceScatter(Context&, const CollArgs&);
-void ringReduceScatterv(Context&, const CollArgs&);
-void rankOrderedReduceScatterv(Context&, const CollArgs&);
-
 void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t block = a.count * es;
@@ -37,14 +31,8 @@ void shmDirectReduceScatter(Context& ctx, const CollArgs& a) {
     copyBytes(a.recv, a.send, block);
     return;
   }
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
-  if (g == nullptr) {
-    if (ctx.deterministic)
-      rankOrderedReduceScatter(ctx, a);
-    else
-      ringReduceScatter(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      &requireSharedGroup(ctx, Collective::ReduceScatter, "shm_direct");
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
@@ -70,14 +58,8 @@ void shmDirectReduceScatterv(Context& ctx, const CollArgs& a) {
   const int n = ctx.size;
   const auto un = static_cast<std::size_t>(n);
   const auto ume = static_cast<std::size_t>(me);
-  transport::SharedMemoryGroup* g = n > 1 ? ctx.tr.sharedGroup() : nullptr;
-  if (n > 1 && g == nullptr) {
-    if (ctx.deterministic)
-      rankOrderedReduceScatterv(ctx, a);
-    else
-      ringReduceScatterv(ctx, a);
-    return;
-  }
+  transport::SharedMemoryGroup* g =
+      n > 1 ? &requireSharedGroup(ctx, Collective::ReduceScatterv, "shm_direct") : nullptr;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
   if (n == 1) {

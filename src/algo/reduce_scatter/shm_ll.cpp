@@ -1,6 +1,5 @@
 // Low-latency shared-memory reduce_scatter for tiny inputs (transport::SharedMemoryGroup line
-// exchange; all ranks on one host). Bigger inputs, or no shared group, run shm_direct (which
-// itself falls back to the ring without a group).
+// exchange; all ranks on one host, inputs up to a line: the row's constraints).
 //
 // Steps (whole input, N blocks, <= SharedMemoryGroup::kLineBytes, 1008 bytes):
 //   1. linePost: this rank's whole input, the operation tag and the exchange number go into its
@@ -14,16 +13,14 @@
 
 namespace braid::algo {
 
-void shmDirectReduceScatter(Context&, const CollArgs&);
-
 void shmLowLatencyReduceScatter(Context& ctx, const CollArgs& a) {
   const std::size_t block = a.count * dataTypeSize(a.dtype);
   const std::size_t total = block * static_cast<std::size_t>(ctx.size);
-  transport::SharedMemoryGroup* g = lineGroup(ctx, total);
-  if (g == nullptr) {
-    shmDirectReduceScatter(ctx, a);
+  if (ctx.size == 1 || block == 0) {
+    copyBytes(a.recv, a.send, block);  // a world of one: the whole input is this rank's block
     return;
   }
+  transport::SharedMemoryGroup* g = &lineGroup(ctx, Collective::ReduceScatter, total);
   const std::uint8_t* in = bytesOf(a.send);
   g->linePost(ctx.tag, in, total, ctx.deadline);
   reduceLines(ctx, *g, a.dtype, a.op, in, static_cast<std::size_t>(ctx.rank) * block, a.count,
