@@ -28,19 +28,23 @@ bool profiling() {
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      RunFn run)
-    : c10d::Work(-1, type, profiling() ? profilingTitle : nullptr,
-                 profiling() ? c10::optional<std::vector<at::Tensor>>(inputs) : c10::nullopt),
-      queue_(std::move(queue)),
-      outputs_(std::move(outputs)),
-      run_(std::move(run)) {}
+    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+                std::move(run), nullptr, nullptr) {}
 
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      PollFn poll, BlockFn block)
-    : c10d::Work(-1, type, profiling() ? profilingTitle : nullptr,
-                 profiling() ? c10::optional<std::vector<at::Tensor>>(inputs) : c10::nullopt),
+    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+                nullptr, std::move(poll), std::move(block)) {}
+
+BraidWork::BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
+                     const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+                     std::vector<at::Tensor> outputs, RunFn run, PollFn poll, BlockFn block)
+    : c10d::Work(-1, type, profiled ? profilingTitle : nullptr,
+                 profiled ? c10::optional<std::vector<at::Tensor>>(inputs) : c10::nullopt),
       queue_(std::move(queue)),
       outputs_(std::move(outputs)),
+      run_(std::move(run)),
       poll_(std::move(poll)),
       block_(std::move(block)) {}
 

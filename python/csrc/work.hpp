@@ -69,6 +69,9 @@ class BraidWork : public c10d::Work {
   bool done() const { return done_.load(std::memory_order_acquire); }
 
  private:
+  BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
+            const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+            std::vector<at::Tensor> outputs, RunFn run, PollFn poll, BlockFn block);
   void complete(std::exception_ptr error);
   void blockUntilPosted();
   /// Completes `f` with the operation's outcome (`error`, else the outputs).
