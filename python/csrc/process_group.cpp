@@ -161,10 +161,11 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::split(
   return child;
 }
 
+template <typename Run>
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
                                                           const std::vector<at::Tensor>& inputs,
                                                           std::vector<at::Tensor> outputs,
-                                                          BraidWork::RunFn run,
+                                                          Run&& run,
                                                           std::chrono::milliseconds callTimeout) {
   // closed_ is set before abort() aborts the communicators: a caller whose pending operation
   // just failed with Aborted gets this error, not a queue that is about to stop.
@@ -175,7 +176,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
               ": the option's timeout must be positive, got ", callTimeout.count(), " ms");
   // A timeout names the bound that expired: the call's, or the group's.
   const std::int64_t ms = perCall ? callTimeout.count() : timeoutMs_.load();
-  auto withTimeout = [run = std::move(run), comm = comm_, perCall, ms] {
+  // The communicator is only needed for a per-call bound; the operation holds its own.
+  auto withTimeout = [run = std::forward<Run>(run), comm = perCall ? comm_ : nullptr, perCall,
+                      ms]() mutable {
     // Operations of the queue run one at a time, so this bound covers exactly this one.
     std::optional<braid::ScopedOpTimeout> bound;
     if (perCall) bound.emplace(*comm, std::chrono::milliseconds(ms));

@@ -156,11 +156,13 @@ class ProcessGroupBraid : public BackendBase {
                                                    std::function<void(braid::Comm&)> fn);
 
  private:
-  /// Queues a collective. `callTimeout`: the option struct's timeout (kUnsetTimeout: the
-  /// group's bound applies).
+  /// Queues a collective: run() performs it. `callTimeout`: the option struct's timeout
+  /// (kUnsetTimeout: the group's bound applies). A template (defined in process_group.cpp, its
+  /// only user) so that the operation and its timeout handling make one std::function, not two.
+  template <typename Run>
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor> outputs, BraidWork::RunFn run,
+      std::vector<at::Tensor> outputs, Run&& run,
       std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout);
   /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
   /// it (the worker may be running a Python future callback).

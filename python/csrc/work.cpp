@@ -1,6 +1,7 @@
 #include "work.hpp"
 
 #include <ATen/core/jit_type.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -15,26 +16,37 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
+/// Whether the profiler records operations issued on this thread now. c10d::Work's constructor
+/// allocates a RecordFunction for every work with a title, and copies the inputs for it, to find
+/// out; without any record-function callback it cannot be active, so then neither is passed.
+bool profiling() {
+  return at::isRecordFunctionEnabled() && at::hasCallbacks();
+}
+
 }  // namespace
 
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      RunFn run)
-    : c10d::Work(-1, type, profilingTitle, c10::optional<std::vector<at::Tensor>>(inputs)),
-      queue_(std::move(queue)),
-      outputs_(std::move(outputs)),
-      run_(std::move(run)),
-      future_(makeFuture()) {}
+    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+                std::move(run), nullptr, nullptr) {}
 
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      PollFn poll, BlockFn block)
-    : c10d::Work(-1, type, profilingTitle, c10::optional<std::vector<at::Tensor>>(inputs)),
+    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+                nullptr, std::move(poll), std::move(block)) {}
+
+BraidWork::BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
+                     const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+                     std::vector<at::Tensor> outputs, RunFn run, PollFn poll, BlockFn block)
+    : c10d::Work(-1, type, profiled ? profilingTitle : nullptr,
+                 profiled ? c10::optional<std::vector<at::Tensor>>(inputs) : c10::nullopt),
       queue_(std::move(queue)),
       outputs_(std::move(outputs)),
+      run_(std::move(run)),
       poll_(std::move(poll)),
-      block_(std::move(block)),
-      future_(makeFuture()) {}
+      block_(std::move(block)) {}
 
 BraidWork::~BraidWork() = default;
 
@@ -43,14 +55,26 @@ bool BraidWork::isCompleted() {
   return done();
 }
 
-void BraidWork::complete(std::exception_ptr error) {
-  // Base state first (completed_, exception_, the profiler's end event), then the future, whose
-  // callbacks (DDP's) may look at this work, then `done_`, which releases wait().
-  finish(error);
+void BraidWork::settle(c10::ivalue::Future& f, const std::exception_ptr& error) {
   if (error)
-    future_->setError(error);
+    f.setError(error);
   else
-    future_->markCompleted(c10::IValue(outputs_));
+    f.markCompleted(c10::IValue(outputs_));
+}
+
+void BraidWork::complete(std::exception_ptr error) {
+  // Base state first (completed_, exception_, the profiler's end event), then the future if
+  // somebody holds one, whose callbacks (DDP's) may look at this work, then `done_`, which
+  // releases wait().
+  finish(error);
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  {
+    std::lock_guard<std::mutex> lk(futureMu_);
+    settled_ = true;
+    error_ = error;
+    f = future_;
+  }
+  if (f) settle(*f, error);
   done_.store(true, std::memory_order_release);
 }
 
@@ -123,8 +147,21 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
-  // A queued operation completes its future when it runs (the worker runs it if nobody waits).
-  // A posted one needs somebody to poll it.
+  {
+    std::unique_lock<std::mutex> lk(futureMu_);
+    if (future_) return future_;
+    future_ = makeFuture();
+    if (settled_) {
+      // Completed before anybody asked: this call completes the future it creates.
+      auto f = future_;
+      const auto error = error_;
+      lk.unlock();
+      settle(*f, error);
+      return f;
+    }
+  }
+  // Pending: complete() will complete the future. A queued operation does so when it runs (the
+  // worker runs it if nobody waits); a posted one needs somebody to poll it.
   if (!done()) {
     if (isPosted())
       queue_->watch(c10::intrusive_ptr<BraidWork>::reclaim_copy(this));

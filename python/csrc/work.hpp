@@ -14,8 +14,6 @@
 // communicator at once (see p2p.hpp) and complete through poll()/block().
 #pragma once
 
-#include "torch_compat.hpp"
-
 #include <ATen/core/ivalue.h>
 
 #include <atomic>
@@ -27,6 +25,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "torch_compat.hpp"
 
 namespace braid_torch {
 
@@ -69,8 +69,13 @@ class BraidWork : public c10d::Work {
   bool done() const { return done_.load(std::memory_order_acquire); }
 
  private:
+  BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
+            const char* profilingTitle, const std::vector<at::Tensor>& inputs,
+            std::vector<at::Tensor> outputs, RunFn run, PollFn poll, BlockFn block);
   void complete(std::exception_ptr error);
   void blockUntilPosted();
+  /// Completes `f` with the operation's outcome (`error`, else the outputs).
+  void settle(c10::ivalue::Future& f, const std::exception_ptr& error);
 
   std::shared_ptr<OpQueue> queue_;
   std::vector<at::Tensor> outputs_;
@@ -80,7 +85,14 @@ class BraidWork : public c10d::Work {
   std::mutex pollMu_;  // one thread at a time drives a posted operation
   std::atomic<bool> done_{false};
   std::atomic<int> sourceRank_{-1};
+  // The future exists only once somebody asks for it (getFuture: DDP, async users): a blocking
+  // call never does, and building, completing and freeing one is a good part of the per-call
+  // cost of a small collective (docs/pytorch.md, "Per-call overhead"). futureMu_ orders its
+  // creation against completion, so that exactly one of the two completes it.
+  std::mutex futureMu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool settled_ = false;      // complete() ran (guarded by futureMu_)
+  std::exception_ptr error_;  // its error (guarded by futureMu_)
 };
 
 /// Runs queued collectives in issue order, one at a time, inline in wait() or on its worker; also

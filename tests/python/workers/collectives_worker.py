@@ -401,6 +401,26 @@ def check_async_and_futures(rank, world):
     fr = dist.irecv(buf, prv).get_future()
     torch.futures.wait_all([fs, fr])
     assert_equal(buf, torch.full((6,), float(prv)), "irecv future")
+    # The future is made when first asked for: after wait() it is born completed with the
+    # result.
+    t = torch.full((7,), float(rank))
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    fut = w.get_future()
+    assert fut.done(), "get_future after wait(): not completed"
+    assert_equal(fut.value()[0], torch.full((7,), float(sum(range(world)))), "late future value")
+    assert w.get_future().done(), "get_future asked again"
+    # Asked for while pending, then waited on both ways.
+    w = dist.all_reduce(t, async_op=True)
+    fut = w.get_future()
+    w.wait()
+    assert_equal(fut.wait()[0], torch.full((7,), float(world * sum(range(world)))),
+                 "pending future value")
+    # The profiler still sees the backend's operations, named, when it is on.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dist.all_reduce(torch.ones(3))
+    names = {e.name for e in prof.events()}
+    assert "braid:all_reduce" in names, f"profiler events: {sorted(names)[:40]}"
     # Compute overlaps a running all_reduce.
     big = torch.ones(1 << 20)
     w = dist.all_reduce(big, async_op=True)
@@ -499,6 +519,10 @@ def check_timeout(rank, world):
             raise AssertionError("the future of a failed operation did not raise")
         except RuntimeError:
             pass
+        # A future asked for after the failure carries the error too.
+        w = dist.all_reduce(torch.ones(8), group=g, async_op=True)
+        expect_error(w.wait, "timeout", "all_reduce nobody joins, again")
+        expect_error(w.get_future().wait, "timeout", "future asked for after the failure")
     # A Work.wait(timeout) shorter than the op returns control with an error; the operation
     # keeps running and completes once the others join.
     g2 = dist.new_group()
