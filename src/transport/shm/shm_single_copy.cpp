@@ -20,6 +20,7 @@ std::string sizeText(std::size_t b) {
 }  // namespace
 
 SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline) {
+  const auto start = Clock::now();
   const int me = g.rank();
   const int n = g.size();
   const int next = (me + 1) % n;
@@ -69,10 +70,17 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
     std::memcpy(theirs.data(), g.staging(p) + h, theirs.size() * sizeof(std::uint64_t));
     for (std::size_t k = 0; k < theirs.size(); ++k) slowest[k] = std::max(slowest[k], theirs[k]);
   }
+  // The step that most measured sizes agree with: single copy from size k on scores one per
+  // size >= k where it won, minus one where it lost; the lowest score wins, never (score 0) on
+  // ties. A size whose every round lost its CPU to another process misleads one vote only.
   SingleCopyChoice c;
+  int score = 0, best = 0;
   for (std::size_t i = sizes; i-- > 0;) {
-    if (slowest[2 * i + 1] >= slowest[2 * i]) break;
-    c.bytes = kSingleCopyProbeSizes[i];
+    score += slowest[2 * i + 1] < slowest[2 * i] ? -1 : 1;
+    if (score < best) {
+      best = score;
+      c.bytes = kSingleCopyProbeSizes[i];
+    }
   }
   std::string figures;
   for (std::size_t i = 0; i < sizes; ++i) {
@@ -83,7 +91,9 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
                   static_cast<double>(slowest[2 * i + 1]) / 1e3);
     figures += buf;
   }
-  c.why = std::string("measured at creation (") + std::to_string(n) +
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f ms", static_cast<double>(ns(start)) / 1e6);
+  c.why = std::string("measured at creation in ") + took + " (" + std::to_string(n) +
           " ranks; us staged/single copy per block: " + figures + ")";
   return c;
 }

@@ -40,9 +40,12 @@ inline constexpr std::size_t kSingleCopyProbeSizes[] = {4096, 16384, 65536, 2621
 ///                block, barrier (1 copy, 2 barriers).
 /// One warm-up round, then kRounds rounds alternating the two; each rank keeps its fastest of
 /// each and publishes them in its staging half; every rank then takes, per size, the slowest
-/// rank's figures, so all reach the same answer: the smallest size from which single copy is
-/// faster at every larger measured size (SIZE_MAX when staging wins at the largest). A few
-/// milliseconds at 2 ranks. Requires g.canReadPeers(); errors as the group's barrier.
+/// rank's figures, so all reach the same answer: the step (single copy from size k on) that
+/// agrees with the most measured sizes, counting +1 for each size >= k where single copy was
+/// faster and -1 where it was slower (never when no step has more wins than losses; the larger
+/// size on ties), so that a size whose rounds all lost their CPU to another process cannot
+/// decide alone. A few milliseconds at 2 ranks. Requires g.canReadPeers(); errors as the
+/// group's barrier.
 SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline);
 
 }  // namespace braid::transport::shm
