@@ -137,7 +137,7 @@ TEST(SingleCopy, ChoiceIsReported) {
     if (got.find("measured at creation in ") == std::string::npos ||
         got.find(" ms (2 ranks; us staged/single copy per block: 4K ") == std::string::npos)
       throw Error(ErrorCode::Internal, "singleCopy() = '" + got + "'");
-    const std::size_t counts[] = {1031, 70001};
+    const std::size_t counts[] = {13, 5003};  // 20 KB blocks: above 16 KiB
     sweepCollectives(c, counts);
   });
   runThreads(3, measured,
@@ -198,7 +198,7 @@ TEST(SingleCopy, RefusedByTheKernelFallsBackToStaging) {
           std::fprintf(stderr, "singleCopy() = '%s'\n", got.c_str());
           ++bad;
         }
-        const std::size_t counts[] = {0, 7, 1031, 30011};
+        const std::size_t counts[] = {0, 7, 5003};
         sweepCollectives(c, counts);
       });
     }
