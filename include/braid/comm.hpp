@@ -214,10 +214,11 @@ class Comm {
   /// "shm", "tcp", or "self".
   std::string pathTo(int peer) const;
 
-  /// From which block size this rank's shared-memory collectives and messages read peers'
-  /// buffers single-copy (process_vm_readv), and why: "from 16384 B: measured at creation in
-  /// 3.2 ms (...)", "from 0 B: BRAID_SHM_CMA_THRESHOLD", "never: BRAID_SHM_CMA_DISABLE", "never:
-  /// local rank 1 could not read ..." (docs/env.md). "" without a shared-memory transport.
+  /// From which block size this rank's direct shared-memory collectives read peers' buffers
+  /// single-copy (process_vm_readv), and why (then how messages go, where that differs): "from
+  /// 16384 B: measured at creation in 3.2 ms (...)", "from 0 B: BRAID_SHM_CMA_THRESHOLD", "never:
+  /// BRAID_SHM_CMA_DISABLE", "never: local rank 1 could not read ..." (docs/env.md). "" without a
+  /// shared-memory transport.
   std::string singleCopy() const;
 
   /// How this rank's transport names `peer` in its errors, with what bootstrap learned about it:

@@ -57,8 +57,6 @@ class Channel {
   /// Set once the pair broke; every request on it failed with this error.
   const std::optional<Error>& error() const { return error_; }
   bool singleCopy() const { return cfg_.singleCopyBytes != SIZE_MAX; }
-  /// Before any message: the single-copy threshold the transport chose (shm_single_copy.hpp).
-  void setSingleCopyBytes(std::size_t bytes) { cfg_.singleCopyBytes = bytes; }
 
   void postSend(Request& req);
   /// Takes a held P2P message if one matches, else queues the receive; then reads what is there.

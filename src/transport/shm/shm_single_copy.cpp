@@ -11,7 +11,7 @@ namespace braid::transport::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRounds = 3;  // after one warm-up round
+constexpr int kRounds = 5;  // after one warm-up round
 
 std::string sizeText(std::size_t b) {
   return b >= (1 << 20) ? std::to_string(b >> 20) + "M" : std::to_string(b >> 10) + "K";

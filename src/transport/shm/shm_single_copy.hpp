@@ -1,7 +1,8 @@
 // Single copy or staging, decided on the machine: the block size from which a host's direct
-// collectives (SharedMemoryGroup::singleCopyBytes) and its messages (the channels' single-copy
-// threshold) read peers' user buffers with process_vm_readv (CMA) instead of copying through the
-// shared segment twice.
+// collectives (SharedMemoryGroup::singleCopyBytes) read peers' user buffers with
+// process_vm_readv (CMA) instead of copying through the staging areas twice. Messages keep the
+// transport's own rule (ShmOptions::cmaThresholdBytes: BRAID_SHM_CMA_THRESHOLD, else 64 KiB on
+// a crowded host, else never), since their rings' two copies overlap.
 //
 // The choice, in order (every rank of the group reaches the same one):
 //   1. BRAID_SHM_CMA_DISABLE (ShmOptions::cmaDisable): never;
@@ -38,7 +39,7 @@ inline constexpr std::size_t kSingleCopyProbeSizes[] = {4096, 16384, 65536, 2621
 ///                staged block out (2 copies, 1 barrier: a staged chunk);
 ///   single copy: publish the buffer's address, barrier, process_vm_readv the next rank's
 ///                block, barrier (1 copy, 2 barriers).
-/// One warm-up round, then kRounds rounds alternating the two; each rank keeps its fastest of
+/// One warm-up round, then 5 rounds alternating the two; each rank keeps its fastest of
 /// each and publishes them in its staging half; every rank then takes, per size, the slowest
 /// rank's figures, so all reach the same answer: the step (single copy from size k on) that
 /// agrees with the most measured sizes, counting +1 for each size >= k where single copy was

@@ -157,8 +157,9 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
   // the host's ranks have at least a CPU each (of those their affinity masks allow together).
   if (count <= att_.hostCpus) busyPoll_ = options.busyPoll;
-  // Without a group (ranks on other hosts too, or no staging), messages go single copy by
-  // default only on a crowded host; with a group, from what shm_single_copy.hpp chooses (below).
+  // Messages go single copy by default only on a crowded host: with a CPU each, the ring's two
+  // copies run at once and beat process_vm_readv (docs/benchmarks.md, "Point-to-point" and
+  // "Single copy where it wins"). The direct collectives' threshold: chooseSingleCopy().
   const bool crowded = count > att_.hostCpus;
   const std::size_t cmaThreshold =
       options.cmaThresholdBytes.value_or(crowded ? kCrowdedCmaThreshold : SIZE_MAX);
@@ -215,7 +216,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     singleCopy_ =
         options.cmaDisable ? "messages: never (BRAID_SHM_CMA_DISABLE)"
         : cmaThreshold == SIZE_MAX
-            ? "messages: never (a CPU per rank, no shared group to measure with)"
+            ? "messages: never (a CPU per rank: the rings' copies overlap)"
             : "messages: from " + std::to_string(cmaThreshold) + " B" +
                   (options.cmaThresholdBytes ? " (BRAID_SHM_CMA_THRESHOLD)" : " (crowded host)");
   }
@@ -242,13 +243,14 @@ void ShmTransportImpl::chooseSingleCopy(bool crowded) {
     c = shm::measureSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout);
   }
   group_->setSingleCopyBytes(c.bytes);
-  // Messages follow the group's choice where the group could measure: every pair can read.
-  if (group_->canReadPeers())
-    for (std::size_t p = 0; p < channels_.size(); ++p)
-      if (p != att_.local) channels_[p].setSingleCopyBytes(c.bytes);
   singleCopy_ =
       (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
       ": " + c.why;
+  // Messages keep their own rule (the constructor's cmaThreshold): with a CPU per rank the
+  // rings' copies on both sides overlap, which the measured staged step does not
+  // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB).
+  if (!options_.cmaDisable && group_->canReadPeers() && !options_.cmaThresholdBytes && !crowded)
+    singleCopy_ += "; messages: never (a CPU per rank: the rings' copies overlap)";
 }
 
 ShmTransportImpl::~ShmTransportImpl() {
