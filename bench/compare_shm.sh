@@ -76,7 +76,7 @@ for k in $(seq 1 "$rounds"); do
       printf '%s\t%s\t%s\n' "$f" "$before" "$mid" >> "$labels"
       f="mpi$n.run$k.$c.txt"
       "${MR[@]}" -np "$n" "${over[@]}" "$anchors/build/mpi_coll_bench" -c "$mc" -b 8 \
-        -e "$maxbytes" -f 4 -r 7 > "$out/$f"
+        -e "$maxbytes" -f 4 -r 7 > "$out/$f" < /dev/null  # mpirun reads stdin: SIGTTIN in a background job
       before="$(probe)"
       printf '%s\t%s\t%s\n' "$f" "$mid" "$before" >> "$labels"
     done
