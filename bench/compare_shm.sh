@@ -4,6 +4,9 @@
 # interleaved collective by collective (braid, Open MPI, braid, Open MPI, ...) and the report
 # takes medians.
 # Usage: bench/compare_shm.sh [ROUNDS=3] [MAXBYTES=256M] [RANKS="2 4 8"]
+#   COLLS="allgather reduce ..." (environment): only these collectives (default: all six);
+#   BINDIR=DIR: braid-run, braid-perf and placement-probe from DIR instead of build/bin;
+#   RESULTS=DIR: write there instead of results/shm
 #   (root the first time: installs Open MPI through the anchors' setup)
 # Output: results/shm/*.txt|json, results/shm/placement.tsv and results/shm/report.md (printed).
 #
@@ -24,7 +27,7 @@ repo="$(dirname "$here")"
 rounds="${1:-3}"
 maxb="${2:-256M}"
 ranks="${3:-2 4 8}"
-out="$repo/results/shm"
+out="${RESULTS:-$repo/results/shm}"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt
 # The anchors: $ANCHORS, else ../shared/anchors beside the repository (or beside a worktree's
@@ -34,7 +37,7 @@ for cand in "$repo/../shared/anchors" "$repo/../../shared/anchors"; do
   [ -n "$src" ] || { [ -d "$cand" ] && src="$cand"; } || true
 done
 [ -d "$src" ] || { echo "no anchors folder (set ANCHORS=.../shared/anchors)" >&2; exit 1; }
-anchors="$repo/results/anchors"
+anchors="$out/anchors"
 rm -rf "$anchors"
 cp -r "$src" "$anchors"
 chmod -R u+w "$anchors"
@@ -44,8 +47,8 @@ fi
 mkdir -p "$anchors/build"
 mpicc -O2 -Wall "$anchors/mpi/mpi_coll_bench.c" -o "$anchors/build/mpi_coll_bench"
 maxbytes="$(numfmt --from=iec "$maxb")"
-BIN="$repo/build/bin"
-colls="allreduce reducescatter allgather broadcast reduce alltoall"
+BIN="${BINDIR:-$repo/build/bin}"  # BINDIR: another build's bin folder (A/B)
+colls="${COLLS:-allreduce reducescatter allgather broadcast reduce alltoall}"
 unset BRAID_SHM_DISABLE BRAID_ALGO  # the defaults: shm transport, shm_ll / shm_direct
 MR=(mpirun --allow-run-as-root --mca oob_tcp_if_include lo --mca pml ob1 --mca btl vader,self)
 # Open MPI's large collectives fault in fresh temporary buffers on every call, braid's are
@@ -73,7 +76,7 @@ for k in $(seq 1 "$rounds"); do
       printf '%s\t%s\t%s\n' "$f" "$before" "$mid" >> "$labels"
       f="mpi$n.run$k.$c.txt"
       "${MR[@]}" -np "$n" "${over[@]}" "$anchors/build/mpi_coll_bench" -c "$mc" -b 8 \
-        -e "$maxbytes" -f 4 -r 7 > "$out/$f"
+        -e "$maxbytes" -f 4 -r 7 > "$out/$f" < /dev/null  # mpirun reads stdin: SIGTTIN in a background job
       before="$(probe)"
       printf '%s\t%s\t%s\n' "$f" "$mid" "$before" >> "$labels"
     done

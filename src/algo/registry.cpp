@@ -100,11 +100,12 @@ constexpr std::array kAlgorithms{
              true, kShm},
     AlgoInfo{"shm_direct", Collective::Allgather, shmDirectAllgather,
              "one host: each rank stages its block in shared memory, all copy every block; "
-             "1 barrier per chunk",
+             "1 barrier per chunk; from the single-copy size, each reads every peer's block "
+             "from its send buffer (CMA, 2 barriers)",
              false, kShm},
     AlgoInfo{"shm_direct", Collective::Broadcast, shmDirectBroadcast,
              "one host: the root stages the buffer in shared memory, all copy it; 1 barrier per "
-             "chunk",
+             "chunk; from the single-copy size, all read the root's buffer (CMA, 2 barriers)",
              false, kShm},
     AlgoInfo{"shm_direct", Collective::ReduceScatter, shmDirectReduceScatter,
              "one host: each rank stages its input, reduces its block of every peer's staging; "
@@ -112,7 +113,8 @@ constexpr std::array kAlgorithms{
              true, kShm},
     AlgoInfo{"shm_direct", Collective::Reduce, shmDirectReduce,
              "one host: slices reduced in shared memory as in allreduce, the root copies them; "
-             "2 barriers per chunk (1 below 4 KiB)",
+             "2 barriers per chunk (1 below 4 KiB); from the single-copy size, the root reads "
+             "the inputs (CMA) and reduces in rank order (2 barriers)",
              true, kShm},
     AlgoInfo{"shm_direct", Collective::Barrier, shmDirectBarrier,
              "one host: one counter line per rank in shared memory, spin then futex", false, kShm},
@@ -154,8 +156,9 @@ constexpr std::array kAlgorithms{
              "pipelined by pieces; 2(M-1)/M x bytes per host over the network for M hosts",
              false, kUniformNodes},
     AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
-             "one host: from 64 KiB blocks each rank reads its block straight from every peer's "
-             "send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per chunk",
+             "one host: from the single-copy size each rank reads its block straight from every "
+             "peer's send buffer (CMA, 2 barriers); below, through staging slots, 1 barrier per "
+             "chunk",
              false, kShm},
     AlgoInfo{"shm_direct", Collective::Alltoallv, shmDirectAlltoallv,
              "one host: alltoall through staging slots, counts exchanged and checked in round 0; "

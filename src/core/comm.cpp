@@ -526,6 +526,10 @@ std::string Comm::pathTo(int peer) const {
   return transport::pathTo(*impl_->transport, peer);
 }
 
+std::string Comm::singleCopy() const {
+  return transport::shmSingleCopy(*impl_->transport);
+}
+
 std::string Comm::describePeer(int peer) const {
   if (peer < 0 || peer >= impl_->size)
     throw Error(ErrorCode::InvalidArgument,

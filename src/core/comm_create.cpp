@@ -204,6 +204,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      (tcp.listenAddress.empty() ? std::string("127.0.0.1") : tcp.listenAddress) +
                      ", kernels " + kernels::selectedIsa() +
                      (wake.empty() ? std::string() : ", shm wake-ups " + wake));
+    const std::string single = transport::shmSingleCopy(*impl->transport);
+    if (!single.empty()) impl->log(2, "shm single copy: " + single);
     impl->log(2, core::describeTopology(impl->topo, rank));
     if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
       // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).

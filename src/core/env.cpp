@@ -62,8 +62,10 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_SLOT_SIZE", "64K", "bytes per ring slot (power of two, 4K..16M)"},
     {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
     {"BRAID_SHM_CMA_THRESHOLD", "auto",
-     "same-host send/recv this big go single-copy (CMA); auto: 64K on a crowded host, else never"},
-    {"BRAID_SHM_CMA_DISABLE", "0", "1: never use process_vm_readv (everything via the ring)"},
+     "shm blocks and send/recv this big go single-copy (CMA); auto: measured at creation "
+     "(64K on a crowded host)"},
+    {"BRAID_SHM_CMA_DISABLE", "0",
+     "1: never use process_vm_readv (everything via the rings and staging)"},
     {"BRAID_SHM_HOST_CPUS", "auto",
      "CPUs the host's ranks can use (auto: affinity masks capped by cgroup limits)"},
     {"BRAID_SHM_LIGHT_WAKE", "1",

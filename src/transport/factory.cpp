@@ -160,6 +160,13 @@ std::string shmWakeMode(const Transport& t) {
   return shm->lightWake() ? "light (membarrier)" : "fenced";
 }
 
+std::string shmSingleCopy(const Transport& t) {
+  const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
+  const ShmTransport* shm =
+      routed != nullptr ? routed->sharedMemoryLeg() : dynamic_cast<const ShmTransport*>(&t);
+  return shm == nullptr ? "" : shm->singleCopy();
+}
+
 std::string pathTo(const Transport& t, int peer) {
   const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
   return routed != nullptr ? routed->pathTo(peer) : "";

@@ -74,5 +74,8 @@ std::string pathTo(const Transport& t, int peer);
 /// How this rank's shared-memory group wakes sleepers: "light (membarrier)", "fenced", or ""
 /// when `t` has no shared-memory leg (docs/env.md, BRAID_SHM_LIGHT_WAKE).
 std::string shmWakeMode(const Transport& t);
+/// From which size this rank's direct shared-memory collectives go single copy, and why
+/// (ShmTransport::singleCopy), or "" when `t` has no shared-memory leg.
+std::string shmSingleCopy(const Transport& t);
 
 }  // namespace braid::transport

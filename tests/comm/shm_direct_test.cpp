@@ -59,6 +59,7 @@ TEST(ShmDirect, LargeMessagesSeveralChunks) {
   for (std::size_t chunk : {std::size_t{256} << 10, std::size_t{8} << 20}) {
     Options o = testOptions("shm_direct");
     o.chunkBytes = chunk;
+    o.shmCmaThresholdBytes = SIZE_MAX;  // the staged paths (shm_single_copy_test: single copy)
     runThreads(3, o, [](Comm& c) {
       for (bool inPlace : {false, true}) {
         checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 700001, inPlace);
@@ -125,9 +126,10 @@ TEST(ShmDirectProcessesExtended, AddedDtypesAndOps) {
     runProcesses(3, testOptions(algo), [](Comm& c) { checkExtendedReductions(c); });
 }
 
-// Large messages between processes with the default chunk size: several staging rounds, and
-// alltoall single-copy (process_vm_readv between processes) where the kernel allows it and the
-// ranks outnumber this machine's CPUs (3 ranks and more on 2 CPUs), staged otherwise.
+// Large messages between processes with the default chunk size: allgather, alltoall, broadcast
+// and reduce single-copy (process_vm_readv between processes, testOptions' 64 KiB threshold)
+// where the kernel allows it, staged otherwise (always for allreduce, reduce-scatter and the v
+// variants: several staging rounds).
 TEST_P(ShmDirectProcesses, LargeMessages) {
   Options o = testOptions("shm_direct");
   o.chunkBytes = std::size_t{256} << 10;
@@ -152,12 +154,14 @@ TEST(ShmDirect, OutputsBeyondTheStreamingThreshold) {
   ScopedLastLevelCache cache(std::size_t{512} << 10);
   ASSERT_EQ(kernels::streamingThresholdBytes(), std::size_t{256} << 10);
   const std::size_t count = (std::size_t{1} << 20) / 4 + 1031;
-  runThreads(3, testOptions("shm_direct"), [&](Comm& c) {
+  Options o = testOptions("shm_direct");
+  o.shmCmaThresholdBytes = SIZE_MAX;  // staged copies stream; single copy leaves it to the kernel
+  runThreads(3, o, [&](Comm& c) {
     for (bool inPlace : {false, true})
       checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, inPlace);
     checkReduce(c, DataType::Float32, ReduceOp::Max, count, 2, false);
   });
-  runThreads(2, testOptions("shm_direct"), [&](Comm& c) {
+  runThreads(2, o, [&](Comm& c) {
     checkReduce(c, DataType::Float32, ReduceOp::Sum, count, 1, false);
     checkNonReducing(c, DataType::Float32, count);  // allgather, broadcast, alltoall, ...
   });

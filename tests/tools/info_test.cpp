@@ -86,6 +86,10 @@ TEST(BraidInfo, PathsReportsHowEveryPairOfRanksTalks) {
     for (std::size_t at = r.out.find(path); at != std::string::npos; at = r.out.find(path, at + 1))
       ++pairs;
     EXPECT_EQ(pairs, 6u) << r.out;
+    // Over shared memory: from which size collectives and messages go single copy, and why.
+    const bool shm = std::string(disable) == "0";
+    EXPECT_EQ(r.out.find("single copy over shared memory (rank 0): ") != std::string::npos, shm)
+        << r.out;
   }
 }
 

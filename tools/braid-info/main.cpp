@@ -27,7 +27,8 @@ meaning). Without options everything is printed.
   --env     only the environment variables
   --algos   only the algorithms
   --paths   join the job (run it under a launcher: braid-run -n 4 braid-info --paths) and
-            print, on rank 0, how every pair of ranks talks: shm+cma, shm, tcp
+            print, on rank 0, how every pair of ranks talks (shm+cma, shm, tcp) and from
+            which size shared-memory collectives and messages go single copy, and why
   -h, --help
 )";
 
@@ -154,6 +155,8 @@ int printPaths() {
       std::printf(" %8s", &all[(static_cast<std::size_t>(r) * n + p) * kWidth]);
     std::printf("\n");
   }
+  const std::string single = comm->singleCopy();
+  if (!single.empty()) std::printf("single copy over shared memory (rank 0): %s\n", single.c_str());
   return 0;
 }
 

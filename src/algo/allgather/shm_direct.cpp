@@ -1,8 +1,15 @@
 // Direct shared-memory allgather and allgatherv (transport::SharedMemoryGroup; all ranks on one
 // host: the row's constraint, selection picks it only then).
 //
-// Allgather. Each rank's block is cut into chunks of C = min(chunkBytes, staging half) bytes; per
-// chunk:
+// Allgather, blocks of at least SharedMemoryGroup::singleCopyBytes() (algo/single_copy.hpp):
+// single copy. Each rank publishes its send buffer's address; barrier; each rank copies its own
+// block and reads every peer's block straight out of the peer's send buffer into its output
+// (N-1 process_vm_readv calls); barrier (no send buffer changes before every peer has read it;
+// in place, a rank's send buffer is its own block of its output, which nobody writes). 2
+// barriers whatever the size; memory traffic per rank: its output written once, nothing staged.
+//
+// Allgather otherwise. Each rank's block is cut into chunks of C = min(chunkBytes, staging half)
+// bytes; per chunk:
 //   1. copy the chunk of this rank's block into its staging half;
 //   2. barrier;
 //   3. copy every peer's staged chunk into its block of the output.
@@ -16,6 +23,7 @@
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/single_copy.hpp"
 
 namespace braid::algo {
 
@@ -31,8 +39,20 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   transport::SharedMemoryGroup* g = &requireSharedGroup(ctx, Collective::Allgather, "shm_direct");
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
-  const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
   const bool stream = streamsOutput(block * static_cast<std::size_t>(ctx.size), ctx.size);
+  if (singleCopy(*g, block)) {
+    PeerBuffers peers(ctx, *g, in);
+    std::uint8_t* own = out + static_cast<std::size_t>(me) * block;
+    if (own != in) copyOut(stream, own, in, block);  // not in place
+    peers.ready();
+    for (int s = 1; s < ctx.size; ++s) {
+      const int q = (me + s) % ctx.size;
+      peers.read(q, 0, out + static_cast<std::size_t>(q) * block, block);
+    }
+    peers.done();
+    return;
+  }
+  const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
   for (std::size_t off = 0; off < block; off += chunk) {
     const std::size_t c = std::min(chunk, block - off);
     const std::size_t h = g->beginStep();

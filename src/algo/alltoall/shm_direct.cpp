@@ -2,16 +2,12 @@
 // the row's constraint: selection picks it only then). No messages and no allocation: the staging
 // areas of the host's segment are the only intermediate memory.
 //
-// Alltoall, blocks of at least 64 KiB when every rank can read every other rank's memory
-// (SharedMemoryGroup::canReadPeers, process_vm_readv) and the ranks outnumber their CPUs
-// (SharedMemoryGroup::crowded): single copy, 2 barriers. With a CPU per rank the staged path
-// below is faster at every block size, because its copy-out streams a large output
-// (docs/benchmarks.md: 2 ranks 1.2-1.6x from 64 KiB); crowded, its barrier per chunk costs a
-// turn on the CPU each (4 ranks on 2 CPUs, 256 KiB: single copy 2.0 against 1.5 GB/s). Each rank
-// publishes its send buffer's address in its staging half; barrier; each rank reads its block
-// straight out of every peer's send buffer into its output (N-1 process_vm_readv calls);
-// barrier (a send buffer stays untouched until every peer has read from it). Memory traffic per
-// rank: its receive buffer written once, nothing staged.
+// Alltoall, blocks of at least SharedMemoryGroup::singleCopyBytes() (chosen at transport
+// creation: measured on the machine unless overridden, shm_single_copy.hpp): single copy, 2
+// barriers. Each rank publishes its send buffer's address in its staging half; barrier; each
+// rank reads its block straight out of every peer's send buffer into its output (N-1
+// process_vm_readv calls); barrier (a send buffer stays untouched until every peer has read
+// from it). Memory traffic per rank: its receive buffer written once, nothing staged.
 //
 // Alltoall, otherwise. Every block is cut into chunks of C = min(chunkBytes, staging half / N)
 // bytes; per chunk index:
@@ -40,15 +36,10 @@
 #include <algorithm>
 
 #include "algo/exchange.hpp"
+#include "algo/single_copy.hpp"
 
 namespace braid::algo {
 
-namespace {
-
-// Alltoall blocks of at least this size go single-copy where every pair allows it.
-constexpr std::size_t kSingleCopyBytes = 64 * 1024;
-
-}  // namespace
 
 void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);
@@ -62,23 +53,19 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
       n > 1 ? &requireSharedGroup(ctx, Collective::Alltoall, "shm_direct") : nullptr;
   const auto own = static_cast<std::size_t>(me) * block;
   const bool stream = streamsOutput(block * un, n);
-  const bool singleCopy = n > 1 && block >= kSingleCopyBytes && g->canReadPeers() && g->crowded();
-  if (out != in && block > 0 && (n == 1 || singleCopy)) copyOut(stream, out + own, in + own, block);
+  const bool single = n > 1 && singleCopy(*g, block);
+  if (out != in && block > 0 && (n == 1 || single)) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;
-  if (singleCopy) {
-    // Single copy: publish the send buffer's address, read this rank's block out of every
-    // peer's send buffer, and keep this one untouched until every peer has read from it.
-    const std::size_t h = g->beginStep();
-    const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(in));
-    std::memcpy(g->staging(me) + h, &address, sizeof address);
-    g->barrier(ctx.tag, ctx.deadline);
+  if (single) {
+    // Read this rank's block out of every peer's send buffer; this one stays untouched until
+    // every peer has read from it.
+    PeerBuffers peers(ctx, *g, in);
+    peers.ready();
     for (int s = 1; s < n; ++s) {
       const int p = (me + s) % n;
-      std::uint64_t theirs = 0;
-      std::memcpy(&theirs, g->staging(p) + h, sizeof theirs);
-      g->readPeer(p, theirs + own, out + static_cast<std::size_t>(p) * block, block);
+      peers.read(p, own, out + static_cast<std::size_t>(p) * block, block);
     }
-    g->barrier(ctx.tag, ctx.deadline);
+    peers.done();
     return;
   }
   const std::size_t chunk =

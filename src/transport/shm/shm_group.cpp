@@ -41,8 +41,12 @@ ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
   for (std::size_t from = 0; from < count_; ++from)
     for (std::size_t to = 0; to < count_; ++to)
       if (from != to &&
-          seg_.control(from, to).consumer.canReadSender.load(std::memory_order_acquire) == 0)
+          seg_.control(from, to).consumer.canReadSender.load(std::memory_order_acquire) == 0 &&
+          canReadPeers_) {
         canReadPeers_ = false;
+        unreadable_ = "local rank " + std::to_string(to) + " could not read local rank " +
+                      std::to_string(from) + "'s memory with process_vm_readv at setup";
+      }
 }
 
 void ShmGroup::readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) {

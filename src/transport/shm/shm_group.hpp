@@ -56,6 +56,11 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::uint8_t* lineWait(int peer, Deadline deadline) override;
   bool canReadPeers() const override { return canReadPeers_; }
   bool crowded() const override { return crowded_; }
+  std::size_t singleCopyBytes() const override { return singleCopyBytes_; }
+  /// Set once, right after construction, the same on every rank (shm_single_copy.hpp).
+  void setSingleCopyBytes(std::size_t bytes) { singleCopyBytes_ = bytes; }
+  /// Which pair's probe failed when !canReadPeers() (CMA disabled: ""), in words.
+  const std::string& unreadablePair() const { return unreadable_; }
   void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
 
   /// This rank arrives no more (transport failed, aborted or destroyed): peers' barriers fail.
@@ -99,6 +104,8 @@ class ShmGroup final : public SharedMemoryGroup {
   const std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen_;
   std::vector<pid_t> pids_;
   bool canReadPeers_ = false;
+  std::string unreadable_;
+  std::size_t singleCopyBytes_ = SIZE_MAX;
   std::uint64_t epoch_ = 0;         // barriers entered
   std::uint64_t tag_ = 0;           // the tag of the current barrier
   std::uint64_t lineSeq_ = 0;       // line exchanges entered

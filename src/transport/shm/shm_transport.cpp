@@ -41,6 +41,7 @@
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
 #include "transport/shm/shm_group.hpp"
+#include "transport/shm/shm_single_copy.hpp"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -82,6 +83,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void abort(const std::string& why) override;
   std::string pathTo(int peer) const override;
   bool lightWake() const override { return att_.lightWake; }
+  std::string singleCopy() const override { return singleCopy_; }
   SharedMemoryGroup* sharedGroup() override { return group_.get(); }
 
  private:
@@ -116,6 +118,8 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void wakeBackground();
   void sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until, const Request* req);
   void backgroundLoop();
+  // Sets the group's and the channels' single-copy threshold (shm_single_copy.hpp).
+  void chooseSingleCopy(bool crowded);
 
   const int rank_;
   const int size_;
@@ -128,6 +132,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::vector<PeerProcess> processes_;
   std::vector<pollfd> pollFds_;      // one per processes_ entry with a pidfd, built once
   std::unique_ptr<ShmGroup> group_;  // when this host's ranks are the whole communicator
+  std::string singleCopy_;           // what singleCopy() reports
 
   engine::Engine engine_;
   std::mutex& mu_;  // engine_.mutex()
@@ -152,10 +157,12 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
   // the host's ranks have at least a CPU each (of those their affinity masks allow together).
   if (count <= att_.hostCpus) busyPoll_ = options.busyPoll;
-  // Single copy by default only on a crowded host: with a CPU each, the ring's two copies run
-  // at once and beat process_vm_readv at every size (docs/benchmarks.md, "Point-to-point").
+  // Messages go single copy by default only on a crowded host: with a CPU each, the ring's two
+  // copies run at once and beat process_vm_readv (docs/benchmarks.md, "Point-to-point" and
+  // "Single copy where it wins"). The direct collectives' threshold: chooseSingleCopy().
+  const bool crowded = count > att_.hostCpus;
   const std::size_t cmaThreshold =
-      options.cmaThresholdBytes.value_or(count > att_.hostCpus ? kCrowdedCmaThreshold : SIZE_MAX);
+      options.cmaThresholdBytes.value_or(crowded ? kCrowdedCmaThreshold : SIZE_MAX);
   localOf_.assign(static_cast<std::size_t>(size), -1);
   for (std::size_t i = 0; i < count; ++i) localOf_[att_.localRanks[i]] = static_cast<int>(i);
   const pid_t me = ::getpid();
@@ -199,12 +206,51 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     std::vector<std::string> descriptions;
     for (const Channel& c : channels_) descriptions.push_back(c.description());
     group_ = std::make_unique<ShmGroup>(
-        att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_,
-        count > att_.hostCpus, att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
+        att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_, crowded,
+        att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
         [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
           mismatchSeen(att_.localRanks[local], mine, theirs);
         });
+    chooseSingleCopy(crowded);
+  } else {
+    singleCopy_ =
+        options.cmaDisable ? "messages: never (BRAID_SHM_CMA_DISABLE)"
+        : cmaThreshold == SIZE_MAX
+            ? "messages: never (a CPU per rank: the rings' copies overlap)"
+            : "messages: from " + std::to_string(cmaThreshold) + " B" +
+                  (options.cmaThresholdBytes ? " (BRAID_SHM_CMA_THRESHOLD)" : " (crowded host)");
   }
+}
+
+void ShmTransportImpl::chooseSingleCopy(bool crowded) {
+  shm::SingleCopyChoice c;
+  if (options_.cmaDisable) {
+    c.why = "BRAID_SHM_CMA_DISABLE";
+  } else if (!group_->canReadPeers()) {
+    c.why = group_->unreadablePair() +
+            " (ptrace restrictions: Yama ptrace_scope, seccomp, a "
+            "container without CAP_SYS_PTRACE)";
+  } else if (options_.cmaThresholdBytes) {
+    c.bytes = *options_.cmaThresholdBytes;
+    c.why = "BRAID_SHM_CMA_THRESHOLD";
+  } else if (crowded) {
+    c.bytes = kCrowdedCmaThreshold;
+    c.why = "crowded host: " + std::to_string(att_.localRanks.size()) + " ranks on " +
+            std::to_string(att_.hostCpus) + " CPUs";
+  } else {
+    // No operation runs on this transport yet, so any tag will do ("singleco" in a dump).
+    constexpr std::uint64_t kMeasureTag = 0x73696e676c65636fULL;  // "singleco"
+    c = shm::measureSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout);
+  }
+  group_->setSingleCopyBytes(c.bytes);
+  singleCopy_ =
+      (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
+      ": " + c.why;
+  // Messages keep their own rule (the constructor's cmaThreshold): with a CPU per rank the
+  // rings' copies on both sides overlap, which the measured staged step does not
+  // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB).
+  if (!options_.cmaDisable && group_->canReadPeers() && !options_.cmaThresholdBytes && !crowded)
+    singleCopy_ += "; messages: never (a CPU per rank: the rings' copies overlap)";
 }
 
 ShmTransportImpl::~ShmTransportImpl() {

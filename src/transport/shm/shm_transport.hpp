@@ -101,6 +101,10 @@ class ShmTransport : public Transport {
   /// Whether wake-ups are light (every local rank registered for the global expedited
   /// membarrier, so wakers need no fence; see notify() in shm_segment.hpp) or fenced.
   virtual bool lightWake() const = 0;
+  /// From which size this rank's direct collectives go single copy, and why (and messages'
+  /// rule where it differs)
+  /// (shm_single_copy.hpp): "from 16384 B: measured at creation in 3.2 ms (...)", "never: ...".
+  virtual std::string singleCopy() const = 0;
 };
 
 /// Collective over the ranks in `localRanks` (global ranks of one host, ascending, including

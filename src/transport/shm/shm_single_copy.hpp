@@ -1,0 +1,52 @@
+// Single copy or staging, decided on the machine: the block size from which a host's direct
+// collectives (SharedMemoryGroup::singleCopyBytes) read peers' user buffers with
+// process_vm_readv (CMA) instead of copying through the staging areas twice. Messages keep the
+// transport's own rule (ShmOptions::cmaThresholdBytes: BRAID_SHM_CMA_THRESHOLD, else 64 KiB on
+// a crowded host, else never), since their rings' two copies overlap.
+//
+// The choice, in order (every rank of the group reaches the same one):
+//   1. BRAID_SHM_CMA_DISABLE (ShmOptions::cmaDisable): never;
+//   2. some rank cannot read some other's memory (the setup probe failed: Yama's ptrace_scope,
+//      a seccomp filter, a container without CAP_SYS_PTRACE across its processes): never, naming
+//      the first such pair;
+//   3. BRAID_SHM_CMA_THRESHOLD (ShmOptions::cmaThresholdBytes): that size;
+//   4. a crowded host (ranks outnumber CPUs): kCrowdedCmaThreshold, since ranks that take turns
+//      on a CPU cannot be timed against each other and a barrier per chunk costs a turn each
+//      (docs/benchmarks.md, "Point-to-point");
+//   5. otherwise measureSingleCopy() below, at transport creation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "transport/transport.hpp"
+
+namespace braid::transport::shm {
+
+struct SingleCopyChoice {
+  std::size_t bytes = SIZE_MAX;  // blocks of at least this size go single copy; SIZE_MAX: none
+  std::string why;               // in words, for braid-info and the debug log
+};
+
+/// The block sizes measureSingleCopy() compares, ascending (those that fit a staging half).
+inline constexpr std::size_t kSingleCopyProbeSizes[] = {4096, 16384, 65536, 262144, 1048576};
+
+/// Collective over the group (every rank calls it at the same point, with the same tag): times
+/// the two ways a direct collective moves a block out of a peer, every rank at once reading the
+/// next rank's block, at each size of kSingleCopyProbeSizes that fits a staging half:
+///   staged:      copy the block into the own staging half, barrier, copy the next rank's
+///                staged block out (2 copies, 1 barrier: a staged chunk);
+///   single copy: publish the buffer's address, barrier, process_vm_readv the next rank's
+///                block, barrier (1 copy, 2 barriers).
+/// One warm-up round, then 5 rounds alternating the two; each rank keeps its fastest of
+/// each and publishes them in its staging half; every rank then takes, per size, the slowest
+/// rank's figures, so all reach the same answer: the step (single copy from size k on) that
+/// agrees with the most measured sizes, counting +1 for each size >= k where single copy was
+/// faster and -1 where it was slower (never when no step has more wins than losses; the larger
+/// size on ties), so that a size whose rounds all lost their CPU to another process cannot
+/// decide alone. A few milliseconds at 2 ranks. Requires g.canReadPeers(); errors as the
+/// group's barrier.
+SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline);
+
+}  // namespace braid::transport::shm

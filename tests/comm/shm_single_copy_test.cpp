@@ -1,0 +1,212 @@
+// Single copy in the direct shared-memory collectives and the shm transport's messages
+// (src/transport/shm/shm_single_copy.hpp, algo/single_copy.hpp): the threshold forced to 0 (every
+// non-empty block read out of the peers' buffers with process_vm_readv) and to never (everything
+// staged), over ranks as threads and as processes, every collective x world size x count x dtype
+// x op x in-place x root (harness/checks); large messages across the single-copy reduce's pieces;
+// the choice as Comm::singleCopy() reports it (override, measured, disabled); and a process
+// whose kernel refuses process_vm_readv (a seccomp filter, as a container or Yama would), which
+// must fall back to staging and say why.
+#include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "harness/checks.hpp"
+#include "harness/ranks.hpp"
+
+namespace braid::test {
+namespace {
+
+Options forced(std::size_t threshold, const char* algo = "shm_direct") {
+  Options o = testOptions(algo);
+  o.shmCmaThresholdBytes = threshold;
+  return o;
+}
+
+void expectChoice(Comm& c, const std::string& prefix) {
+  if (c.size() == 1) return;  // one rank: no peers to read
+  const std::string got = c.singleCopy();
+  if (got.rfind(prefix, 0) != 0)
+    throw Error(ErrorCode::Internal, "singleCopy() = '" + got + "', expected '" + prefix + "...'");
+}
+
+class SingleCopyThreads : public ::testing::TestWithParam<int> {};
+
+// Every non-empty block single copy: allgather, alltoall, broadcast, reduce (and the messages of
+// gather, scatter and send/recv) read the peers' buffers at every count of the sweep.
+TEST_P(SingleCopyThreads, EveryBlock) {
+  runThreads(GetParam(), forced(0), [](Comm& c) {
+    expectChoice(c, "from 0 B: BRAID_SHM_CMA_THRESHOLD");
+    sweepCollectives(c);
+  });
+}
+
+// Never: the staged paths at every count, whatever the machine measures.
+TEST_P(SingleCopyThreads, NeverStaged) {
+  runThreads(GetParam(), forced(SIZE_MAX), [](Comm& c) {
+    const std::size_t counts[] = {0, 1, 13, 1031};
+    sweepCollectives(c, counts);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SingleCopyThreads, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+class SingleCopyProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(SingleCopyProcesses, EveryBlock) {
+  runProcesses(
+      GetParam(), forced(0),
+      [](Comm& c) {
+        expectChoice(c, "from 0 B: BRAID_SHM_CMA_THRESHOLD");
+        sweepCollectives(c);
+      },
+      std::chrono::seconds(600));
+}
+
+// Large messages between processes: reduce through many of the root's pieces (testOptions'
+// 4 KiB scratch: pieces of 1365 bytes, unaligned to most dtypes' blocks) and through the
+// default scratch (64 KiB pieces), in place and not, every root; allgather, broadcast,
+// alltoall, gather and scatter with blocks of more than a staging half.
+TEST_P(SingleCopyProcesses, LargeMessages) {
+  for (std::size_t buffer : {std::size_t{4096}, std::size_t{4} << 20}) {
+    Options o = forced(4096);
+    o.bufferBytes = buffer;
+    runProcesses(
+        GetParam(), o,
+        [](Comm& c) {
+          for (int root = 0; root < c.size(); ++root)
+            checkReduce(c, DataType::Float32, ReduceOp::Sum, 300007, root, root % 2 == 1);
+          checkReduce(c, DataType::BFloat16, ReduceOp::Max, 100003, c.size() - 1, false);
+          checkReduce(c, DataType::Float64, ReduceOp::Prod, 20011, 0, true);
+          checkNonReducing(c, DataType::Int32, 300007);
+        },
+        std::chrono::seconds(600));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SingleCopyProcesses, ::testing::Values(1, 2, 3, 4, 5, 7, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+// Deterministic mode: the single-copy reduce reduces in rank order, as every rank-ordered
+// algorithm does, so its bits equal the staged reduce's: values whose sum depends on the order
+// (random floats of mixed magnitudes), the root's output compared bit for bit.
+TEST(SingleCopy, DeterministicReduceMatchesStaged) {
+  constexpr std::size_t kCount = 20011;
+  constexpr int kRoot = 3;
+  std::vector<std::vector<float>> results;
+  for (std::size_t threshold : {std::size_t{0}, SIZE_MAX}) {
+    Options o = forced(threshold);
+    o.deterministic = true;
+    std::vector<float> got(kCount);
+    runThreads(5, o, [&](Comm& c) {
+      std::mt19937 rng(static_cast<unsigned>(c.rank()) * 7919u + 1u);
+      std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+      std::vector<float> in(kCount), out(kCount, 0.0f);
+      for (std::size_t i = 0; i < kCount; ++i)
+        in[i] = std::ldexp(mantissa(rng), static_cast<int>(rng() % 40) - 20);
+      c.reduce(in.data(), out.data(), kCount, DataType::Float32, ReduceOp::Sum, kRoot);
+      if (c.rank() == kRoot) got = out;
+    });
+    results.push_back(std::move(got));
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), kCount * sizeof(float)), 0);
+}
+
+// The default: a CPU per rank (the test's host of 2 CPUs, 2 ranks) measures; more ranks than
+// CPUs take the crowded host's 64 KiB; BRAID_SHM_CMA_DISABLE says so. Whatever was measured,
+// the collectives stay correct on both sides of it.
+TEST(SingleCopy, ChoiceIsReported) {
+  Options measured = testOptions("shm_direct");
+  measured.shmCmaThresholdBytes.reset();  // auto, as without BRAID_SHM_CMA_THRESHOLD
+  runThreads(2, measured, [](Comm& c) {
+    const std::string got = c.singleCopy();
+    if (got.find("measured at creation in ") == std::string::npos ||
+        got.find(" ms (2 ranks; us staged/single copy per block: 4K ") == std::string::npos)
+      throw Error(ErrorCode::Internal, "singleCopy() = '" + got + "'");
+    const std::size_t counts[] = {13, 5003};  // 20 KB blocks: above 16 KiB
+    sweepCollectives(c, counts);
+  });
+  runThreads(3, measured,
+             [](Comm& c) { expectChoice(c, "from 65536 B: crowded host: 3 ranks on 2 CPUs"); });
+  Options off = measured;
+  off.shmCmaDisable = true;
+  runThreads(2, off, [](Comm& c) {
+    expectChoice(c, "never: BRAID_SHM_CMA_DISABLE");
+    for (int p = 0; p < c.size(); ++p)
+      if (p != c.rank() && c.pathTo(p) != "shm")
+        throw Error(ErrorCode::Internal, "pathTo = " + c.pathTo(p));
+    const std::size_t counts[] = {0, 7, 1031};
+    sweepCollectives(c, counts);
+  });
+}
+
+// Runs `body` in a forked child whose process_vm_readv fails with EPERM (a seccomp filter, as a
+// container's profile or Yama's ptrace_scope would make it fail); returns the child's exit code.
+template <class F>
+int withoutProcessVmReadv(F&& body) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+      ::_exit(77);
+    int code = 99;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    std::fflush(stderr);
+    ::_exit(code);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(SingleCopy, RefusedByTheKernelFallsBackToStaging) {
+  const int code = withoutProcessVmReadv([] {
+    int bad = 0;
+    for (std::size_t threshold : {std::size_t{0}, std::size_t{4096}}) {
+      Options o = forced(threshold);
+      runThreads(3, o, [&](Comm& c) {
+        const std::string got = c.singleCopy();
+        if (got.rfind("never: local rank ", 0) != 0 ||
+            got.find("could not read local rank") == std::string::npos) {
+          std::fprintf(stderr, "singleCopy() = '%s'\n", got.c_str());
+          ++bad;
+        }
+        const std::size_t counts[] = {0, 7, 5003};
+        sweepCollectives(c, counts);
+      });
+    }
+    return bad == 0 && !::testing::Test::HasFailure() ? 0 : 1;
+  });
+  if (code == 77) GTEST_SKIP() << "seccomp filters are not available here";
+  EXPECT_EQ(code, 0) << "the child's output above says what failed";
+}
+
+}  // namespace
+}  // namespace braid::test
