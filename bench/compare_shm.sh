@@ -41,8 +41,11 @@ anchors="$out/anchors"
 rm -rf "$anchors"
 cp -r "$src" "$anchors"
 chmod -R u+w "$anchors"
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-  bash "$anchors/run_all.sh" setup >/dev/null
+# Open MPI's compiler wrapper and its headers (mpicc may exist without mpi.h: libopenmpi-dev).
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null ||
+  ! printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
 fi
 mkdir -p "$anchors/build"
 mpicc -O2 -Wall "$anchors/mpi/mpi_coll_bench.c" -o "$anchors/build/mpi_coll_bench"
