@@ -25,6 +25,7 @@
 
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
+#include "harness/store_process.hpp"
 
 namespace braid::test {
 namespace {
@@ -155,13 +156,11 @@ TEST(SingleCopy, ChoiceIsReported) {
 }
 
 // Runs `body` in a forked child whose process_vm_readv fails with EPERM (a seccomp filter, as a
-// container's profile or Yama's ptrace_scope would make it fail); returns the child's exit code.
+// container's profile or Yama's ptrace_scope would make it fail); returns the child's exit code
+// (77: the filter could not be installed).
 template <class F>
 int withoutProcessVmReadv(F&& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  return inChild([&] {
     sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
@@ -171,19 +170,9 @@ int withoutProcessVmReadv(F&& body) {
     sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-      ::_exit(77);
-    int code = 99;
-    try {
-      code = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child: %s\n", e.what());
-    }
-    std::fflush(stderr);
-    ::_exit(code);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      return 77;
+    return body();
+  });
 }
 
 TEST(SingleCopy, RefusedByTheKernelFallsBackToStaging) {

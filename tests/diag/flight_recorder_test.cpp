@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness/ranks.hpp"
+#include "harness/store_process.hpp"
 #include "store/memory_store.hpp"
 
 namespace braid::test {
@@ -190,27 +191,6 @@ TEST(FlightRecorder, CommunicatorFailureDumpsEveryRankToFlightDir) {
     EXPECT_NE(text.find("=== end of flight recorder"), std::string::npos);
   }
   removeDir(dir);
-}
-
-// Forks a child that runs `body` and returns its exit code (-1: killed by a signal).
-template <class F>
-int inChild(F&& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 99;
-    try {
-      code = body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child: %s\n", e.what());
-    }
-    std::fflush(stderr);
-    ::_exit(code);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 TEST(FlightRecorderSignal, Sigusr1DumpsEveryRankProcess) {

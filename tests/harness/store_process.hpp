@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -116,6 +117,28 @@ inline std::vector<int> childrenOfThisProcess() {
   }
   ::closedir(d);
   return kids;
+}
+
+/// Forks a child that runs `body` (returning its exit code; an exception is printed and exits
+/// 99) and returns that exit code (-1: killed by a signal).
+template <class F>
+int inChild(F&& body) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+    }
+    std::fflush(stderr);
+    ::_exit(code);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 }  // namespace braid::test
