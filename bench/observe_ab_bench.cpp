@@ -9,7 +9,8 @@
 // over rounds of each setting's per-op time (max over ranks), and the median of the per-round
 // ratios to "off".
 //
-// Usage: build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
+// Usage: [BRAID_AB_ORDER=0123] build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
+// (BRAID_AB_ORDER: the creation order of off, off2, stamps, metrics, as their indices)
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,7 +33,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t>& sizes) {
+int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t>& sizes,
+            const int (&order)[4]) {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus >= n) {
     cpu_set_t set;
@@ -51,11 +53,15 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
   metrics.metricsInterval = std::chrono::seconds(1);
   const char* names[] = {"off", "off2", "stamps", "metrics"};
   constexpr int kSettings = 4;
-  std::vector<std::unique_ptr<Comm>> comms;
-  int k = 0;
-  for (const Options* o : {&off, &off2, &stamps, &metrics})
-    comms.push_back(Comm::create(
-        std::make_shared<PrefixStore>(store, std::string(names[k++]) + "/"), rank, n, *o));
+  const Options* settings[] = {&off, &off2, &stamps, &metrics};
+  // Created in the order `order` gives (BRAID_AB_ORDER, e.g. "3012": metrics first), so that a
+  // difference that follows the creation position rather than the setting shows itself.
+  std::vector<std::unique_ptr<Comm>> comms(kSettings);
+  for (int j = 0; j < kSettings; ++j) {
+    const int w = order[j];
+    comms[w] = Comm::create(std::make_shared<PrefixStore>(store, std::string(names[w]) + "/"), rank,
+                            n, *settings[w]);
+  }
   std::vector<char> send(sizes.back()), recv(sizes.back());
   for (std::size_t bytes : sizes) {
     const std::size_t count = bytes / 4;
@@ -112,6 +118,17 @@ int main(int argc, char** argv) {
     p = c + 1;
   }
   std::sort(sizes.begin(), sizes.end());
+  int order[4] = {0, 1, 2, 3};
+  if (const char* o = std::getenv("BRAID_AB_ORDER")) {
+    std::string s = o;
+    std::string sorted = s;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != "0123") {
+      std::fprintf(stderr, "BRAID_AB_ORDER must be a permutation of 0123 (got %s)\n", o);
+      return 2;
+    }
+    for (int j = 0; j < 4; ++j) order[j] = s[j] - '0';
+  }
   TcpStoreServer server("127.0.0.1", 0);
   std::printf(
       "| size (B) | algorithm | rounds x iters | off: median (min) us | off2: median (min) us | "
@@ -123,7 +140,7 @@ int main(int argc, char** argv) {
     const pid_t pid = ::fork();
     if (pid == 0) {
       try {
-        ::_exit(runRank(r, n, server.port(), rounds, sizes));
+        ::_exit(runRank(r, n, server.port(), rounds, sizes, order));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
         ::_exit(1);

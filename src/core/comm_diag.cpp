@@ -102,8 +102,8 @@ void Comm::Impl::opStarted(Op& op, const char* algorithm) {
 void Comm::Impl::opDone(Op& op) {
   const auto now = stamp(op.precise);
   recorder->finished(op.serial, op.desc, nullptr, now);
-  if (metrics)  // a duration only where the stamps are precise
-    metrics->opDone(op.desc.coll, op.algorithm, op.bytes,
+  if (metrics && (op.precise || !opCounters.count(op.desc.coll, op.algorithm, op.bytes)))
+    metrics->opDone(op.desc.coll, op.algorithm, op.bytes,  // a duration where stamps are precise
                     op.precise ? std::chrono::nanoseconds(now - op.startedAt).count() : -1);
   if (timeline)
     timeline->record(op.desc, op.bytes, op.algorithm, core::OpState::Done, op.issuedAt,

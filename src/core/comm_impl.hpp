@@ -214,6 +214,9 @@ struct Comm::Impl {
   // Options::stragglerSample, or its default with metrics or BRAID_DEBUG=INFO.
   std::uint64_t preciseEvery = 0;
   std::uint64_t preciseMask = 0;  // preciseEvery - 1 when a power of two > 1: no division
+  // Metrics: the common case counted here, beside the fields above that every operation reads
+  // (core::OpCounters), the rest in `metrics`.
+  core::OpCounters opCounters;
   std::unique_ptr<core::Metrics> metrics;
   std::string metricsPath;  // BRAID_METRICS_FILE expanded for this rank; empty: none
   std::unique_ptr<core::MetricsThread> metricsThread;

@@ -28,7 +28,7 @@ void Comm::Impl::startObservability() {
   if (preciseEvery != 0 && size > 1)
     straggler = std::make_unique<core::StragglerStats>(size, preciseEvery);
   if (!metricsOn) return;
-  metrics = std::make_unique<core::Metrics>(id, rank, size);
+  metrics = std::make_unique<core::Metrics>(id, rank, size, &opCounters);
   if (!opts.metricsFile.empty())
     metricsPath = core::Timeline::expandPath(opts.metricsFile, rank, id);
   core::MetricsServer::add(metrics.get());

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 #include "core/flight_recorder.hpp"
 
@@ -65,8 +66,12 @@ void family(std::string& out, const char* name, const char* type, const char* un
 
 }  // namespace
 
-Metrics::Metrics(std::string commId, int rank, int size)
-    : commId_(std::move(commId)), rank_(rank), size_(size), straggler_(size) {}
+Metrics::Metrics(std::string commId, int rank, int size, OpCounters* fast)
+    : commId_(std::move(commId)),
+      rank_(rank),
+      size_(size),
+      fast_(fast != nullptr ? fast : &own_),
+      straggler_(size) {}
 
 double Metrics::bucketBound(int k) {
   return 1e-6 * std::pow(4.0, k);
@@ -109,15 +114,34 @@ void Metrics::opDone(Collective c, const char* algorithm, std::uint64_t bytes, s
     }
     return;
   }
-  // One writer: plain loads and stores (no locked instruction); readers see whole values.
-  auto add = [](std::atomic<std::uint64_t>& a, std::uint64_t v) {
-    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
-  };
-  add(slot->ops, 1);
-  add(slot->bytes, bytes);
+  if (ci < OpCounters::kCollectives && !timed) {
+    OpCounters& f = *fast_;
+    OpCounters::Entry& e = f.e_[ci];
+    if (e.algorithm.load(std::memory_order_relaxed) != algorithm) {
+      // This collective changed algorithm: move its counts into their series and count for the
+      // new one from here on, as a sequence-lock write (render() retries around it).
+      const std::uint64_t v = f.fold_.load(std::memory_order_relaxed);
+      f.fold_.store(v + 1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
+      if (const int old = e.slot.load(std::memory_order_relaxed); old >= 0) {
+        bump(row[old].ops, e.ops.load(std::memory_order_relaxed));
+        bump(row[old].bytes, e.bytes.load(std::memory_order_relaxed));
+      }
+      e.ops.store(0, std::memory_order_relaxed);
+      e.bytes.store(0, std::memory_order_relaxed);
+      e.slot.store(static_cast<int>(slot - row.data()), std::memory_order_relaxed);
+      e.algorithm.store(algorithm, std::memory_order_relaxed);
+      f.fold_.store(v + 2, std::memory_order_release);
+    }
+    bump(e.ops, 1);
+    bump(e.bytes, bytes);
+    return;
+  }
+  bump(slot->ops, 1);
+  bump(slot->bytes, bytes);
   if (timed) {
-    add(slot->ns, t);
-    add(slot->buckets[k], 1);
+    bump(slot->ns, t);
+    bump(slot->buckets[k], 1);
   }
 }
 
@@ -154,18 +178,41 @@ std::string Metrics::render(const std::vector<const Metrics*>& comms) {
   std::vector<Copy> copies;
   for (const Metrics* m : comms) {
     std::vector<Series> series;
-    for (int c = 0; c < kCollectives; ++c)
-      for (const Slot& x : m->slots_[c]) {
-        const char* a = x.algorithm.load(std::memory_order_acquire);
-        if (a == nullptr) continue;
-        Series s{static_cast<Collective>(c), a};
-        for (int k = 0; k <= kBuckets; ++k)
-          s.buckets[k] = x.buckets[k].load(std::memory_order_relaxed);
-        s.ops = x.ops.load(std::memory_order_relaxed);
-        s.bytes = x.bytes.load(std::memory_order_relaxed);
-        s.seconds = static_cast<double>(x.ns.load(std::memory_order_relaxed)) * 1e-9;
-        if (s.ops > 0) series.push_back(s);
+    // A sequence-lock read: the series and the communicator's counts as of one moment between
+    // two folds (the counters themselves only grow meanwhile), so that no operation is seen
+    // twice or not at all.
+    const OpCounters& f = *m->fast_;
+    for (;;) {
+      const std::uint64_t v = f.fold_.load(std::memory_order_acquire);
+      if (v % 2 != 0) {
+        std::this_thread::yield();
+        continue;
       }
+      series.clear();
+      for (int c = 0; c < kCollectives; ++c)
+        for (int i = 0; i < kAlgorithms; ++i) {
+          const Slot& x = m->slots_[c][i];
+          const char* a = x.algorithm.load(std::memory_order_acquire);
+          if (a == nullptr) continue;
+          Series s{static_cast<Collective>(c), a};
+          for (int k = 0; k <= kBuckets; ++k)
+            s.buckets[k] = x.buckets[k].load(std::memory_order_relaxed);
+          s.ops = x.ops.load(std::memory_order_relaxed);
+          s.bytes = x.bytes.load(std::memory_order_relaxed);
+          s.seconds = static_cast<double>(x.ns.load(std::memory_order_relaxed)) * 1e-9;
+          if (c < static_cast<int>(OpCounters::kCollectives)) {
+            const OpCounters::Entry& e = f.e_[static_cast<std::size_t>(c)];
+            if (e.slot.load(std::memory_order_relaxed) == i) {
+              s.ops += e.ops.load(std::memory_order_relaxed);
+              s.bytes += e.bytes.load(std::memory_order_relaxed);
+            }
+          }
+          series.push_back(s);
+        }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (f.fold_.load(std::memory_order_relaxed) == v) break;
+    }
+    std::erase_if(series, [](const Series& s) { return s.ops == 0; });
     std::lock_guard<std::mutex> lk(m->mu_);
     copies.push_back(
         {m->labels(), m->size_, std::move(series), m->errors_, m->hasStraggler_, m->straggler_});

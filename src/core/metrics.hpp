@@ -6,7 +6,7 @@
 // Written to BRAID_METRICS_FILE (per rank, "%r" -> rank) every BRAID_METRICS_INTERVAL and at
 // destruction (written to a temporary file and renamed, so a reader never sees half a file),
 // and served by one small HTTP/1.1 server per process on BRAID_METRICS_PORT (GET /metrics, all
-// live communicators of the process in one exposition). Recording costs a few plain additions
+// live communicators of the process in one exposition). Recording costs two plain additions
 // per collective (collectives finish one at a time, so their counters have a single writer and
 // need no atomic read-modify-write; point-to-point operations, which complete concurrently, use
 // atomic additions), and only when metrics are on.
@@ -29,12 +29,52 @@
 
 namespace braid::core {
 
+/// Each collective's untimed operations of the algorithm it ran last, counted apart from the
+/// Metrics: the communicator keeps these beside the fields every operation reads anyway, so the
+/// common case is two plain additions, with no call and no pointer to follow. Everything else
+/// (timed operations, another algorithm, point-to-point) goes to Metrics::opDone, which, when a
+/// collective changes algorithm, moves the counts into that algorithm's series inside a
+/// sequence-lock write that render() reads around. One writer: the thread that runs the
+/// collectives.
+class OpCounters {
+ public:
+  /// Counts a collective that ran `algorithm` again: true; false when Metrics::opDone must.
+  bool count(Collective c, const char* algorithm, std::uint64_t bytes) noexcept {
+    const auto i = static_cast<std::size_t>(c);
+    if (i >= kCollectives || algorithm == nullptr ||
+        e_[i].algorithm.load(std::memory_order_relaxed) != algorithm)
+      return false;
+    bump(e_[i].ops, 1);
+    bump(e_[i].bytes, bytes);
+    return true;
+  }
+  /// A counter with one writer: a plain load and store (no locked instruction); readers still
+  /// see whole values.
+  static void bump(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
+
+ private:
+  friend class Metrics;
+  static constexpr std::size_t kCollectives = static_cast<std::size_t>(Collective::Send);
+  struct Entry {
+    std::atomic<const char*> algorithm{nullptr};
+    std::atomic<std::uint64_t> ops{0}, bytes{0};
+    std::atomic<int> slot{-1};  // the index of `algorithm`'s series in Metrics' row
+  };
+  std::array<Entry, kCollectives> e_;
+  std::atomic<std::uint64_t> fold_{0};  // odd while Metrics::opDone moves counts out of e_
+};
+
 class Metrics {
  public:
-  Metrics(std::string commId, int rank, int size);
+  /// `fast`: the communicator's OpCounters, which it keeps for as long as this object (nullptr:
+  /// this object keeps its own).
+  Metrics(std::string commId, int rank, int size, OpCounters* fast = nullptr);
 
   /// A completed operation; ns < 0: not timed precisely (counted, not in the histogram).
-  /// Collectives only from the thread that ran it, one at a time.
+  /// Collectives only from the thread that ran it, one at a time. The communicator counts the
+  /// common case itself first (OpCounters::count) and calls this for the others.
   void opDone(Collective c, const char* algorithm, std::uint64_t bytes, std::int64_t ns);
   void opFailed(Collective c, ErrorCode code);
   /// A copy of the straggler analysis (rank 0, or Comm::stragglerReport on every rank).
@@ -70,9 +110,12 @@ class Metrics {
     std::uint64_t n = 0;
   };
   std::string labels() const;
+  static void bump(std::atomic<std::uint64_t>& a, std::uint64_t v) { OpCounters::bump(a, v); }
 
   const std::string commId_;
   const int rank_, size_;
+  OpCounters own_;    // when the constructor was given none
+  OpCounters* fast_;  // the communicator's, or own_
   std::array<std::array<Slot, kAlgorithms>, kCollectives> slots_;
   mutable std::mutex mu_;  // errors and the straggler analysis
   std::vector<ErrorCount> errors_;

@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "core/flight_recorder.hpp"
 #include "core/metrics.hpp"
@@ -233,6 +235,74 @@ TEST(Metrics, RendersStrictOpenMetrics) {
   EXPECT_EQ(e.sum("braid_straggler_last_total", {{"last_rank", "2"}}), 4);
   EXPECT_NEAR(e.sum("braid_peer_wait_seconds_total", {{"waiting_rank", "0"}}), 4000e-9, 1e-15);
   EXPECT_EQ(e.sum("braid_straggler_analyzed_total"), 4);
+}
+
+// What the communicator does with a finished operation (core/comm_diag.cpp, opDone): the
+// common case counted in its OpCounters, the rest in its Metrics.
+void finish(core::OpCounters& oc, core::Metrics& m, Collective c, const char* algorithm,
+            std::uint64_t bytes, std::int64_t ns = -1) {
+  if (ns >= 0 || !oc.count(c, algorithm, bytes)) m.opDone(c, algorithm, bytes, ns);
+}
+
+TEST(Metrics, CountsEveryOperationOnceWhenCollectivesChangeAlgorithm) {
+  core::OpCounters oc;
+  core::Metrics m("c", 0, 2, &oc);
+  static const char* kRing = "ring";
+  static const char* kTree = "tree";
+  // allreduce: ring 3x (16 B each), tree 2x (100 B), ring again 4x (1 B), one timed tree (7 B);
+  // broadcast without an algorithm name 2x; a send 5x.
+  for (int i = 0; i < 3; ++i) finish(oc, m, Collective::Allreduce, kRing, 16);
+  for (int i = 0; i < 2; ++i) finish(oc, m, Collective::Allreduce, kTree, 100);
+  for (int i = 0; i < 4; ++i) finish(oc, m, Collective::Allreduce, kRing, 1);
+  finish(oc, m, Collective::Allreduce, kTree, 7, 2000);
+  for (int i = 0; i < 2; ++i) finish(oc, m, Collective::Broadcast, nullptr, 8);
+  for (int i = 0; i < 5; ++i) finish(oc, m, Collective::Send, "p2p", 3);
+  const OmExposition e = parseOpenMetrics(core::Metrics::render({&m}));
+  const auto ops = [&](const char* coll, const char* algo) {
+    return e.sum("braid_operations_total", {{"collective", coll}, {"algorithm", algo}});
+  };
+  const auto bytes = [&](const char* coll, const char* algo) {
+    return e.sum("braid_bytes_total", {{"collective", coll}, {"algorithm", algo}});
+  };
+  EXPECT_EQ(ops("allreduce", "ring"), 7);
+  EXPECT_EQ(bytes("allreduce", "ring"), 3 * 16 + 4 * 1);
+  EXPECT_EQ(ops("allreduce", "tree"), 3);
+  EXPECT_EQ(bytes("allreduce", "tree"), 2 * 100 + 7);
+  EXPECT_EQ(e.sum("braid_operation_seconds_count", {{"algorithm", "tree"}}), 1);  // timed only
+  EXPECT_EQ(ops("broadcast", "-"), 2);
+  EXPECT_EQ(ops("send", "p2p"), 5);
+  EXPECT_EQ(bytes("send", "p2p"), 15);
+}
+
+TEST(Metrics, AReaderDuringAlgorithmChangesNeverCountsAnOperationTwiceOrLosesOne) {
+  core::OpCounters oc;
+  core::Metrics m("c", 0, 2, &oc);
+  static const char* kAlgos[] = {"a", "b", "c"};
+  constexpr int kOps = 200000;
+  std::atomic<int> done{0};
+  std::thread writer([&] {
+    for (int i = 0; i < kOps; ++i) {
+      finish(oc, m, Collective::Allreduce, kAlgos[(i / 997) % 3], 1);  // a change every 997
+      done.store(i + 1, std::memory_order_release);
+    }
+  });
+  double last = 0;
+  int reads = 0;
+  while (done.load(std::memory_order_acquire) < kOps || reads < 3) {
+    const int before = done.load(std::memory_order_acquire);
+    const OmExposition e = parseOpenMetrics(core::Metrics::render({&m}));
+    const int after = done.load(std::memory_order_acquire);
+    const double ops = e.sum("braid_operations_total");
+    const double bytes = e.sum("braid_bytes_total");
+    ASSERT_EQ(ops, bytes);  // one byte per operation
+    ASSERT_GE(ops, before) << "an operation finished before the read is missing";
+    ASSERT_LE(ops, after) << "an operation was counted twice";
+    ASSERT_GE(ops, last) << "a counter went down";
+    last = ops;
+    ++reads;
+  }
+  writer.join();
+  EXPECT_EQ(parseOpenMetrics(core::Metrics::render({&m})).sum("braid_operations_total"), kOps);
 }
 
 TEST(Metrics, TheStrictReaderRejectsWhatTheFormatForbids) {
