@@ -21,9 +21,6 @@ const char* toString(OpState s) noexcept {
   return "?";
 }
 
-bool isPointToPoint(Collective c) noexcept {
-  return c == Collective::Send || c == Collective::Recv;
-}
 bool hasRoot(Collective c) noexcept {
   return c == Collective::Reduce || c == Collective::Broadcast || c == Collective::Gather ||
          c == Collective::Scatter;

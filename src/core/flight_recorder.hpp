@@ -39,7 +39,9 @@ struct OpDesc {
   std::uint64_t seq = 0;       // collectives: sequence number on the communicator ("op #57")
 };
 
-bool isPointToPoint(Collective c) noexcept;
+inline bool isPointToPoint(Collective c) noexcept {  // inline: every operation asks
+  return c == Collective::Send || c == Collective::Recv;
+}
 bool hasRoot(Collective c) noexcept;
 bool isReduction(Collective c) noexcept;
 /// "allgather(fp32, count=1024)", "broadcast(fp32, count=8, root=3)", "send(fp32, count=4,
