@@ -7,6 +7,7 @@
 #include <braid/types.hpp>
 #include <chrono>
 #include <cstddef>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -75,6 +76,17 @@ class Comm {
   /// Joins through an existing store (the caller keeps the store alive via the shared_ptr).
   static std::unique_ptr<Comm> create(std::shared_ptr<Store> store, int rank, int size,
                                       const Options& options);
+  /// Non-blocking creation: the same as create(), on a thread of its own, so that a job can
+  /// overlap making its communicators (connections, shared memory, topology) with other start-up
+  /// work; get() returns the communicator or throws what create() would have. Bad arguments
+  /// (a null store, a rank outside the size) throw here, before anything starts. The store
+  /// variant numbers the communicator (its id) in the order of the calls, not of their
+  /// completion, so several may be in flight on one store at once, as long as every rank makes
+  /// the same calls in the same order. The future's destructor waits for the creation to end.
+  static std::future<std::unique_ptr<Comm>> createAsync(const LaunchInfo& launch,
+                                                        const Options& options);
+  static std::future<std::unique_ptr<Comm>> createAsync(std::shared_ptr<Store> store, int rank,
+                                                        int size, const Options& options);
 
   ~Comm();
   Comm(const Comm&) = delete;

@@ -8,6 +8,7 @@
 #include <braid/comm.hpp>
 #include <braid/launch.hpp>
 #include <cstdio>
+#include <future>
 
 #include "bootstrap/pmix.hpp"
 #include "core/calibrate.hpp"
@@ -337,11 +338,29 @@ void checkLaunchStoreJob(Store& store, const LaunchInfo& li, const Options& o) {
                                                 "BRAID_STORE=HOST:PORT");
 }
 
+namespace {
+
+void checkRank(const char* op, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": rank " + std::to_string(rank) +
+                                                " is outside world size " + std::to_string(size));
+}
+
+void checkStore(const char* op, const std::shared_ptr<Store>& store) {
+  if (store == nullptr)
+    throw Error(ErrorCode::InvalidArgument, std::string(op) + ": store is null");
+}
+
+// Each rank counts the communicators it created through this store, so the k-th world
+// communicator of every rank gets the same id (and its own key namespace).
+std::string nextWorldId(Store& store, int rank) {
+  return std::to_string(store.add("braid/generation/" + std::to_string(rank), 1) - 1);
+}
+
+}  // namespace
+
 std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& options) {
-  if (launchIn.size < 1 || launchIn.rank < 0 || launchIn.rank >= launchIn.size)
-    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(launchIn.rank) +
-                                                " is outside world size " +
-                                                std::to_string(launchIn.size));
+  checkRank("Comm::create", launchIn.rank, launchIn.size);
   if (launchIn.size == 1 && launchIn.storePort == 0 && launchIn.storeSource != "pmix")
     return create(std::make_shared<MemoryStore>(), 0, 1, options);
   LaunchInfo launch = launchIn;
@@ -350,22 +369,36 @@ std::unique_ptr<Comm> Comm::create(const LaunchInfo& launchIn, const Options& op
       std::make_shared<TcpStore>(launch.storeHost, launch.storePort, options.connectTimeout,
                                  TcpStore::kDefaultOpTimeout, options.security);
   checkLaunchStoreJob(*store, launch, options);
-  auto gen = store->add("braid/generation/" + std::to_string(launch.rank), 1) - 1;
+  std::string id = nextWorldId(*store, launch.rank);
   return std::unique_ptr<Comm>(new Comm(makeImpl(std::move(store), std::move(server), launch.rank,
-                                                 launch.size, std::to_string(gen), options)));
+                                                 launch.size, std::move(id), options)));
 }
 
 std::unique_ptr<Comm> Comm::create(std::shared_ptr<Store> store, int rank, int size,
                                    const Options& options) {
-  if (store == nullptr) throw Error(ErrorCode::InvalidArgument, "Comm::create: store is null");
-  if (size < 1 || rank < 0 || rank >= size)
-    throw Error(ErrorCode::InvalidArgument, "Comm::create: rank " + std::to_string(rank) +
-                                                " is outside world size " + std::to_string(size));
-  // Each rank counts the communicators it created through this store, so the k-th world
-  // communicator of every rank gets the same id (and its own key namespace).
-  auto gen = store->add("braid/generation/" + std::to_string(rank), 1) - 1;
+  checkStore("Comm::create", store);
+  checkRank("Comm::create", rank, size);
+  std::string id = nextWorldId(*store, rank);
   return std::unique_ptr<Comm>(
-      new Comm(makeImpl(std::move(store), nullptr, rank, size, std::to_string(gen), options)));
+      new Comm(makeImpl(std::move(store), nullptr, rank, size, std::move(id), options)));
+}
+
+std::future<std::unique_ptr<Comm>> Comm::createAsync(const LaunchInfo& launch,
+                                                     const Options& options) {
+  checkRank("Comm::createAsync", launch.rank, launch.size);
+  return std::async(std::launch::async, [launch, options] { return create(launch, options); });
+}
+
+std::future<std::unique_ptr<Comm>> Comm::createAsync(std::shared_ptr<Store> store, int rank,
+                                                     int size, const Options& options) {
+  checkStore("Comm::createAsync", store);
+  checkRank("Comm::createAsync", rank, size);
+  std::string id = nextWorldId(*store, rank);  // here: numbered in the order of the calls
+  return std::async(std::launch::async,
+                    [store = std::move(store), rank, size, id = std::move(id), options]() mutable {
+                      return std::unique_ptr<Comm>(new Comm(
+                          makeImpl(std::move(store), nullptr, rank, size, std::move(id), options)));
+                    });
 }
 
 // ---------------------------------------------------------------- sub-communicators

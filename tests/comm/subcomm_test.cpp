@@ -1,12 +1,13 @@
 // Sub-communicators (split, subgroup), several communicators running concurrently in one
-// process, and async operations issued back to back.
+// process, communicators created asynchronously, and async operations issued back to back.
 #include <gtest/gtest.h>
-
-#include "harness/checks.hpp"
-#include "harness/ranks.hpp"
 
 #include <thread>
 #include <vector>
+
+#include "harness/checks.hpp"
+#include "harness/ranks.hpp"
+#include "store/memory_store.hpp"
 
 namespace braid::test {
 namespace {
@@ -71,9 +72,11 @@ TEST(SubComm, SubgroupAndNestedSplits) {
 TEST(Concurrency, SeveralCommunicatorsRunConcurrentlyInOneProcess) {
   // Two independent worlds of 3 ranks each, all six threads in this process at once.
   std::thread other([] {
-    runThreads(3, testOptions(), [](Comm& c) { sweepCollectives(c, std::vector<std::size_t>{13}); });
+    runThreads(3, testOptions(),
+               [](Comm& c) { sweepCollectives(c, std::vector<std::size_t>{13}); });
   });
-  runThreads(3, testOptions("ring"), [](Comm& c) { sweepCollectives(c, std::vector<std::size_t>{13}); });
+  runThreads(3, testOptions("ring"),
+             [](Comm& c) { sweepCollectives(c, std::vector<std::size_t>{13}); });
   other.join();
 }
 
@@ -86,6 +89,64 @@ TEST(Concurrency, TwoCommunicatorsOfOneRankUsedFromTwoThreads) {
   });
 }
 
+// Comm::createAsync: two world communicators in flight at once on every rank, collected in the
+// opposite order, after other work; each gets the id of its call's position and works.
+TEST(CreateAsync, CommunicatorsInFlightTogetherAreNumberedInCallOrderAndWork) {
+  for (int n : {1, 3, 4}) {
+    auto store = std::make_shared<MemoryStore>();
+    std::vector<std::string> errors(n);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r)
+      ranks.emplace_back([&, r] {
+        try {
+          auto first = Comm::createAsync(store, r, n, testOptions());
+          auto second = Comm::createAsync(store, r, n, testOptions());
+          double work = 0;  // start-up work that overlaps the creations
+          for (int i = 1; i < 100000; ++i) work += 1.0 / i;
+          std::unique_ptr<Comm> b = second.get();
+          std::unique_ptr<Comm> a = first.get();
+          if (a->id() != "0" || b->id() != "1" || a->rank() != r || b->size() != n)
+            throw std::runtime_error("ids " + a->id() + "," + b->id());
+          std::int64_t x = r + 1, y = 10 * (r + 1), sx = 0, sy = 0;
+          b->allreduce(&y, &sy, 1, DataType::Int64, ReduceOp::Sum);
+          a->allreduce(&x, &sx, 1, DataType::Int64, ReduceOp::Sum);
+          if (sx != std::int64_t{n} * (n + 1) / 2 || sy != 10 * sx || work <= 0)
+            throw std::runtime_error("sums " + std::to_string(sx) + "," + std::to_string(sy));
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " of " << n;
+  }
+}
+
+TEST(CreateAsync, BadArgumentsThrowAtTheCallAndFailuresAtGet) {
+  auto store = std::make_shared<MemoryStore>();
+  auto what = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(toString(e.code())) + ": " + e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(what([&] {
+              (void)Comm::createAsync(nullptr, 0, 2, testOptions());
+            }).find("InvalidArgument: Comm::createAsync: store is null"),
+            std::string::npos);
+  EXPECT_NE(what([&] {
+              (void)Comm::createAsync(store, 5, 3, testOptions());
+            }).find("rank 5 is outside world size 3"),
+            std::string::npos);
+  // Rank 1 never comes: the creation fails within the connect timeout, at get().
+  Options o = testOptions();
+  o.connectTimeout = std::chrono::milliseconds(300);
+  auto f = Comm::createAsync(store, 0, 2, o);
+  const std::string failed = what([&] { (void)f.get(); });
+  EXPECT_EQ(failed.rfind("Timeout: ", 0), 0u) << failed;
+}
+
 TEST(Async, BackToBackOpsCompleteInIssueOrderWithCorrectResults) {
   for (int n : {2, 3, 4}) {
     runThreads(n, testOptions(), [](Comm& c) {
@@ -95,9 +156,11 @@ TEST(Async, BackToBackOpsCompleteInIssueOrderWithCorrectResults) {
       std::vector<std::vector<float>> gathered(kOps, std::vector<float>(count * c.size()));
       std::vector<Work> works;
       for (int k = 0; k < kOps; ++k) {
-        for (std::size_t i = 0; i < count; ++i) bufs[k][i] = static_cast<float>(k + c.rank() + i % 7);
+        for (std::size_t i = 0; i < count; ++i)
+          bufs[k][i] = static_cast<float>(k + c.rank() + i % 7);
         if (k % 3 == 2)
-          works.push_back(c.allgatherAsync(bufs[k].data(), gathered[k].data(), count, DataType::Float32));
+          works.push_back(
+              c.allgatherAsync(bufs[k].data(), gathered[k].data(), count, DataType::Float32));
         else
           works.push_back(c.allreduceAsync(bufs[k].data(), bufs[k].data(), count, DataType::Float32,
                                            ReduceOp::Sum));
