@@ -8,7 +8,8 @@
 #   BINDIR=DIR: braid-run, braid-perf and placement-probe from DIR instead of build/bin;
 #   RESULTS=DIR: write there instead of results/shm
 #   (root the first time: installs Open MPI through the anchors' setup)
-# Output: results/shm/*.txt|json, results/shm/placement.tsv and results/shm/report.md (printed).
+# Output: results/shm/*.txt|json, results/shm/placement.tsv, results/shm/report.md (printed) and
+# results/shm/plots/braid<N>.<collective>.png (bench/plot.py).
 #
 # Open MPI: the mpirun command line of ../shared/anchors/mpi/run.sh shm (pml ob1, btl vader,self,
 # -f 4 -r 7), one collective per launch (-c) and -e MAXBYTES; at 4 and 8 ranks with -np R
@@ -95,3 +96,9 @@ done
       --placement "$labels" --near-us "${PLACEMENT_NEAR_US:-0.1}"
   done
 } | tee "$out/report.md"
+# Plots from the same files (bench/plot.py): busbw against size, braid and Open MPI.
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+for n in $ranks; do
+  /usr/bin/python3 "$here/plot.py" "$out" "$out/plots" --braid "braid$n" --mpi "mpi$n" \
+    --title "$n ranks, shared memory, $cpu"
+done

@@ -4,9 +4,11 @@
 # scripts/install_venv.sh, python/requirements.txt).
 set -euo pipefail
 pkgs=(g++ cmake make libgtest-dev libgmock-dev libbenchmark-dev iproute2 clang libclang-rt-14-dev
-      python3 pkg-config libpmix-dev openmpi-bin slurm-wlm munge libucx-dev ucx-utils)
+      python3 pkg-config libpmix-dev openmpi-bin slurm-wlm munge libucx-dev ucx-utils
+      python3-matplotlib)
 # libpmix-dev: the store address of mpirun jobs goes through PMIx (optional at build time).
 # libucx-dev: the UCX transport (optional at build time, docs/ucx.md); ucx-utils: ucx_info.
+# python3-matplotlib: bench/plot.py, the benchmarks' plots (Debian's python3, not the .venv).
 # openmpi-bin, slurm-wlm, munge: the launchers tests (tests/launchers) start real mpirun and a
 # one-node Slurm cluster of their own (munged, slurmctld, slurmd on a temporary slurm.conf,
 # other sockets and ports); services the packages may start (munge; slurmd and slurmctld, which
