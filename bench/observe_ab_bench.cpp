@@ -10,7 +10,8 @@
 // ratios to "off".
 //
 // Usage: [BRAID_AB_ORDER=0123] build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
-// (BRAID_AB_ORDER: the creation order of off, off2, stamps, metrics, as their indices)
+// (BRAID_AB_ORDER: the creation order of off, off2, stamps, metrics, as their indices;
+// BRAID_AB_ITERS: operations per block up to 4 KiB, default 20000)
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,8 +66,11 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
   std::vector<char> send(sizes.back()), recv(sizes.back());
   for (std::size_t bytes : sizes) {
     const std::size_t count = bytes / 4;
-    const int iters =
-        bytes <= 4096 ? 20000 : std::max<int>(20, static_cast<int>((64u << 20) / bytes));
+    // BRAID_AB_ITERS: operations per block at sizes up to 4 KiB (shorter blocks put the four
+    // settings of a round closer together in time; more rounds make up for the noisier blocks).
+    const char* small = std::getenv("BRAID_AB_ITERS");
+    const int iters = bytes <= 4096 ? (small != nullptr ? std::max(1, std::atoi(small)) : 20000)
+                                    : std::max<int>(20, static_cast<int>((64u << 20) / bytes));
     std::vector<std::vector<double>> t(kSettings);
     std::vector<std::vector<double>> ratio(kSettings);
     for (int w = 0; w < kSettings; ++w)
