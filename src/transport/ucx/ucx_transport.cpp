@@ -157,6 +157,15 @@ void UcxTransport::setup(Store& store) {
   ucp_config_t* config = nullptr;
   // UCX reads its own variables here (UCX_TLS, UCX_NET_DEVICES, ...).
   checkUcs(ucp_config_read(nullptr, nullptr, &config), self_, "ucp_config_read");
+  for (const auto& [key, value] : options_.config) {
+    const std::string name = key.rfind("UCX_", 0) == 0 ? key.substr(4) : key;
+    const ucs_status_t s = ucp_config_modify(config, name.c_str(), value.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      throw Error(ErrorCode::InvalidArgument, self_ + ": UCX rejects the setting UCX_" + name +
+                                                  "=" + value + ": " + statusText(s));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -898,6 +907,9 @@ void UcxTransport::failTransport(Error error) {
     if (ps.header.outstanding && ps.header.handle != nullptr)
       ucp_request_cancel(worker_, ps.header.handle);
   }
+  // Nothing a peer says matters any more: what it sends from now on is discarded at teardown.
+  if (goodbye_.outstanding && goodbye_.handle != nullptr)
+    ucp_request_cancel(worker_, goodbye_.handle);
   for (Op* op : live_) {
     if (op->fail == Op::Fail::None) op->fail = Op::Fail::Transport;
     if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
