@@ -253,8 +253,8 @@ void UcxTransport::setup(Store& store) {
                   self_ + ": UCX has no transport with peer failure detection to " +
                       ps.description + " (ucp_ep_create: " + statusText(s) +
                       "): check that UCX_TLS and UCX_NET_DEVICES reach it; UCX's shared-memory "
-                      "transports need UCX_POSIX_ERROR_HANDLING=y (or UCX_SYSV_ERROR_HANDLING=y) "
-                      "for it (docs/ucx.md)");
+                      "transports need UCX_POSIX_ERROR_HANDLING=y (or UCX_SYSV_ERROR_HANDLING=y; "
+                      "MM_ERROR_HANDLING=y in UcxOptions::config) for it (docs/ucx.md)");
     if (s != UCS_OK)
       throw Error(ErrorCode::Internal,
                   self_ + ": ucp_ep_create to " + ps.description + " failed: " + statusText(s));
