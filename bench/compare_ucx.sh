@@ -2,20 +2,24 @@
 # braid over its UCX transport vs Open MPI over UCX (pml ucx), 2 ranks, every collective, side by
 # side: both on the same UCX with the same UCX_TLS, runs interleaved (braid, MPI, braid, MPI, ...),
 # the report takes medians and prints the ratio per size (> 1: braid faster).
-# Usage: bench/compare_ucx.sh [ROUNDS=3] [MAXBYTES=64M] [UCX_TLS=tcp,self]   (root: installs Open MPI
-# if missing; braid built in build/)
+# Usage: bench/compare_ucx.sh [ROUNDS=3] [MAXBYTES=64M] [UCX_TLS=tcp,self] [REF=mpi]
+#   (root: installs Open MPI if missing; braid built in build/)
+#   REF mpi  Open MPI over the same UCX (mpirun --mca pml ucx), the default
+#   REF tcp  braid over its own TCP transport instead (BRAID_TRANSPORT=tcp), same rounds
 #   UCX_TLS tcp,self    UCX's tcp transport on loopback (UCX_NET_DEVICES=lo), the default
 #   UCX_TLS sm,cma,self UCX's shared memory and CMA (UCX_POSIX_ERROR_HANDLING=y, which braid's
 #                       endpoints need for peer failure detection, is set for both)
 # braid runs with BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1, so UCX carries every message.
-# Output: results/ucx-<tls>/*.txt|json and results/ucx-<tls>/report.md (printed).
+# Output: results/ucx-<tls>-vs-<ref>/*.txt|json and report.md there (printed).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
 rounds="${1:-3}"
 maxb="${2:-64M}"
 tls="${3:-tcp,self}"
-out="$repo/results/ucx-${tls//,/-}"
+ref="${4:-mpi}"
+case "$ref" in mpi | tcp) ;; *) echo "REF must be mpi or tcp, not '$ref'" >&2; exit 2 ;; esac
+out="$repo/results/ucx-${tls//,/-}-vs-$ref"
 rm -rf "$out" && mkdir -p "$out"
 # Open MPI's side is the anchors' benchmark (../shared/anchors/mpi), built here.
 anchors="$repo/results/anchors"
@@ -42,21 +46,30 @@ esac
 case "$tls" in
   *sm* | *posix* | *sysv*) export UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y ;;
 esac
-export BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1
+export BRAID_SHM_DISABLE=1
 pass=()  # the UCX variables set above, handed to Open MPI's ranks explicitly
 for v in UCX_TLS UCX_NET_DEVICES UCX_POSIX_ERROR_HANDLING UCX_SYSV_ERROR_HANDLING; do
   [ -n "${!v:-}" ] && pass+=(-x "$v")
 done
 
 colls=(allreduce reducescatter allgather broadcast reduce alltoall)
-echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
+echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, against $ref, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee "$out/conditions.txt"
+# braid_perf PREFIX TRANSPORT ROUND: every collective with BRAID_TRANSPORT=TRANSPORT.
+braid_perf() {
+  for c in "${colls[@]}"; do
+    BRAID_TRANSPORT=$2 "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 \
+      -e "$maxb" -f 4 -w 5 --reps 7 -c 0 --json "$out/$1.$c.run$3.json" >"$out/$1.$c.run$3.txt"
+  done
+}
 for k in $(seq 1 "$rounds"); do
   echo "== round $k/$rounds: braid (ucx)"
-  for c in "${colls[@]}"; do
-    "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -w 5 \
-      --reps 7 -c 0 --json "$out/braid.$c.run$k.json" >"$out/braid.$c.run$k.txt"
-  done
+  braid_perf braid ucx "$k"
+  if [ "$ref" = tcp ]; then
+    echo "== round $k/$rounds: braid (tcp)"
+    braid_perf braid_tcp tcp "$k"
+    continue
+  fi
   echo "== round $k/$rounds: Open MPI (pml ucx)"
   # As the anchors' mpi/run.sh ucx: Open MPI takes pml ucx without an RDMA device only with
   # pml_ucx_tls/devices set to any.
@@ -66,4 +79,8 @@ for k in $(seq 1 "$rounds"); do
   grep -E '^# total' "$out/mpi_ucx.run$k.txt" || true
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/conditions.txt"
-/usr/bin/python3 "$here/compare.py" "$out" --mpi mpi_ucx | tee "$out/report.md"
+if [ "$ref" = tcp ]; then
+  /usr/bin/python3 "$here/compare.py" "$out" --ref-braid braid_tcp | tee "$out/report.md"
+else
+  /usr/bin/python3 "$here/compare.py" "$out" --mpi mpi_ucx | tee "$out/report.md"
+fi
