@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Median tables of braid-perf JSON runs next to the anchors' text runs, with ratios.
 
-usage: compare.py RESULTS_DIR [--braid PREFIX] [--mpi CONFIG] [--gloo NAME]
+usage: compare.py RESULTS_DIR [--braid PREFIX] [--mpi CONFIG] [--gloo NAME] [--ref-braid PREFIX]
                   [--placement FILE [--near-us US]]
   braid runs: RESULTS_DIR/<PREFIX>.<coll>.run<k>.json (braid-perf --json; PREFIX "braid")
   anchors:    RESULTS_DIR/<CONFIG>.run<k>*.txt (mpi/run.sh), RESULTS_DIR/<NAME>.run<k>*.txt (gloo/run.sh)
+  --ref-braid: other braid-perf JSON runs (RESULTS_DIR/<PREFIX>.<coll>.run<k>.json) as the
+              reference, e.g. braid over another transport (bench/compare_ucx.sh ... tcp)
 Ratios compare like with like: busbw ratio for sizes >= 64 KiB, time ratio (reference/braid)
 below; > 1 means braid is faster.
 --placement: a TSV (file, probe_before_us, probe_after_us) naming the vCPU placement probes taken
@@ -128,6 +130,7 @@ def main():
     ap.add_argument("--braid", default="braid", help="prefix of braid's JSON runs")
     ap.add_argument("--mpi", default=None)
     ap.add_argument("--gloo", default=None)
+    ap.add_argument("--ref-braid", default=None, help="prefix of braid JSON runs to compare against")
     ap.add_argument("--placement", default=None, help="TSV of placement probes per run file")
     ap.add_argument("--near-us", type=float, default=0.1, help="near placement below this one-way latency")
     a = ap.parse_args()
@@ -137,6 +140,8 @@ def main():
         refs.append(("Open MPI", load_anchor(os.path.join(a.dir, f"{a.mpi}.run*.txt"))))
     if a.gloo:
         refs.append(("gloo", load_anchor(os.path.join(a.dir, f"{a.gloo}.run*.txt"))))
+    if a.ref_braid:
+        refs.append((a.ref_braid, load_braid(os.path.join(a.dir, f"{a.ref_braid}.*.run*.json"))))
     colls = sorted({c for c, _ in braid})
     ratios = defaultdict(list)
     for coll in colls:

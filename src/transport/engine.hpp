@@ -1,4 +1,4 @@
-// The message engine under every transport (tcp, shm, inproc; ucx to come): what a transport
+// The message engine under every transport (tcp, shm, inproc, ucx): what a transport
 // does with requests, written once, so that a transport itself only moves bytes and reports
 // completions.
 //
@@ -232,6 +232,19 @@ class Inbox {
   /// Error(Internal): this host cannot hold the held message being received (rxSpace() gave
   /// nullptr) until its receive is posted.
   Error cannotHold() const;
+  /// For a transport whose large payloads travel apart from their header (UCX: a rendezvous of
+  /// their own, straight into the receiver's buffer), so that the inbox takes the next header
+  /// at once. rxDetach(): the payload goes into receivingRequest(), which the transport now
+  /// receives and finishes (through the sink) itself; returns that request. rxPark(): it is a
+  /// held P2P message whose payload stays with the transport; post() of a receive of its tag
+  /// then answers Receiving with nothing copied, and the transport rxDetach()es that request
+  /// and fetches the payload into it.
+  Request* rxDetach() noexcept {
+    Request* r = rxRequest_;
+    rxRequest_ = nullptr;
+    return r;
+  }
+  void rxPark() noexcept { rxHeld_ = nullptr; }
 
   /// The first posted receive (nullptr if none), for error texts.
   Request* firstPosted() const noexcept { return recvs_.front(); }

@@ -1,9 +1,11 @@
 // The transport conformance suite: one set of tests that every transport passes the same way
 // (transport.hpp's contract: sizes, ordering, matching, P2P messages held aside, mismatch,
 // timeout, abort, bad arguments), typed over a factory per transport. Ranks are threads of this
-// process. To add a transport (ucx), add a traits struct like TcpKind below to Kinds.
+// process. To add a transport, add a traits struct like TcpKind below to Kinds. UCX runs twice,
+// over its TCP transport and over its shared-memory ones (UcxOptions::config, per transport:
+// no process environment), where the build has it.
 // Transport-specific behaviour (setup, streams, shm paths and segments, liveness) stays in
-// tcp_test.cpp, tcp_streams_test.cpp, shm_test.cpp and tests/algo/inproc_test.cpp.
+// tcp_test.cpp, tcp_streams_test.cpp, shm_test.cpp, ucx_test.cpp and tests/algo/inproc_test.cpp.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness/errors.hpp"
@@ -19,6 +22,7 @@
 #include "transport/inproc/inproc_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport {
 namespace {
@@ -85,16 +89,53 @@ struct InprocKind {
   }
 };
 
+#ifdef BRAID_HAVE_UCX
+// UCX with the settings `Tls` gives its context (UCX_TLS and what those transports need).
+template <class Tls>
+struct UcxKind {
+  static constexpr const char* kPeerStart = "(host ";
+  static constexpr bool kTimeoutFailsTransport = true;
+  static void run(int size, const Body& body) {
+    UcxOptions o;
+    o.connectTimeout = 10s;
+    o.config = Tls::settings();
+    test::runTransportRanks(
+        size, [&](Store& store, int r) { return createUcxTransport(store, r, size, o); }, body);
+  }
+};
+struct UcxTcpTls {
+  static std::vector<std::pair<std::string, std::string>> settings() { return {{"TLS", "tcp"}}; }
+};
+// UCX's shared-memory transports detect a dead peer only with their error handling on
+// (docs/ucx.md). UCX_POSIX_ERROR_HANDLING in the environment; MM_ERROR_HANDLING (the table
+// behind it, posix and sysv alike) through ucp_config_modify, which takes no POSIX_ prefix.
+struct UcxShmTls {
+  static std::vector<std::pair<std::string, std::string>> settings() {
+    return {{"TLS", "sm,cma"}, {"MM_ERROR_HANDLING", "y"}};
+  }
+};
+using UcxTcpKind = UcxKind<UcxTcpTls>;
+using UcxShmKind = UcxKind<UcxShmTls>;
+#endif
+
 template <class Kind>
 class Conformance : public ::testing::Test {};
 
+#ifdef BRAID_HAVE_UCX
+using Kinds = ::testing::Types<TcpKind, ShmKind, InprocKind, UcxTcpKind, UcxShmKind>;
+#else
 using Kinds = ::testing::Types<TcpKind, ShmKind, InprocKind>;
+#endif
 class KindNames {
  public:
   template <class T>
   static std::string GetName(int) {
     if (std::is_same_v<T, TcpKind>) return "tcp";
     if (std::is_same_v<T, ShmKind>) return "shm";
+#ifdef BRAID_HAVE_UCX
+    if (std::is_same_v<T, UcxTcpKind>) return "ucx_tcp";
+    if (std::is_same_v<T, UcxShmKind>) return "ucx_sm";
+#endif
     return "inproc";
   }
 };

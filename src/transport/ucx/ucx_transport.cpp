@@ -127,7 +127,7 @@ std::string hostName() {
 }  // namespace
 
 UcxTransport::UcxTransport(Store& store, int rank, int size, const UcxOptions& options)
-    : rank_(rank), size_(size), options_(options) {
+    : rank_(rank), size_(size), options_(options), engine_(rank), mu_(engine_.mutex()) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
                                                 " is outside a world of size " +
@@ -157,6 +157,15 @@ void UcxTransport::setup(Store& store) {
   ucp_config_t* config = nullptr;
   // UCX reads its own variables here (UCX_TLS, UCX_NET_DEVICES, ...).
   checkUcs(ucp_config_read(nullptr, nullptr, &config), self_, "ucp_config_read");
+  for (const auto& [key, value] : options_.config) {
+    const std::string name = key.rfind("UCX_", 0) == 0 ? key.substr(4) : key;
+    const ucs_status_t s = ucp_config_modify(config, name.c_str(), value.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      throw Error(ErrorCode::InvalidArgument, self_ + ": UCX rejects the setting UCX_" + name +
+                                                  "=" + value + ": " + statusText(s));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -227,6 +236,7 @@ void UcxTransport::setup(Store& store) {
                                                   " published a malformed UCX address (" +
                                                   std::to_string(theirs.size()) + " bytes)");
     ps.description += " (" + std::string(theirs.begin() + 4, theirs.begin() + 4 + descBytes) + ")";
+    ps.inbox = engine::Inbox(rank_, p, ps.description, *this);
     endpointArgs_[static_cast<std::size_t>(p)] = EndpointArg{this, p};
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -243,8 +253,8 @@ void UcxTransport::setup(Store& store) {
                   self_ + ": UCX has no transport with peer failure detection to " +
                       ps.description + " (ucp_ep_create: " + statusText(s) +
                       "): check that UCX_TLS and UCX_NET_DEVICES reach it; UCX's shared-memory "
-                      "transports need UCX_POSIX_ERROR_HANDLING=y (or UCX_SYSV_ERROR_HANDLING=y) "
-                      "for it (docs/ucx.md)");
+                      "transports need UCX_POSIX_ERROR_HANDLING=y (or UCX_SYSV_ERROR_HANDLING=y; "
+                      "MM_ERROR_HANDLING=y in UcxOptions::config) for it (docs/ucx.md)");
     if (s != UCS_OK)
       throw Error(ErrorCode::Internal,
                   self_ + ": ucp_ep_create to " + ps.description + " failed: " + statusText(s));
@@ -440,38 +450,23 @@ void UcxTransport::handshake(Deadline deadline) {
 
 // ---- posting ----
 
-void UcxTransport::check(const char* op, int peer, const void* data, std::size_t bytes,
-                         Request& req) const {
-  const std::string where = std::string("UcxTransport::") + op + ": rank " + std::to_string(rank_);
-  if (peer < 0 || peer >= size_ || peer == rank_)
-    throw Error(ErrorCode::InvalidArgument, where + ": peer " + std::to_string(peer) +
-                                                " is not another rank of a world of " +
-                                                std::to_string(size_));
-  if (data == nullptr && bytes > 0)
-    throw Error(ErrorCode::InvalidArgument,
-                where + ": data is null for " + std::to_string(bytes) + " bytes");
-  if (req.state.load(std::memory_order_acquire) == State::Pending)
-    throw Error(ErrorCode::InvalidArgument, where + ": the request is still pending");
+void UcxTransport::prepare(const char* op, int peer, const void* data, std::size_t bytes,
+                           std::uint64_t tag, bool isSend, Request& req) {
+  engine::armRequest(
+      req, op, rank_, size_, peer, data, bytes, tag, isSend, true, "", [] { return std::string(); },
+      [this](int p) { return describePeer(p); });
 }
 
 void UcxTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                             Request& req) {
-  check("postSend", peer, data, bytes, req);
+  prepare("postSend", peer, data, bytes, tag, true, req);
   std::lock_guard<std::mutex> lk(mu_);
-  req.isSend = true;
-  req.peer = peer;
-  req.tag = tag;
-  req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
-  req.bytes = bytes;
-  req.state.store(State::Pending, std::memory_order_relaxed);
+  if (engine_.failure()) return finish(req, State::Failed, false);
+  if (peerError(peer)) return finish(req, State::Failed, true);
   auto* op = new Op;
   op->req = &req;
   op->peer = peer;
   live_.push_back(op);
-  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  if (failed_) return finish(op, State::Failed, failed_);
-  if (ps.error) return finish(op, State::Failed, ps.error);
-  if (ps.ended) return finish(op, State::Failed, ps.ended);
   startSend(op, data);
   drain();
 }
@@ -504,34 +499,39 @@ void UcxTransport::startSend(Op* op, const void* data) {
 
 void UcxTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
                             Request& req) {
-  check("postRecv", peer, data, bytes, req);
+  prepare("postRecv", peer, data, bytes, tag, false, req);
   std::lock_guard<std::mutex> lk(mu_);
-  req.isSend = false;
-  req.peer = peer;
-  req.tag = tag;
-  req.data = static_cast<std::uint8_t*>(data);
-  req.bytes = bytes;
-  req.state.store(State::Pending, std::memory_order_relaxed);
-  auto* op = new Op;
-  op->req = &req;
-  op->peer = peer;
-  live_.push_back(op);
+  if (engine_.failure()) return finish(req, State::Failed, false);
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  if (failed_) return finish(op, State::Failed, failed_);
-  if (ps.error) return finish(op, State::Failed, ps.error);
-  const bool p2p = (tag & kP2PTagBit) != 0;
-  for (auto it = ps.held.begin(); it != ps.held.end(); ++it) {
-    const bool heldP2P = (it->tag & kP2PTagBit) != 0;
-    if (p2p ? it->tag == tag : !heldP2P) {
-      const Held msg = std::move(*it);
-      ps.held.erase(it);
-      match(peer, op, msg);
-      drain();
-      return;
+  if (ps.error) return finish(req, State::Failed, true);
+  std::optional<Error> mismatch;
+  switch (ps.inbox.post(req, mismatch)) {
+    case engine::Inbox::Posted::Mismatch:
+      // The stream cannot be trusted past a mismatch (as over TCP): the link fails.
+      failPeer(peer, *mismatch);
+      finish(req, State::Failed, true);
+      break;
+    case engine::Inbox::Posted::Done:
+      break;
+    case engine::Inbox::Posted::Receiving: {
+      // A large P2P message held with its payload inside UCX (rxPark): fetch it now.
+      Request* r = ps.inbox.rxDetach();
+      const auto it = std::find_if(ps.parked.begin(), ps.parked.end(),
+                                   [&](const auto& p) { return p.first == r->tag; });
+      const std::uint64_t seq = it->second;
+      ps.parked.erase(it);
+      startPayloadRecv(*r, seq);
+      break;
     }
+    case engine::Inbox::Posted::Queued:
+      if (ps.ended && ps.backlog.empty()) {  // nothing more comes from that peer
+        ps.inbox.withdraw(req);
+        finish(req, State::Failed, true);
+      } else if (!engine::isP2P(tag)) {
+        deliver(peer);  // the peer's stream may have stalled for want of this receive
+      }
+      break;
   }
-  if (ps.ended) return finish(op, State::Failed, ps.ended);
-  ps.posted.push_back(op);
   drain();
 }
 
@@ -564,7 +564,13 @@ void UcxTransport::postGoodbyeRecv() {
            &goodbye_.info);
 }
 
-void UcxTransport::startPayloadRecv(Op* op, std::uint64_t seq) {
+// The payload of the peer's message `seq`, straight into the request (UCX's rendezvous).
+void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
+  auto* op = new Op;
+  op->req = &req;
+  op->peer = req.peer;
+  op->seq = seq;
+  live_.push_back(op);
   Slot& s = op->slots[0];
   arm(s, this, Slot::Owner::PayloadRecv);
   s.op = op;
@@ -576,8 +582,8 @@ void UcxTransport::startPayloadRecv(Op* op, std::uint64_t seq) {
   param.cb.recv = recvDone;
   param.user_data = &s;
   launched(s,
-           ucp_tag_recv_nbx(worker_, op->req->data, op->req->bytes,
-                            makeTag(Kind::Payload, op->peer, seq), kFullMask, &param),
+           ucp_tag_recv_nbx(worker_, req.data, req.bytes, makeTag(Kind::Payload, op->peer, seq),
+                            kFullMask, &param),
            &s.info);
 }
 
@@ -605,33 +611,36 @@ void UcxTransport::drain() {
         case Slot::Owner::Send:
         case Slot::Owner::PayloadRecv: {
           Op* op = static_cast<Op*>(s->op);
-          PeerState& ps = peers_[static_cast<std::size_t>(op->peer)];
-          if (s->status != UCS_OK && !op->failure) {
-            if (ps.error) {
-              op->failure = ps.error;
-            } else if (failed_) {
-              op->failure = failed_;
-            } else if (s->status == UCS_ERR_MESSAGE_TRUNCATED) {
-              op->failure = Error(ErrorCode::Mismatch,
-                                  "rank " + std::to_string(rank_) + " received more than " +
-                                      std::to_string(op->req->bytes) + " bytes (" +
-                                      tagText(op->req->tag) + ") from " + ps.description);
+          const int peer = op->peer;
+          const Request& r = *op->req;
+          if (s->status != UCS_OK && op->fail == Op::Fail::None) {
+            if (engine_.failure()) {
+              op->fail = Op::Fail::Transport;
             } else {
-              op->failure = Error(ErrorCode::PeerLost,
-                                  "rank " + std::to_string(rank_) + " lost its connection to " +
-                                      ps.description + ": " + statusText(s->status) + " during " +
-                                      (op->req->isSend ? "a send" : "a recv") + " of " +
-                                      std::to_string(op->req->bytes) + " bytes");
+              op->fail = Op::Fail::Peer;
+              const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+              if (s->status == UCS_ERR_MESSAGE_TRUNCATED)
+                failPeer(peer, Error(ErrorCode::Mismatch,
+                                     "rank " + std::to_string(rank_) + " received more than " +
+                                         std::to_string(r.bytes) + " bytes (" + tagText(r.tag) +
+                                         ") from " + ps.description));
+              else
+                failPeer(peer, Error(ErrorCode::PeerLost,
+                                     "rank " + std::to_string(rank_) + " lost its connection to " +
+                                         ps.description + ": " + statusText(s->status) +
+                                         " during " + (r.isSend ? "a send" : "a recv") + " of " +
+                                         std::to_string(r.bytes) + " bytes"));
             }
           } else if (s->status == UCS_OK && s->owner == Slot::Owner::PayloadRecv &&
-                     s->length != op->req->bytes && !op->failure) {
-            op->failure = Error(ErrorCode::Mismatch,
-                                "rank " + std::to_string(rank_) + " expected " +
-                                    std::to_string(op->req->bytes) + " bytes from " +
-                                    ps.description + " but received " + std::to_string(s->length));
+                     s->length != r.bytes && op->fail == Op::Fail::None) {
+            op->fail = Op::Fail::Peer;
+            failPeer(peer, Error(ErrorCode::Mismatch,
+                                 "rank " + std::to_string(rank_) + " expected " +
+                                     std::to_string(r.bytes) + " bytes from " +
+                                     peers_[static_cast<std::size_t>(peer)].description +
+                                     " but received " + std::to_string(s->length)));
           }
-          if (--op->pending == 0)
-            finish(op, op->failure ? State::Failed : State::Done, op->failure);
+          if (--op->pending == 0) finishOp(op);
           break;
         }
         case Slot::Owner::Header:
@@ -655,7 +664,7 @@ void UcxTransport::drain() {
               ps.goodbyeReason.assign(goodbyeBuf_.begin() + 8,
                                       goodbyeBuf_.begin() + static_cast<long>(s->length));
             }
-            onHeader(-peer - 1);  // only checks whether the peer's stream has ended
+            endCheck(peer);
           }
           if (!closing_) postGoodbyeRecv();
           break;
@@ -675,63 +684,105 @@ void UcxTransport::drain() {
   }
 }
 
-// A header arrived from `peer` (or, with peer = -p - 1, a goodbye from p: only the end check).
+// A header arrived from `peer`: its inbox takes it (or, stalled, the backlog keeps it).
 void UcxTransport::onHeader(int peer) {
-  const bool endCheckOnly = peer < 0;
-  if (endCheckOnly) peer = -peer - 1;
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  if (!endCheckOnly && !ps.error) {
-    const std::size_t got = ps.header.length;
-    Held msg;
-    bool ok = got >= kHeaderBytes;
-    if (ok) {
-      msg.tag = getU64(ps.headerBuf.data());
-      msg.bytes = static_cast<std::size_t>(getU64(ps.headerBuf.data() + 8));
-      msg.seq = ps.recvSeq;
-      ok = msg.bytes <= kInlineBytes ? got == kHeaderBytes + msg.bytes : got == kHeaderBytes;
-    }
-    if (!ok) {
-      failPeer(peer, Error(ErrorCode::Mismatch,
-                           "rank " + std::to_string(rank_) + " received a malformed header (" +
-                               std::to_string(got) + " bytes) from " + ps.description));
-      return;
-    }
-    ++ps.recvSeq;
-    const bool p2p = (msg.tag & kP2PTagBit) != 0;
-    auto it = std::find_if(ps.posted.begin(), ps.posted.end(), [&](const Op* op) {
-      const bool wantsP2P = (op->req->tag & kP2PTagBit) != 0;
-      return p2p ? op->req->tag == msg.tag : !wantsP2P;
-    });
-    if (it != ps.posted.end()) {
-      Op* op = *it;
-      ps.posted.erase(it);
-      if (msg.bytes <= kInlineBytes)
-        msg.payload.assign(ps.headerBuf.begin() + kHeaderBytes,
-                           ps.headerBuf.begin() + static_cast<long>(kHeaderBytes + msg.bytes));
-      match(peer, op, msg);
+  if (ps.error) return;
+  const std::size_t got = ps.header.length;
+  bool ok = got >= kHeaderBytes;
+  std::uint64_t tag = 0;
+  std::size_t bytes = 0;
+  if (ok) {
+    tag = getU64(ps.headerBuf.data());
+    bytes = static_cast<std::size_t>(getU64(ps.headerBuf.data() + 8));
+    ok = bytes <= kInlineBytes ? got == kHeaderBytes + bytes : got == kHeaderBytes;
+  }
+  if (!ok) {
+    failPeer(peer, Error(ErrorCode::Mismatch,
+                         "rank " + std::to_string(rank_) + " received a malformed header (" +
+                             std::to_string(got) + " bytes) from " + ps.description));
+    return;
+  }
+  const std::uint64_t seq = ps.recvSeq++;
+  const std::uint8_t* payload = ps.headerBuf.data() + kHeaderBytes;
+  if (!ps.backlog.empty() || !take(peer, tag, bytes, seq, payload)) {
+    if (ps.error) return;
+    Arrived& a = ps.backlog.emplace_back();
+    a.tag = tag;
+    a.bytes = bytes;
+    a.seq = seq;
+    if (bytes <= kInlineBytes) a.payload.assign(payload, payload + bytes);
+  }
+  if (!ps.error && !closing_ && !(ps.finalSeq && ps.recvSeq >= *ps.finalSeq)) postHeaderRecv(peer);
+  endCheck(peer);
+}
+
+// Hands the peer's message `seq` to its inbox; false when the inbox stalls on it (or the
+// peer failed).
+bool UcxTransport::take(int peer, std::uint64_t tag, std::size_t bytes, std::uint64_t seq,
+                        const std::uint8_t* payload) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  std::optional<Error> mismatch;
+  switch (ps.inbox.arrive(tag, bytes, SIZE_MAX, mismatch)) {
+    case engine::Inbox::Arrival::Stall:
+    case engine::Inbox::Arrival::TooLarge:  // (every size is held)
+      return false;
+    case engine::Inbox::Arrival::Mismatch:
+      // The stream cannot be trusted past a mismatch (as over TCP): the link fails, and with
+      // it the receive.
+      failPeer(peer, *mismatch);
+      return false;
+    case engine::Inbox::Arrival::Done:
+      return true;
+    case engine::Inbox::Arrival::Receiving:
+      break;
+  }
+  if (bytes > kInlineBytes) {
+    if (Request* r = ps.inbox.rxDetach()) {
+      startPayloadRecv(*r, seq);
     } else {
-      if (msg.bytes <= kInlineBytes)
-        msg.payload.assign(ps.headerBuf.begin() + kHeaderBytes,
-                           ps.headerBuf.begin() + static_cast<long>(kHeaderBytes + msg.bytes));
-      ps.held.push_back(std::move(msg));
+      ps.inbox.rxPark();
+      ps.parked.emplace_back(tag, seq);
     }
-    if (!ps.error && !closing_ && !(ps.finalSeq && ps.recvSeq >= *ps.finalSeq))
-      postHeaderRecv(peer);
+    return true;
   }
-  // A peer that said goodbye sends nothing past its last message: once every message it sent
-  // has arrived, the receives still waiting for it cannot be satisfied.
-  if (ps.finalSeq && ps.recvSeq >= *ps.finalSeq && !ps.error && !ps.ended) {
-    if (ps.header.outstanding && ps.header.handle != nullptr)
-      ucp_request_cancel(worker_, ps.header.handle);
-    ps.ended = Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) + " lost " +
-                                              ps.description + ": it " + ps.goodbyeReason);
-    while (!ps.posted.empty()) {
-      Op* op = ps.posted.front();
-      ps.posted.pop_front();
-      finish(op, State::Failed, ps.ended);
-    }
-    doom(peer);
+  std::uint8_t* dst = ps.inbox.rxSpace(bytes);
+  if (dst == nullptr) {
+    failPeer(peer, ps.inbox.cannotHold());
+    return false;
   }
+  std::memcpy(dst, payload, bytes);
+  ps.inbox.rxCommit(bytes);
+  ps.inbox.rxComplete();
+  return true;
+}
+
+// Hands the backlog to the inbox until it stalls again.
+void UcxTransport::deliver(int peer) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  while (!ps.backlog.empty() && !ps.error) {
+    const Arrived& a = ps.backlog.front();
+    if (!take(peer, a.tag, a.bytes, a.seq, a.payload.data())) break;
+    if (!ps.error) ps.backlog.pop_front();
+  }
+  endCheck(peer);
+}
+
+// A peer that said goodbye sends nothing past its last message: once every message it sent has
+// reached the inbox, the receives still waiting for it cannot be satisfied.
+void UcxTransport::endCheck(int peer) {
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  if (!ps.finalSeq || ps.recvSeq < *ps.finalSeq || ps.error || ps.ended || !ps.backlog.empty())
+    return;
+  if (ps.header.outstanding && ps.header.handle != nullptr)
+    ucp_request_cancel(worker_, ps.header.handle);
+  ps.ended = Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) + " lost " +
+                                            ps.description + ": it " + ps.goodbyeReason);
+  while (Request* r = ps.inbox.firstPosted()) {
+    ps.inbox.withdraw(*r);
+    finish(*r, State::Failed, true);
+  }
+  doom(peer);
 }
 
 void UcxTransport::doom(int peer) {
@@ -765,35 +816,26 @@ void UcxTransport::reap() {
   }
 }
 
-void UcxTransport::match(int peer, Op* op, const Held& msg) {
-  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  Request& r = *op->req;
-  if (msg.tag != r.tag || msg.bytes != r.bytes) {
-    noteMismatch(peer, r.tag, msg.tag);
-    Error e(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + " expected " + tagText(r.tag) +
-                                     " (" + std::to_string(r.bytes) + " bytes) from " +
-                                     ps.description + " but received " + tagText(msg.tag) + " (" +
-                                     std::to_string(msg.bytes) + " bytes)");
-    finish(op, State::Failed, e);
-    // The stream cannot be trusted past a mismatch (as over TCP): the link fails.
-    failPeer(peer, e);
-    return;
-  }
-  if (msg.bytes > kInlineBytes) return startPayloadRecv(op, msg.seq);
-  if (msg.bytes > 0) std::memcpy(r.data, msg.payload.data(), msg.bytes);
-  finish(op, State::Done, std::nullopt);
-}
-
-void UcxTransport::finish(Op* op, State state, const std::optional<Error>& error) {
-  Request* req = op->req;
-  if (state == State::Failed) {
-    failures_.erase(req);
-    failures_.emplace(req, error ? *error : Error(ErrorCode::Internal, "request failed"));
-  }
+// The request of an Op whose ucp operations have all completed.
+void UcxTransport::finishOp(Op* op) {
+  Request& req = *op->req;
+  const Op::Fail fail = op->fail;
   live_.remove(op);
   delete op;
-  req->state.store(state, std::memory_order_release);
+  if (fail == Op::Fail::None)
+    finish(req, State::Done, false);
+  else
+    finish(req, State::Failed, fail == Op::Fail::Peer);
+}
+
+void UcxTransport::finish(Request& req, State state, bool peerError) {
+  engine_.publish(req, state, peerError);  // the last touch
   if (sleepers_ > 0) kick();
+}
+
+const std::optional<Error>& UcxTransport::peerError(int peer) const {
+  const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  return ps.error ? ps.error : ps.ended;
 }
 
 void UcxTransport::onEndpointError(int peer, ucs_status_t status) {
@@ -814,17 +856,14 @@ void UcxTransport::failPeer(int peer, Error error) {
   if (ps.error) return;
   if (ps.doomedAt) --doomed_;
   ps.error = error;
-  while (!ps.posted.empty()) {
-    Op* op = ps.posted.front();
-    ps.posted.pop_front();
-    finish(op, State::Failed, error);
-  }
-  ps.held.clear();
+  ps.inbox.failAll(true);
+  ps.backlog.clear();
+  ps.parked.clear();
   if (ps.header.outstanding && ps.header.handle != nullptr)
     ucp_request_cancel(worker_, ps.header.handle);
   for (Op* op : live_) {
     if (op->peer != peer || op->pending == 0) continue;
-    if (!op->failure) op->failure = error;
+    if (op->fail == Op::Fail::None) op->fail = Op::Fail::Peer;
     if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
@@ -859,20 +898,20 @@ void UcxTransport::sendGoodbyes(const std::string& why) {
 }
 
 void UcxTransport::failTransport(Error error) {
-  if (failed_) return;
-  failed_ = error;
+  if (!engine_.fail(error)) return;
   sendGoodbyes("failed (" + error.detail().substr(0, 200) + ")");
   for (PeerState& ps : peers_) {
-    while (!ps.posted.empty()) {
-      Op* op = ps.posted.front();
-      ps.posted.pop_front();
-      finish(op, State::Failed, error);
-    }
+    ps.inbox.failAll(false);
+    ps.backlog.clear();
+    ps.parked.clear();
     if (ps.header.outstanding && ps.header.handle != nullptr)
       ucp_request_cancel(worker_, ps.header.handle);
   }
+  // Nothing a peer says matters any more: what it sends from now on is discarded at teardown.
+  if (goodbye_.outstanding && goodbye_.handle != nullptr)
+    ucp_request_cancel(worker_, goodbye_.handle);
   for (Op* op : live_) {
-    if (!op->failure) op->failure = error;
+    if (op->fail == Op::Fail::None) op->fail = Op::Fail::Transport;
     if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
@@ -938,7 +977,7 @@ void UcxTransport::settle(std::chrono::milliseconds bound, bool sideOnly) {
 
 void UcxTransport::teardown() {
   if (worker_ != nullptr) {
-    if (!failed_) {
+    if (!engine_.failure()) {
       // What this rank sent and acknowledged (rendezvous completions included) reaches the
       // peers before the goodbye does, so a peer never takes the goodbye for a loss of a
       // message that was on its way; then the goodbye itself, then the endpoints close.
@@ -1028,7 +1067,7 @@ void UcxTransport::sleep(Deadline until) {
 
 bool UcxTransport::test(Request& req) {
   State s = req.state.load(std::memory_order_acquire);
-  if (s == State::Idle) return true;
+  if (s == State::Done || s == State::Idle) return true;
   std::unique_lock<std::mutex> lk(mu_);
   if (req.state.load(std::memory_order_acquire) == State::Pending) progress();
   s = req.state.load(std::memory_order_acquire);
@@ -1037,75 +1076,60 @@ bool UcxTransport::test(Request& req) {
 }
 
 void UcxTransport::wait(Request& req, Deadline deadline) {
-  State s = req.state.load(std::memory_order_acquire);
+  const State s = req.state.load(std::memory_order_acquire);
   if (s == State::Done || s == State::Idle) return;
   std::unique_lock<std::mutex> lk(mu_);
-  const auto spinUntil = Clock::now() + options_.spin;
-  for (;;) {
-    progress();
-    s = req.state.load(std::memory_order_acquire);
-    if (s == State::Done) return;
-    if (s == State::Failed) throwFailure(req);
-    const auto now = Clock::now();
-    if (now >= deadline) {
-      const PeerState& ps = peers_[static_cast<std::size_t>(req.peer)];
-      std::string what =
-          req.isSend ? "a send of " + std::to_string(req.bytes) + " bytes to " + ps.description
-                     : "a recv of " + std::to_string(req.bytes) + " bytes from " + ps.description;
-      if (const std::string why = stallReason(req); !why.empty()) what += ": " + why;
-      failTransport(Error(ErrorCode::Timeout,
-                          "rank " + std::to_string(rank_) + " timed out waiting for " + what));
-      throwFailure(req);
-    }
-    // A rendezvous moves only while the workers are polled (UCX 1.13's shared-memory and CMA
-    // protocols raise no event for their steps: with a sleeping sender a 2 MiB message took
-    // 18 ms instead of 0.3): while one of this rank's is in flight, keep polling, yielding the
-    // CPU between polls, until it completes. A rank whose large send waits for a receive not
-    // yet posted therefore polls (and yields) instead of sleeping.
-    if (now < spinUntil || payloadsInFlight() > 0) {
-      lk.unlock();
-      std::this_thread::yield();
-      lk.lock();
-      continue;
-    }
-    sleep(deadline);
-  }
+  engine::waitLoop(
+      lk, req, deadline, engine::WaitPolicy{options_.spin, std::chrono::microseconds(0)},
+      [&] { progress(); },
+      [&](Deadline until) {
+        // A rendezvous moves only while the workers are polled (UCX 1.13's shared-memory and
+        // CMA protocols raise no event for their steps: with a sleeping sender a 2 MiB message
+        // took 18 ms instead of 0.3): while one of this rank's is in flight, keep polling,
+        // yielding the CPU between polls, until it completes. A rank whose large send waits
+        // for a receive not yet posted therefore polls (and yields) instead of sleeping.
+        if (payloadsInFlight() > 0) {
+          lk.unlock();
+          std::this_thread::yield();
+          lk.lock();
+          progress();
+          return;
+        }
+        sleep(until);
+        progress();
+      },
+      [&](const Request& r) { throwFailure(r); },
+      [&](const Request& r) {
+        const PeerState& ps = peers_[static_cast<std::size_t>(r.peer)];
+        failTransport(engine::timeoutError(rank_, r, ps.description, stallReason(r)));
+        if (r.state.load(std::memory_order_acquire) == State::Failed) throwFailure(r);
+        throw *engine_.failure();
+      });
 }
 
 int UcxTransport::payloadsInFlight() const {
   int n = 0;
-  for (const Op* op : live_) {
-    if (op->pending == 0) continue;
-    if (op->req->isSend ? op->req->bytes > kInlineBytes
-                        : op->slots[0].owner == Slot::Owner::PayloadRecv)
-      ++n;
-  }
+  for (const Op* op : live_)
+    if (op->pending > 0 && (!op->req->isSend || op->req->bytes > kInlineBytes)) ++n;
   return n;
 }
 
 std::string UcxTransport::stallReason(const Request& req) const {
-  if (req.isSend) return "";
   const PeerState& ps = peers_[static_cast<std::size_t>(req.peer)];
-  if (ps.held.empty()) return "";
-  std::string text = "messages from " + ps.description + " that no receive has taken:";
-  std::size_t shown = 0;
-  for (const Held& h : ps.held) {
-    if (shown++ == 4) {
-      text += " ...";
-      break;
-    }
-    text += (shown > 1 ? ", " : " ") + tagText(h.tag) + " (" + std::to_string(h.bytes) + " bytes)";
-  }
-  return text;
+  for (const Op* op : live_)
+    if (op->req == &req)
+      return req.isSend ? ps.description + " has not taken it yet"
+                        : "its payload is still arriving from " + ps.description;
+  if (req.isSend) return "";
+  if (!ps.backlog.empty())
+    return "ahead of it from " + ps.description + " waits " + tagText(ps.backlog.front().tag) +
+           " (" + std::to_string(ps.backlog.front().bytes) +
+           " bytes), which no posted receive of this rank matches";
+  return "nothing for it has arrived from " + ps.description + ps.inbox.heldText(ps.description);
 }
 
-void UcxTransport::throwFailure(Request& req) {
-  auto it = failures_.find(&req);
-  if (it == failures_.end())
-    throw failed_ ? *failed_ : Error(ErrorCode::Internal, self_ + ": request failed");
-  Error e = it->second;
-  failures_.erase(it);
-  throw e;
+void UcxTransport::throwFailure(const Request& req) const {
+  engine_.throwFailure(req, peerError(req.peer), describePeer(req.peer));
 }
 
 std::string UcxTransport::describePeer(int peer) const {

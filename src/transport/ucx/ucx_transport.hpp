@@ -8,7 +8,8 @@
 // the peers then run braid's handshake (common/handshake.hpp) over UCX, so a key mismatch is the
 // same Error(Auth) as over TCP. Messages go out as ucp tagged sends: UCX picks eager sends for
 // small messages and zero-copy rendezvous for large ones by itself (its registration cache keeps
-// reused buffers registered). UCX reads its own variables (UCX_TLS, UCX_NET_DEVICES, ...).
+// reused buffers registered). UCX reads its own variables (UCX_TLS, UCX_NET_DEVICES, ...);
+// UcxOptions::config sets them for one transport.
 #pragma once
 
 #include <braid/options.hpp>
@@ -16,6 +17,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "transport/transport.hpp"
 
@@ -31,6 +34,10 @@ struct UcxOptions {
   SecurityOptions security;
   /// Store namespace of the addresses (several UCX transports on one store need their own).
   std::string keyPrefix = "ucx";
+  /// UCX settings of this transport's context, over UCX's own variables (ucp_config_modify):
+  /// {"TLS", "tcp"} does what UCX_TLS=tcp does, for this transport only (the "UCX_" prefix is
+  /// optional). A name or value UCX rejects: Error(InvalidArgument) naming it.
+  std::vector<std::pair<std::string, std::string>> config;
 };
 
 /// True when this build has the UCX transport.

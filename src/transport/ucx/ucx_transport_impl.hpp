@@ -12,18 +12,24 @@
 //   kind 2   handshake message number n of the pair (setup only)
 //   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive)
 //
-// Matching. The receiver keeps exactly one header receive posted per peer, for that peer's next
-// sequence number, so headers are taken in the order the peer sent them whatever UCX's own
-// ordering. Braid's rules are then applied here, exactly as over TCP: a collective receive
-// takes the peer's next collective message and fails with Error(Mismatch) if its tag or size
-// differs (before anything is written to the caller's buffer); a point-to-point receive
-// (kP2PTagBit) takes the peer's first unmatched message of the same tag. Messages no receive
-// wants yet are held aside: a small one with its payload, a large one as its header only (its
-// payload waits inside UCX until the receive is posted, so it still lands zero-copy).
+// Matching is the engine's (engine.hpp), as over TCP and shared memory. The receiver keeps
+// exactly one header receive posted per peer, for that peer's next sequence number, so headers
+// reach the peer's engine::Inbox in the order the peer sent them whatever UCX's own ordering: a
+// collective receive takes the peer's next collective message and fails with Error(Mismatch)
+// if its tag or size differs (before anything is written to the caller's buffer); a
+// point-to-point receive (kP2PTagBit) takes the peer's first unmatched message of the same
+// tag, and one no receive wants yet is held aside: a small one with its payload, a large one as
+// its header only (Inbox::rxPark: its payload waits inside UCX until the receive is posted, so
+// it still lands zero-copy). A collective message no receive wants yet stalls the peer's
+// stream, as over TCP: it and the headers behind it wait in the peer's backlog. A large
+// payload is received apart from the inbox (Inbox::rxDetach), so the next header is taken
+// while it arrives. Requests, deadlines, errors and the wait loop are the engine's too.
 //
-// Progress. Whoever waits drives the worker under mu_: it spins for `spin`, then arms the
-// worker (ucp_worker_arm) and sleeps in epoll on the worker's event fd and a wake-up eventfd.
-// There is no background thread: a send progresses while its rank waits on anything of this
+// Progress. Whoever waits drives the worker under the engine's lock, in the engine's wait loop
+// (engine::waitLoop): it polls for `spin`, then arms the worker (ucp_worker_arm) and sleeps in
+// epoll on the worker's event fd and a wake-up eventfd; while a large payload of this rank is
+// in flight it keeps polling instead (UCX's shared-memory rendezvous raises no events). There
+// is no background thread: a send progresses while its rank waits on anything of this
 // transport.
 //
 // Failure. Endpoints use UCX's peer error handling: a peer whose process dies or whose
@@ -45,9 +51,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "transport/engine.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport::ucx {
@@ -95,19 +101,22 @@ struct Slot {
   ucp_tag_recv_info_t info{};  // receives: where an immediate completion is described
 };
 
-/// The transport's state for one braid request.
+/// The ucp operations of one braid request: a send (header, and the payload of a large one),
+/// or the payload receive of a large message (Inbox::rxDetach).
 struct Op {
+  enum class Fail : std::uint8_t { None, Peer, Transport };  // where its error lives
   Request* req = nullptr;
   int peer = -1;
   std::uint64_t seq = 0;           // sends: this message's sequence number
   int pending = 0;                 // ucp operations still outstanding
   std::vector<std::uint8_t> wire;  // sends: the header (+ inline payload)
-  std::optional<Error> failure;    // set when it failed while ucp operations were outstanding
+  Fail fail = Fail::None;          // it failed while ucp operations were outstanding
   Slot slots[2];
 };
 
-/// A message whose header arrived before any receive wanted it.
-struct Held {
+/// A header taken from UCX that the peer's inbox has not taken yet (it stalls on a collective
+/// message no receive wants yet).
+struct Arrived {
   std::uint64_t tag = 0;
   std::size_t bytes = 0;
   std::uint64_t seq = 0;
@@ -121,8 +130,11 @@ struct PeerState {
   std::uint64_t recvSeq = 0;  // the sequence the posted header receive waits for
   std::vector<std::uint8_t> headerBuf;
   Slot header;
-  std::deque<Op*> posted;  // receives waiting for a header, in posting order
-  std::deque<Held> held;
+  engine::Inbox inbox;
+  std::deque<Arrived> backlog;
+  /// {tag, sequence} of the large P2P messages held with their payload inside UCX (rxPark), in
+  /// arrival order (the inbox takes held messages of one tag in that order too).
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> parked;
   std::optional<Error> error;                 // the link failed (PeerLost, Mismatch)
   std::optional<std::uint64_t> finalSeq;      // a goodbye said: no header at or past this one
   std::optional<Error> broken;                // UCX reported the endpoint failed
@@ -142,7 +154,7 @@ struct EndpointArg {
   int peer = -1;
 };
 
-class UcxTransport final : public Transport {
+class UcxTransport final : public Transport, private engine::CompletionSink {
  public:
   UcxTransport(Store& store, int rank, int size, const UcxOptions& options);
   ~UcxTransport() override;
@@ -164,6 +176,13 @@ class UcxTransport final : public Transport {
   void onEndpointError(int peer, ucs_status_t status);
 
  private:
+  // engine::CompletionSink (mu_ held).
+  void finish(Request& req, Request::State state, bool peerError) override;
+  std::string tagText(std::uint64_t tag) const override { return describeTag(tag); }
+  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
+    noteMismatch(peer, expected, received);
+  }
+
   void setup(Store& store);
   void handshake(Deadline deadline);
   void postHandshakeRecv(int peer);
@@ -171,7 +190,8 @@ class UcxTransport final : public Transport {
   void sleep(Deadline until);
   void teardown();
   void discardUnexpected();
-  void check(const char* op, int peer, const void* data, std::size_t bytes, Request& req) const;
+  void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+               bool isSend, Request& req);
   // Everything below requires mu_.
   void progress();
   void drain();
@@ -179,9 +199,12 @@ class UcxTransport final : public Transport {
   void postHeaderRecv(int peer);
   void postGoodbyeRecv();
   void onHeader(int peer);
-  void match(int peer, Op* op, const Held& msg);
-  void startPayloadRecv(Op* op, std::uint64_t seq);
-  void finish(Op* op, Request::State state, const std::optional<Error>& error);
+  bool take(int peer, std::uint64_t tag, std::size_t bytes, std::uint64_t seq,
+            const std::uint8_t* payload);
+  void deliver(int peer);
+  void endCheck(int peer);
+  void startPayloadRecv(Request& req, std::uint64_t seq);
+  void finishOp(Op* op);
   void failPeer(int peer, Error error);
   void doom(int peer);
   void reap();
@@ -191,9 +214,9 @@ class UcxTransport final : public Transport {
   void sendGoodbyes(const std::string& why);
   void closeEndpoints();
   void kick();
-  [[noreturn]] void throwFailure(Request& req);
+  [[noreturn]] void throwFailure(const Request& req) const;
+  const std::optional<Error>& peerError(int peer) const;
   std::string stallReason(const Request& req) const;
-  std::string tagText(std::uint64_t tag) const { return describeTag(tag); }
   bool anyOutstanding(bool sideOnly) const;
   int payloadsInFlight() const;
 
@@ -202,7 +225,8 @@ class UcxTransport final : public Transport {
   const UcxOptions options_;
   std::string self_;  // "rank 0 (host h, pid 1)"
 
-  mutable std::mutex mu_;
+  engine::Engine engine_;
+  std::mutex& mu_;  // engine_.mutex()
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int workerFd_ = -1;
@@ -213,12 +237,10 @@ class UcxTransport final : public Transport {
   std::vector<std::uint8_t> goodbyeBuf_;
   Slot goodbye_;
   std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
-  std::unordered_map<Request*, Error> failures_;
-  std::list<Op*> live_;  // every Op not yet finished
+  std::list<Op*> live_;                                              // every Op not yet finished
   std::vector<EndpointArg> endpointArgs_;
   std::vector<std::pair<int, std::vector<std::uint8_t>>> handshakeInbox_;
   bool closing_ = false;
-  std::optional<Error> failed_;
   int sleepers_ = 0;
   int doomed_ = 0;
 };
