@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "core/machine_profile.hpp"
 #include "kernels/copy_profile.hpp"
+#include "kernels/reduce.hpp"
 
 namespace braid {
 namespace {
@@ -268,6 +270,25 @@ TEST(CopyProfile, MeasurementCoversEverySize) {
     EXPECT_GT(t[i].streamedNsPerByte, 0);
   }
   EXPECT_GT(ms, 0);
+}
+
+// The kernels' precedence: BRAID_LLC_SIZE (setLastLevelCacheBytes) over the measured threshold
+// over the OS's report.
+TEST(CopyProfile, KernelsTakeTheMeasuredThresholdBelowTheOverride) {
+  const std::size_t os = machine::lastLevelCache().bytes / 2;
+  kernels::setLastLevelCacheBytes(0);
+  kernels::setMeasuredStreamingThreshold(0);
+  EXPECT_EQ(kernels::streamingThresholdBytes(), os);
+  kernels::setMeasuredStreamingThreshold(384 * kKiB);
+  EXPECT_EQ(kernels::streamingThresholdBytes(), 384 * kKiB);
+  kernels::setLastLevelCacheBytes(2 * kMiB);
+  EXPECT_EQ(kernels::streamingThresholdBytes(), kMiB);
+  kernels::setLastLevelCacheBytes(0);
+  EXPECT_EQ(kernels::streamingThresholdBytes(), 384 * kKiB);
+  kernels::setMeasuredStreamingThreshold(0);
+  EXPECT_EQ(kernels::streamingThresholdBytes(), os);
+  // Back to what the test main applied (BRAID_LLC_SIZE, when set).
+  kernels::setLastLevelCacheBytes(Options::fromEnv().llcBytes);
 }
 
 Options withCache(const std::string& path) {
