@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -188,9 +189,9 @@ std::string writeTuneCache(const std::string& path, const TuneKey& key,
   for (const auto& [name, e] : all)
     text += "entry " + name + " " + (e.value == kTuneNever ? "never" : std::to_string(e.value)) +
             " " + e.date + " " + oneLine(e.detail) + "\n";
-  std::string tmp =
-      path + ".tmp." + std::to_string(::getpid()) + "." +
-      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000);
+  static std::atomic<unsigned> written{0};  // threads of one process write files of their own
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(written.fetch_add(1, std::memory_order_relaxed));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
   std::size_t done = 0;

@@ -84,7 +84,10 @@ MachineProfile resolveMachineProfile(const Options& opts) {
   p.cacheBytes = d.cacheBytes;
   char took[48];
   std::snprintf(took, sizeof took, "measured now in %.1f ms", ms);
-  std::string source = took;
+  // Implausible figures (decideCopies): the OS's report applies and nothing is kept.
+  std::string source = d.measured ? std::string(took)
+                                  : "default: the OS's " + llc.source + " report, halved (" +
+                                        std::string(took) + " gave implausible figures)";
   if (c.state == machine::TuneCache::State::OtherMachine)
     source += " (the file was another machine's: " + c.problem + ")";
   const std::string cacheWhy = "2 x the streaming threshold, capped by the OS's " + llc.source +
@@ -97,8 +100,10 @@ MachineProfile resolveMachineProfile(const Options& opts) {
     if (failed.empty()) {
       source += ", kept in " + path;
     } else {
-      source += ", not kept";
-      p.warnings.push_back("BRAID_TUNE_CACHE " + path + ": " + failed);
+      source += ", not kept: " + failed;
+      // Only a file the user named is worth a warning; the default location may simply be
+      // read-only (a container's home), which costs a measurement per process, nothing else.
+      if (!opts.tuneCache.empty()) p.warnings.push_back("BRAID_TUNE_CACHE " + path + ": " + failed);
     }
   } else if (path.empty()) {
     source += ", not kept (BRAID_TUNE_CACHE=off)";

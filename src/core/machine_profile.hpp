@@ -27,7 +27,8 @@ struct MachineProfile {
   std::size_t streamingBytes = 0;  // 0: not decided here (BRAID_LLC_SIZE applies)
   std::size_t cacheBytes = 0;
   std::vector<TuneDecision> decisions;
-  std::vector<std::string> warnings;  // a corrupt file, a file that could not be written
+  std::vector<std::string> warnings;  // a corrupt file; a file BRAID_TUNE_CACHE names that
+                                      // could not be written
 };
 
 /// This machine's key (the best kernel level this CPU has, not BRAID_KERNEL_ISA's choice).

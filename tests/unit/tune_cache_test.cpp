@@ -372,6 +372,26 @@ TEST(MachineProfile, OverridesWinAndOffKeepsNothing) {
   EXPECT_EQ(p.streamingBytes, 0u);  // the kernels keep BRAID_LLC_SIZE's half
   EXPECT_EQ(sourceOf(p, "streaming threshold"), "BRAID_LLC_SIZE=6 MiB");
   EXPECT_FALSE(fs::exists(path));  // nothing measured, nothing written
+  // A file that cannot be written: a warning when BRAID_TUNE_CACHE names it, none for the
+  // default location (a read-only home costs a measurement per process, nothing else).
+  const core::MachineProfile named = core::resolveMachineProfile(withCache("/proc/braid/m.tune"));
+  ASSERT_EQ(named.warnings.size(), 1u);
+  EXPECT_NE(named.warnings[0].find("BRAID_TUNE_CACHE /proc/braid/m.tune: cannot create"),
+            std::string::npos)
+      << named.warnings[0];
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string savedXdg = xdg ? xdg : "";
+  ::setenv("XDG_CACHE_HOME", "/proc/braid-none", 1);
+  const core::MachineProfile unnamed = core::resolveMachineProfile(Options{});
+  EXPECT_TRUE(unnamed.warnings.empty());
+  EXPECT_NE(sourceOf(unnamed, "streaming threshold")
+                .find("not kept: cannot create /proc/braid-none/braid/machine.tune.tmp."),
+            std::string::npos)
+      << sourceOf(unnamed, "streaming threshold");
+  if (xdg)
+    ::setenv("XDG_CACHE_HOME", savedXdg.c_str(), 1);
+  else
+    ::unsetenv("XDG_CACHE_HOME");
   const core::MachineProfile off = core::resolveMachineProfile(withCache("off"));
   EXPECT_NE(sourceOf(off, "streaming threshold").find("not kept (BRAID_TUNE_CACHE=off)"),
             std::string::npos)

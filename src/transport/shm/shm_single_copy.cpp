@@ -147,6 +147,9 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
     e.value = c.bytes == SIZE_MAX ? machine::kTuneNever : c.bytes;
     e.date = machine::tuneDateNow();
     e.detail = c.why;
+    // Under the file's lock: a process measuring the copy profile at the same time rewrites
+    // the file too, and each writer merges into what it read.
+    const machine::TuneCacheLock lock(path, 1000);
     const std::string failed = machine::writeTuneCache(path, key, {{name, e}});
     c.why += failed.empty() ? "; kept in " + path : "; not kept: " + failed;
   }
