@@ -331,6 +331,37 @@ TEST(MachineProfile, MeasuredOnceThenCached) {
             "cached in " + path + " (measured 2026-01-02T03:04:05Z)");
 }
 
+// Ranks of one host started together with no profile: one measures (under the file's lock),
+// the others wait and read what it wrote.
+TEST(MachineProfile, ProcessesStartedTogetherMeasureOnce) {
+  TempDir dir;
+  const std::string path = dir.file("m.tune");
+  constexpr int kProcesses = 4;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kProcesses; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const core::MachineProfile p = core::resolveMachineProfile(withCache(path));
+      const std::string source = sourceOf(p, "streaming threshold");
+      ::_exit(source.rfind("measured now in ", 0) == 0 ? 10
+              : source.rfind("cached in ", 0) == 0     ? 11
+                                                       : 12);
+    }
+    pids.push_back(pid);
+  }
+  int measured = 0, cached = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    measured += WEXITSTATUS(status) == 10;
+    cached += WEXITSTATUS(status) == 11;
+  }
+  EXPECT_EQ(measured, 1);
+  EXPECT_EQ(cached, kProcesses - 1);
+}
+
 TEST(MachineProfile, AnotherCpuModelIsMeasuredAgain) {
   TempDir dir;
   const std::string path = dir.file("m.tune");
