@@ -20,7 +20,8 @@ constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [--paths] 
 
 Prints the braid version, the instruction set the reduction kernels use on this CPU (and
 the levels it supports), the size from which outputs are written with non-temporal stores
-and the cache size it derives from (BRAID_LLC_SIZE, else the OS's report, bounded), the CPUs
+and the cache size it derives from (BRAID_LLC_SIZE, else the machine profile's measurement:
+--tune), the CPUs
 this process can use (affinity mask capped by the cgroup's CPU limit), the algorithms available for each collective, the launch environment and the options as braid
 would read them here, and every environment variable braid reads (value if set, default,
 meaning). Without options everything is printed.
@@ -193,6 +194,8 @@ int run(int argc, char** argv) {
   if (all) {
     std::printf("braid %s\n", braid::version());
     core::applyProcessSettings(Options::fromEnv());  // BRAID_KERNEL_ISA, BRAID_LLC_SIZE
+    // The streaming threshold a communicator would use: the machine profile's (--tune).
+    core::applyMachineProfile(Options::fromEnv());
     std::printf("kernels: %s\n", core::processSettingsText().c_str());
     printLaunchAndOptions();
   }
