@@ -120,6 +120,12 @@ struct Options {
   /// bounded to 4-64 MiB (src/common/machine.hpp); `braid-info` prints both. Process-wide,
   /// applied when a communicator is created, like kernelIsa.
   std::size_t llcBytes = 0;
+  /// The machine profile's file (BRAID_TUNE_CACHE): what braid measured on this machine (the
+  /// streaming threshold and effective cache, the shared-memory single-copy threshold), read by
+  /// the next process instead of measuring again; a file of another CPU is measured over. "" =
+  /// $XDG_CACHE_HOME/braid/machine.tune, else ~/.cache/braid/machine.tune; "off" = measure in
+  /// every process, keep nothing. `braid-info --tune` prints what was chosen and why.
+  std::string tuneCache;
   /// A topology JSON file used instead of the one gathered at creation (BRAID_TOPO_FILE): a
   /// fabricated layout for planning and tests. Its rank count must equal the communicator's.
   std::string topoFile;

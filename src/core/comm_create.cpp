@@ -13,6 +13,7 @@
 #include "bootstrap/pmix.hpp"
 #include "core/calibrate.hpp"
 #include "core/comm_impl.hpp"
+#include "core/machine_profile.hpp"
 #include "core/process_settings.hpp"
 #include "core/tag.hpp"
 #include "core/topology_setup.hpp"
@@ -117,6 +118,16 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   if (opts.bufferBytes < 64)
     throw Error(ErrorCode::InvalidArgument, "Options::bufferBytes must be at least 64 bytes");
   core::applyProcessSettings(opts);
+  {
+    // The machine profile, once per process (docs/architecture.md, "Decisions from measurement").
+    const core::MachineProfile& profile = core::applyMachineProfile(opts);
+    static std::atomic<bool> reported{false};
+    if (!reported.exchange(true)) {
+      for (const std::string& w : profile.warnings) impl->log(1, w);
+      for (const core::TuneDecision& d : profile.decisions)
+        impl->log(2, "machine profile: " + d.name + " " + d.value + " (" + d.source + ")");
+    }
+  }
   impl->storeServer = std::move(server);
   impl->store = std::move(store);
   impl->commStore = std::make_shared<PrefixStore>(impl->store, "braid/" + impl->id + "/");
@@ -159,6 +170,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.hostCpus = opts.shmHostCpus;
   transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
+  transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
+  transportOptions.shm.tuneKey = core::machineKey();
   // World communicators only: a sub-communicator's size comes from its parent's gathered data.
   if (parentTopology == nullptr) {
     static std::atomic<bool> checkedEnvironment{false};

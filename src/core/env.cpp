@@ -112,6 +112,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_TUNE", "0",
      "1: measure the cost model (latency, bandwidth per link class, reduction speed) at creation"},
     {"BRAID_TUNE_FILE", "", "FILE: cost-model parameters and 'algo = RULES' lines (docs/plan.md)"},
+    {"BRAID_TUNE_CACHE", "",
+     "FILE of machine measurements kept between runs (default ~/.cache/braid/machine.tune; off)"},
     {"BRAID_SOCKET_NTHREADS", "1",
      "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
@@ -507,6 +509,7 @@ Options Options::fromEnv() {
     o.tune = s == "1";
   }
   if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
+  if (const char* v = get("BRAID_TUNE_CACHE")) o.tuneCache = v;
   {
     const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads, 1, 16);
     const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread, 1, 16);

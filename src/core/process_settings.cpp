@@ -37,7 +37,7 @@ std::string processSettingsText() {
   std::string out = std::string(kernels::selectedIsa()) + " (this CPU: " + levels +
                     "), streaming from " + mib(threshold) + " (last-level cache ";
   if (threshold != llc.bytes / 2)
-    out += mib(threshold * 2) + " set";
+    out += mib(threshold * 2) + " set or measured, braid-info --tune";
   else
     out += mib(llc.bytes);
   out += "; " + llc.source;

@@ -275,6 +275,7 @@ namespace {
 // The threshold set by setLastLevelCacheBytes; kUnset until then (the machine's report applies).
 constexpr std::size_t kUnset = ~std::size_t{0};
 std::atomic<std::size_t> gThreshold{kUnset};
+std::atomic<std::size_t> gMeasured{kUnset};  // setMeasuredStreamingThreshold's
 }  // namespace
 
 std::size_t streamingThresholdBytes() noexcept {
@@ -284,12 +285,18 @@ std::size_t streamingThresholdBytes() noexcept {
   // dst); in place they were slower, which is why Auto never streams into an input.
   const std::size_t set = gThreshold.load(std::memory_order_relaxed);
   if (set != kUnset) return set;
+  const std::size_t measured = gMeasured.load(std::memory_order_relaxed);
+  if (measured != kUnset) return measured;
   static const std::size_t reported = machine::lastLevelCache().bytes / 2;
   return reported;
 }
 
 void setLastLevelCacheBytes(std::size_t bytes) noexcept {
   gThreshold.store(bytes == 0 ? kUnset : bytes / 2, std::memory_order_relaxed);
+}
+
+void setMeasuredStreamingThreshold(std::size_t bytes) noexcept {
+  gMeasured.store(bytes == 0 ? kUnset : bytes, std::memory_order_relaxed);
 }
 
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {

@@ -59,13 +59,19 @@ void setActiveIsa(Isa isa);
 /// least streamingThresholdBytes() (if non-zero) and does not alias an input; Cached never
 /// streams; Streaming always does (where dst is element-aligned), for measurement.
 enum class StoreMode : std::uint8_t { Auto, Cached, Streaming };
-/// Output size from which StoreMode::Auto streams into a dst distinct from both inputs: half
-/// the last-level cache (docs/benchmarks.md, Reduction kernels, has the measurement): the one
-/// setLastLevelCacheBytes set, else machine::lastLevelCache()'s bounded reading.
+/// Output size from which StoreMode::Auto streams into a dst distinct from both inputs, in
+/// order: half the last-level cache setLastLevelCacheBytes set (BRAID_LLC_SIZE); the threshold
+/// measured on this machine (setMeasuredStreamingThreshold: the machine profile, applied at the
+/// first communicator's creation); else half of machine::lastLevelCache()'s bounded reading
+/// (docs/benchmarks.md, Reduction kernels, has the measurement behind the half).
 std::size_t streamingThresholdBytes() noexcept;
 /// Process-wide: the last-level cache size the streaming threshold derives from (the
-/// communicator applies BRAID_LLC_SIZE through this); 0 returns to the machine's report.
+/// communicator applies BRAID_LLC_SIZE through this); 0 returns to the measured threshold, if
+/// any, else the machine's report.
 void setLastLevelCacheBytes(std::size_t bytes) noexcept;
+/// Process-wide: the streaming threshold the machine profile measured (core/machine_profile.hpp);
+/// below setLastLevelCacheBytes in precedence. 0 forgets it.
+void setMeasuredStreamingThreshold(std::size_t bytes) noexcept;
 
 /// reduce3 at the active level with an explicit store mode (a direct collective streams its
 /// large output).

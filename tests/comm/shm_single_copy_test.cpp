@@ -20,12 +20,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <vector>
 
+#include "common/tune_cache.hpp"
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
 #include "harness/store_process.hpp"
+#include "kernels/reduce.hpp"
 
 namespace braid::test {
 namespace {
@@ -133,6 +136,7 @@ TEST(SingleCopy, DeterministicReduceMatchesStaged) {
 TEST(SingleCopy, ChoiceIsReported) {
   Options measured = testOptions("shm_direct");
   measured.shmCmaThresholdBytes.reset();  // auto, as without BRAID_SHM_CMA_THRESHOLD
+  measured.tuneCache = "off";             // measured at every creation, kept nowhere
   runThreads(2, measured, [](Comm& c) {
     const std::string got = c.singleCopy();
     if (got.find("measured at creation in ") == std::string::npos ||
@@ -153,6 +157,67 @@ TEST(SingleCopy, ChoiceIsReported) {
     const std::size_t counts[] = {0, 7, 1031};
     sweepCollectives(c, counts);
   });
+}
+
+// The machine profile's file (BRAID_TUNE_CACHE): the first creation measures and keeps the
+// threshold per rank count, the next reads it (every rank the same value, whatever rank 0
+// found); a value planted in the file is the one used; BRAID_SHM_CMA_THRESHOLD still wins; a
+// file of another machine is measured over.
+TEST(SingleCopy, ThresholdKeptInTheProfileFile) {
+  char dirTemplate[] = "/tmp/braid-sc-tune-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string path = std::string(dirTemplate) + "/m.tune";
+  Options o = testOptions("shm_direct");
+  o.shmCmaThresholdBytes.reset();
+  o.tuneCache = path;
+  runThreads(2, o, [&](Comm& c) {
+    const std::string got = c.singleCopy();
+    if (got.find("measured at creation in ") == std::string::npos)
+      throw Error(ErrorCode::Internal, "first: singleCopy() = '" + got + "'");
+    if (c.rank() == 0 && got.find("kept in " + path) == std::string::npos)
+      throw Error(ErrorCode::Internal, "first, rank 0: singleCopy() = '" + got + "'");
+  });
+  const machine::TuneKey key =
+      machine::thisMachine(kernels::toString(kernels::supportedIsas().back()));
+  machine::TuneCache file = machine::readTuneCache(path, key);
+  ASSERT_EQ(file.state, machine::TuneCache::State::Loaded) << file.problem;
+  ASSERT_NE(file.find("shm_single_copy.2ranks"), nullptr);
+  runThreads(2, o, [&](Comm& c) {
+    const std::string got = c.singleCopy();
+    if (got.find(": cached in " + path + " (measured ") == std::string::npos)
+      throw Error(ErrorCode::Internal, "second: singleCopy() = '" + got + "'");
+  });
+  // Planted values, both sides of the sweep's block sizes: the collectives stay correct.
+  for (std::uint64_t planted : {std::uint64_t{4096}, machine::kTuneNever}) {
+    ASSERT_EQ(
+        machine::writeTuneCache(
+            path, key, {{"shm_single_copy.2ranks", {planted, "2026-01-02T03:04:05Z", "planted"}}}),
+        "");
+    const std::string want =
+        (planted == machine::kTuneNever ? std::string("never") : "from 4096 B") + ": cached in " +
+        path + " (measured 2026-01-02T03:04:05Z, 2 ranks)";
+    runThreads(2, o, [&](Comm& c) {
+      expectChoice(c, want);
+      const std::size_t counts[] = {7, 5003};
+      sweepCollectives(c, counts);
+    });
+  }
+  Options over = o;
+  over.shmCmaThresholdBytes = std::size_t{1} << 20;
+  runThreads(2, over, [](Comm& c) { expectChoice(c, "from 1048576 B: BRAID_SHM_CMA_THRESHOLD"); });
+  machine::TuneKey other = key;
+  other.cpuModel += " (another)";
+  ASSERT_EQ(
+      machine::writeTuneCache(
+          path, other, {{"shm_single_copy.2ranks", {4096, "2026-01-02T03:04:05Z", "planted"}}}),
+      "");
+  runThreads(2, o, [&](Comm& c) {
+    const std::string got = c.singleCopy();
+    if (got.find("measured at creation in ") == std::string::npos ||
+        (c.rank() == 0 && got.find("was another machine's") == std::string::npos))
+      throw Error(ErrorCode::Internal, "other machine: singleCopy() = '" + got + "'");
+  });
+  std::filesystem::remove_all(dirTemplate);
 }
 
 // Runs `body` in a forked child whose process_vm_readv fails with EPERM (a seccomp filter, as a

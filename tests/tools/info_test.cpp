@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <braid/braid.hpp>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "algo/algorithm.hpp"
@@ -51,6 +53,68 @@ TEST(BraidInfo, PrintsVersionIsaAlgorithmsAndEnvironment) {
   }
   EXPECT_NE(r.out.find("current: BRAID_CHUNK_SIZE=1M"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("chunk 1048576 B"), std::string::npos) << r.out;
+}
+
+// --tune: every decision with the source it came from; a second run reads what the first
+// measured; BRAID_LLC_SIZE and BRAID_SHM_CMA_THRESHOLD win; BRAID_TUNE_CACHE=off keeps nothing;
+// a corrupt file is measured over with a warning. A file of the test's own, never ~/.cache.
+TEST(BraidInfo, TunePrintsEveryDecisionAndItsSource) {
+  char dirTemplate[] = "/tmp/braid-info-tune-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string path = std::string(dirTemplate) + "/machine.tune";
+  auto withCache = [](const std::string& cache) {
+    ProcessOptions o;
+    o.env = cleanLaunchEnv();
+    o.env.emplace_back("BRAID_TUNE_CACHE", cache);
+    return o;
+  };
+  ProcessOptions opts = withCache(path);
+  for (const char* v :
+       {"BRAID_LLC_SIZE", "BRAID_SHM_CMA_THRESHOLD", "BRAID_SHM_CMA_DISABLE", "BRAID_CHUNK_SIZE"})
+    opts.env.emplace_back(v, std::nullopt);
+  auto r = braidInfo({"--tune"}, opts);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("profile file: " + path + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  streaming threshold: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  effective cache: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("    from: measured now in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", kept in " + path), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  chunk size: 256 KiB\n    from: default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  shm single-copy threshold (one host): at creation"), std::string::npos)
+      << r.out;
+  r = braidInfo({"--tune"}, opts);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("    from: cached in " + path + " (measured 20"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("measured now"), std::string::npos) << r.out;
+
+  ProcessOptions over = withCache(path);
+  over.env.emplace_back("BRAID_LLC_SIZE", "12M");
+  over.env.emplace_back("BRAID_SHM_CMA_THRESHOLD", "128K");
+  over.env.emplace_back("BRAID_CHUNK_SIZE", "1M");
+  r = braidInfo({"--tune"}, over);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("streaming threshold: 6 MiB\n    from: BRAID_LLC_SIZE=12 MiB"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("128 KiB\n    from: BRAID_SHM_CMA_THRESHOLD"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chunk size: 1 MiB\n    from: BRAID_CHUNK_SIZE"), std::string::npos)
+      << r.out;
+
+  ProcessOptions off = withCache("off");
+  r = braidInfo({"--tune"}, off);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("profile file: none (BRAID_TUNE_CACHE=off)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not kept (BRAID_TUNE_CACHE=off)"), std::string::npos) << r.out;
+
+  { std::ofstream(path) << "not a profile\n"; }
+  r = braidInfo({"--tune"}, opts);
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  EXPECT_NE(r.out.find("warning: BRAID_TUNE_CACHE " + path + " is corrupt (line 1: "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("    from: measured now in "), std::string::npos) << r.out;
+  std::filesystem::remove_all(dirTemplate);
 }
 
 TEST(BraidInfo, EnvOptionPrintsOnlyTheVariables) {

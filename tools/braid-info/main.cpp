@@ -10,16 +10,18 @@
 #include <vector>
 
 #include "algo/algorithm.hpp"
+#include "core/machine_profile.hpp"
 #include "core/process_settings.hpp"
 
 namespace braid::info {
 namespace {
 
-constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [--paths] [-h|--help]
+constexpr const char* kUsage = R"(usage: braid-info [--env] [--algos] [--paths] [--tune] [-h|--help]
 
 Prints the braid version, the instruction set the reduction kernels use on this CPU (and
 the levels it supports), the size from which outputs are written with non-temporal stores
-and the cache size it derives from (BRAID_LLC_SIZE, else the OS's report, bounded), the CPUs
+and the cache size it derives from (BRAID_LLC_SIZE, else the machine profile's measurement:
+--tune), the CPUs
 this process can use (affinity mask capped by the cgroup's CPU limit), the algorithms available for each collective, the launch environment and the options as braid
 would read them here, and every environment variable braid reads (value if set, default,
 meaning). Without options everything is printed.
@@ -29,6 +31,10 @@ meaning). Without options everything is printed.
   --paths   join the job (run it under a launcher: braid-run -n 4 braid-info --paths) and
             print, on rank 0, how every pair of ranks talks (shm+cma, shm, tcp) and from
             which size shared-memory collectives and messages go single copy, and why
+  --tune    the decisions braid derives from this machine (streaming-store threshold,
+            effective cache, chunk size, shared-memory single-copy threshold): each value and
+            where it came from: a BRAID_* override, the profile file (BRAID_TUNE_CACHE: its path
+            and the date of the measurement), a measurement now (kept in that file), a default
   -h, --help
 )";
 
@@ -175,6 +181,9 @@ int run(int argc, char** argv) {
       algos = true;
     } else if (arg == "--paths") {
       return printPaths();
+    } else if (arg == "--tune") {
+      std::fputs(core::tuneReport(Options::fromEnv()).c_str(), stdout);
+      return 0;
     } else {
       std::fprintf(stderr, "braid-info: unknown option '%s'\n(braid-info --help shows the usage)\n",
                    argv[i]);
@@ -185,6 +194,8 @@ int run(int argc, char** argv) {
   if (all) {
     std::printf("braid %s\n", braid::version());
     core::applyProcessSettings(Options::fromEnv());  // BRAID_KERNEL_ISA, BRAID_LLC_SIZE
+    // The streaming threshold a communicator would use: the machine profile's (--tune).
+    core::applyMachineProfile(Options::fromEnv());
     std::printf("kernels: %s\n", core::processSettingsText().c_str());
     printLaunchAndOptions();
   }

@@ -98,4 +98,63 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
   return c;
 }
 
+std::string singleCopyEntry(std::size_t ranks) {
+  return "shm_single_copy." + std::to_string(ranks) + "ranks";
+}
+
+SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t tag,
+                                            Deadline deadline, const std::string& path,
+                                            const machine::TuneKey& key) {
+  const std::string name = singleCopyEntry(static_cast<std::size_t>(g.size()));
+  // What group rank 0 found, through its staging half: every rank must reach the same answer,
+  // since measuring is collective, and only one reading of a file that another job may be
+  // rewriting is the same for all.
+  struct Found {
+    std::uint64_t present = 0;
+    std::uint64_t bytes = 0;
+    char date[24] = {};
+  };
+  static_assert(sizeof(Found) <= 4096);
+  std::string problem;  // rank 0: why the file had nothing to use
+  const std::size_t h = g.beginStep();
+  if (g.rank() == 0) {
+    Found f;
+    const machine::TuneCache c = machine::readTuneCache(path, key);
+    if (const machine::TuneEntry* e = c.find(name)) {
+      f.present = 1;
+      f.bytes = e->value;
+      std::snprintf(f.date, sizeof f.date, "%s", e->date.c_str());
+    } else if (c.state == machine::TuneCache::State::Corrupt) {
+      problem = "; " + path + " was corrupt (" + c.problem + "), measured over";
+    } else if (c.state == machine::TuneCache::State::OtherMachine) {
+      problem = "; " + path + " was another machine's (" + c.problem + "), measured over";
+    }
+    std::memcpy(g.staging(0) + h, &f, sizeof f);
+  }
+  g.barrier(tag, deadline);
+  Found f;
+  std::memcpy(&f, g.staging(0) + h, sizeof f);
+  SingleCopyChoice c;
+  if (f.present != 0) {
+    c.bytes = f.bytes == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.bytes);
+    c.why = "cached in " + path + " (measured " + std::string(f.date) + ", " +
+            std::to_string(g.size()) + " ranks)";
+    return c;
+  }
+  c = measureSingleCopy(g, tag, deadline);
+  if (g.rank() == 0 && !path.empty()) {
+    machine::TuneEntry e;
+    e.value = c.bytes == SIZE_MAX ? machine::kTuneNever : c.bytes;
+    e.date = machine::tuneDateNow();
+    e.detail = c.why;
+    // Under the file's lock: a process measuring the copy profile at the same time rewrites
+    // the file too, and each writer merges into what it read.
+    const machine::TuneCacheLock lock(path, 1000);
+    const std::string failed = machine::writeTuneCache(path, key, {{name, e}});
+    c.why += failed.empty() ? "; kept in " + path : "; not kept: " + failed;
+  }
+  c.why += problem;
+  return c;
+}
+
 }  // namespace braid::transport::shm

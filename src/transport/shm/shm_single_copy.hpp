@@ -13,13 +13,17 @@
 //   4. a crowded host (ranks outnumber CPUs): kCrowdedCmaThreshold, since ranks that take turns
 //      on a CPU cannot be timed against each other and a barrier per chunk costs a turn each
 //      (docs/benchmarks.md, "Point-to-point");
-//   5. otherwise measureSingleCopy() below, at transport creation.
+//   5. the machine profile's file (ShmOptions::tuneCachePath, BRAID_TUNE_CACHE) holds a
+//      threshold measured on this machine for this many ranks: that one (the host's first rank
+//      reads the file and hands its answer to the others through the staging area, so all agree);
+//   6. otherwise measureSingleCopy() below, at transport creation, kept in that file.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "common/tune_cache.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::transport::shm {
@@ -48,5 +52,16 @@ inline constexpr std::size_t kSingleCopyProbeSizes[] = {4096, 16384, 65536, 2621
 /// decide alone. A few milliseconds at 2 ranks. Requires g.canReadPeers(); errors as the
 /// group's barrier.
 SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline);
+
+/// The file's entry name for a group of `ranks` ranks ("shm_single_copy.2ranks").
+std::string singleCopyEntry(std::size_t ranks);
+
+/// Steps 5 and 6: collective over the group like measureSingleCopy (same requirements). Group
+/// rank 0 reads `path` for `key`; an entry for this group size is taken by every rank; else
+/// every rank measures and rank 0 writes the result to `path` (when not ""). The reason names
+/// the file and the date of the measurement, or the measurement and where it was kept.
+SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t tag,
+                                            Deadline deadline, const std::string& path,
+                                            const machine::TuneKey& key);
 
 }  // namespace braid::transport::shm

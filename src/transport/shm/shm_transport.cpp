@@ -240,7 +240,8 @@ void ShmTransportImpl::chooseSingleCopy(bool crowded) {
   } else {
     // No operation runs on this transport yet, so any tag will do ("singleco" in a dump).
     constexpr std::uint64_t kMeasureTag = 0x73696e676c65636fULL;  // "singleco"
-    c = shm::measureSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout);
+    c = shm::cachedOrMeasuredSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout,
+                                        options_.tuneCachePath, options_.tuneKey);
   }
   group_->setSingleCopyBytes(c.bytes);
   singleCopy_ =

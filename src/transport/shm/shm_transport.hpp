@@ -47,6 +47,7 @@
 #include <span>
 #include <string>
 
+#include "common/tune_cache.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::transport {
@@ -89,6 +90,11 @@ struct ShmOptions {
   /// Staging memory per rank for direct collectives (SharedMemoryGroup, two halves); 0: none.
   /// Rounded up to 4 KiB, at least 16 KiB, halved while the segment exceeds maxSegmentBytes.
   std::size_t stagingBytes = std::size_t{2} << 20;
+  /// The machine profile's file (BRAID_TUNE_CACHE, resolved: "" = none) and this machine's key:
+  /// the single-copy threshold measured for this many ranks is read from there and, when
+  /// measured, kept there (shm_single_copy.hpp, step 5).
+  std::string tuneCachePath;
+  machine::TuneKey tuneKey;
   /// Tests: skip the memfd path and use a named POSIX shm object.
   bool forceNamedSegment = false;
 };
