@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <braid/error.hpp>
 #include <cerrno>
 #include <condition_variable>
@@ -93,6 +94,9 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
   void abort(const std::string& why) override;
+  std::size_t connectionCount() const override {
+    return connected_.load(std::memory_order_relaxed);
+  }
 
  private:
   // CompletionSink (called with mu_ held).
@@ -145,6 +149,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   Request* sleeperRequest_ = nullptr;  // what the driver sleeping in epoll_wait waits for
   bool kickSleeper_ = false;
   std::thread progress_;
+  std::atomic<std::size_t> connected_{0};  // sockets opened or accepted
 };
 
 TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
@@ -171,6 +176,7 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
   connections_.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
     tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
+    if (link.fd) connected_.fetch_add(1, std::memory_order_relaxed);
     connections_.emplace_back(rank, r, "rank " + std::to_string(r) + " (" + link.address + ")",
                               std::move(link.fd), epoll_.get(), sink);
   }
