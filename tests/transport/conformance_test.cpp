@@ -57,6 +57,19 @@ struct TcpKind {
   }
 };
 
+// The same, connecting each pair on first use (BRAID_CONNECT=lazy).
+struct TcpLazyKind {
+  static constexpr const char* kPeerStart = "(127.0.0.1:";
+  static constexpr bool kTimeoutFailsTransport = true;
+  static void run(int size, const Body& body) {
+    TcpOptions o;
+    o.connectTimeout = 10s;
+    o.lazyConnect = true;
+    test::runTransportRanks(
+        size, [&](Store& store, int r) { return createTcpTransport(store, r, size, o); }, body);
+  }
+};
+
 struct ShmKind {
   static constexpr const char* kPeerStart = "(pid ";
   static constexpr bool kTimeoutFailsTransport = true;
@@ -88,12 +101,13 @@ struct InprocKind {
 template <class Kind>
 class Conformance : public ::testing::Test {};
 
-using Kinds = ::testing::Types<TcpKind, ShmKind, InprocKind>;
+using Kinds = ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind>;
 class KindNames {
  public:
   template <class T>
   static std::string GetName(int) {
     if (std::is_same_v<T, TcpKind>) return "tcp";
+    if (std::is_same_v<T, TcpLazyKind>) return "tcp_lazy";
     if (std::is_same_v<T, ShmKind>) return "shm";
     return "inproc";
   }

@@ -54,6 +54,10 @@ struct TcpOptions {
   int socketThreads = 1;
   int socketsPerThread = 1;
   std::size_t stripeMinBytes = 256 * 1024;
+  /// BRAID_CONNECT=lazy: creation only listens and publishes; a pair connects when a request to
+  /// the peer is first posted on either side (see createTcpTransport). false: the full mesh at
+  /// creation.
+  bool lazyConnect = false;
 };
 
 /// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes
