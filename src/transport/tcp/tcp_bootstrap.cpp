@@ -16,6 +16,10 @@
 // wrong key, or an address outside the whitelist) is dropped and logged while the real ranks
 // get through. What was dropped is remembered for the timeout message, should a rank never
 // arrive.
+//
+// A lazy transport (tcp_transport.cpp) uses the same pieces one pair at a time: it listens and
+// publishes (listenAndPublish), dials a peer on first use (dialRank) and runs an Acceptor with
+// its own decision (which settles crossing dials) until the transport stops (serve).
 #include "transport/tcp/tcp_bootstrap.hpp"
 
 #include <poll.h>
