@@ -240,6 +240,11 @@ class Comm {
   /// outside [0, size()).
   std::string describePeer(int peer) const;
 
+  /// Sockets this rank's transport holds to its peers, opened or accepted, every TCP stream
+  /// counted (0 for peers reached through shared memory). With BRAID_CONNECT=lazy it grows as
+  /// peers are first used. For diagnostics (braid-perf reports it as "connections").
+  std::size_t connectionCount() const;
+
   /// Name of the algorithm the communicator would pick for this collective and byte size (the
   /// nccl-tests size; alltoallv selects as 0 bytes): the one that runs, under that name. With
   /// Options::algoForce, Error(InvalidArgument) when a matching rule's algorithm cannot run it.

@@ -526,6 +526,10 @@ std::string Comm::pathTo(int peer) const {
   return transport::pathTo(*impl_->transport, peer);
 }
 
+std::size_t Comm::connectionCount() const {
+  return impl_->transport->connectionCount();
+}
+
 std::string Comm::singleCopy() const {
   return transport::shmSingleCopy(*impl_->transport);
 }

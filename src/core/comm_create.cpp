@@ -158,6 +158,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   tcp.socketThreads = opts.socketThreads;
   tcp.socketsPerThread = opts.socketsPerThread;
   tcp.stripeMinBytes = opts.socketStripeMinBytes;
+  tcp.lazyConnect = opts.lazyConnect;
   transport::TransportOptions transportOptions;
   transportOptions.tcp = tcp;
   transportOptions.shmDisable = opts.shmDisable;

@@ -117,6 +117,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SOCKET_NTHREADS", "1",
      "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
+    {"BRAID_CONNECT", "eager",
+     "when TCP pairs connect: eager (all at creation) or lazy (a pair on its first message)"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
     {"BRAID_TORCH_GRACE_US", "1000",
@@ -520,6 +522,11 @@ Options Options::fromEnv() {
                       ": each must be >= 1 and the product (sockets per peer) at most 16");
     o.socketThreads = static_cast<int>(threads);
     o.socketsPerThread = static_cast<int>(perThread);
+  }
+  if (const char* v = get("BRAID_CONNECT")) {
+    const std::string_view c(v);
+    if (c != "lazy" && c != "eager") throw badValue("BRAID_CONNECT", v, "lazy or eager");
+    o.lazyConnect = c == "lazy";
   }
   o.socketStripeMinBytes = sizeVar("BRAID_SOCKET_STRIPE_MIN", o.socketStripeMinBytes);
   if (o.socketStripeMinBytes == 0)

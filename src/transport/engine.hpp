@@ -192,6 +192,7 @@ class Inbox {
       : self_(selfRank), peer_(peerRank), description_(std::move(description)), sink_(&sink) {}
 
   const std::string& description() const noexcept { return description_; }
+  void setDescription(std::string description) { description_ = std::move(description); }
   int peerRank() const noexcept { return peer_; }
 
   enum class Posted {

@@ -75,6 +75,12 @@ std::string RoutedTransport::describePeer(int peer) const {
   return route_[static_cast<std::size_t>(peer)]->describePeer(peer);
 }
 
+std::size_t RoutedTransport::connectionCount() const {
+  std::size_t n = 0;
+  for (const Leg& leg : legs_) n += leg.transport->connectionCount();
+  return n;
+}
+
 void RoutedTransport::abort(const std::string& why) {
   for (Leg& leg : legs_) leg.transport->abort(why);
 }

@@ -39,6 +39,8 @@ class RoutedTransport final : public Transport {
   SharedMemoryGroup* sharedGroup() override;
   /// Aborts every leg.
   void abort(const std::string& why) override;
+  /// The legs' connections, summed.
+  std::size_t connectionCount() const override;
 
   /// The path to `peer`: "shm", "shm+cma" (single-copy for large messages), "tcp"; "self" for
   /// this rank, "" outside the world.

@@ -138,6 +138,9 @@ class Transport {
   /// Optional capability: the shared-memory group of ALL ranks of this transport, or nullptr
   /// (the default) when some rank is on another host or the transport shares no memory.
   virtual SharedMemoryGroup* sharedGroup() { return nullptr; }
+  /// Sockets this rank holds to its peers, opened or accepted (every stream counted), for
+  /// diagnostics and braid-perf; 0 for transports without sockets (shared memory). Any thread.
+  virtual std::size_t connectionCount() const { return 0; }
   /// Optional: turns a tag into words for Mismatch errors ("allreduce #57 (fp32, 1024)").
   void setTagDescriber(std::function<std::string(std::uint64_t)> f) { describeTag_ = std::move(f); }
   /// Optional: told when a receive from `peer` meets a message whose tag differs from the posted

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -18,13 +19,16 @@ namespace braid::tooltest {
 namespace {
 
 /// braid-run -n N --timeout ... braid-perf ARGS, itself bounded.
-ProcessResult perfUnderRun(int nranks, std::vector<std::string> perfArgs, int timeoutS = 120) {
+ProcessResult perfUnderRun(
+    int nranks, std::vector<std::string> perfArgs, int timeoutS = 120,
+    std::vector<std::pair<std::string, std::optional<std::string>>> extraEnv = {}) {
   std::vector<std::string> argv = {toolPath("braid-run"),    "-n",
                                    std::to_string(nranks),   "--timeout",
                                    std::to_string(timeoutS), toolPath("braid-perf")};
   argv.insert(argv.end(), perfArgs.begin(), perfArgs.end());
   ProcessOptions opts;
   opts.env = cleanLaunchEnv();
+  opts.env.insert(opts.env.end(), extraEnv.begin(), extraEnv.end());
   opts.timeout = std::chrono::seconds(timeoutS + 30);
   return runProcess(argv, opts);
 }
@@ -166,16 +170,50 @@ TEST(Perf, JsonRecordsHaveEveryKey) {
   std::filesystem::remove(path);
   ASSERT_EQ(records.size(), 2u * 4u);  // sizes 8, 64, 512, 4096 for each collective
   for (const auto& rec : records) {
-    for (const char* key : {"collective", "size", "count", "dtype", "redop", "root", "algo",
-                            "time_us", "algbw", "busbw", "wrong", "nranks"})
+    for (const char* key :
+         {"collective", "size", "count", "dtype", "redop", "root", "algo", "time_us", "algbw",
+          "busbw", "wrong", "nranks", "connections", "init_ms"})
       EXPECT_TRUE(rec.count(key)) << "missing key " << key;
     EXPECT_EQ(rec.at("nranks"), "3");
+    // One host: every peer through shared memory, no socket.
+    EXPECT_EQ(rec.at("connections"), "0");
+    EXPECT_GT(std::stod(rec.at("init_ms")), 0.0);
     EXPECT_EQ(rec.at("wrong"), "0");
     EXPECT_EQ(rec.at("dtype"), "fp32");
   }
   EXPECT_EQ(records.front().at("collective"), "allreduce");
   EXPECT_EQ(records.back().at("collective"), "allgather");
   EXPECT_EQ(records.back().at("size"), "4092");  // 1024 floats rounded down to a multiple of 3
+}
+
+std::vector<std::map<std::string, std::string>> readJsonRecords(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<std::map<std::string, std::string>> records;
+  for (std::string line; std::getline(in, line);) {
+    std::map<std::string, std::string> rec;
+    EXPECT_TRUE(parseFlatJson(line, rec)) << "not a JSON object: " << line;
+    records.push_back(rec);
+  }
+  std::filesystem::remove(path);
+  return records;
+}
+
+// Over TCP (shared memory off) the full mesh of 4 ranks is 3 sockets per rank; the count is
+// the transport's own, independent of the collective.
+TEST(Perf, JsonCountsTcpConnections) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("braid_perf_conn_" + std::to_string(::getpid()) + ".json");
+  const auto r = perfUnderRun(4,
+                              {"allreduce", "-b", "1K", "-e", "4K", "-f", "4", "-n", "1", "-w", "0",
+                               "--reps", "1", "--json", path.string()},
+                              120, {{"BRAID_SHM_DISABLE", "1"}, {"BRAID_CONNECT", "eager"}});
+  ASSERT_EQ(r.exitCode(), 0) << describe(r);
+  const auto records = readJsonRecords(path);
+  ASSERT_EQ(records.size(), 2u);
+  for (const auto& rec : records) {
+    EXPECT_EQ(rec.at("connections"), "3");
+    EXPECT_GT(std::stod(rec.at("init_ms")), 0.0);
+  }
 }
 
 TEST(Perf, EveryDtypeAndOpVerifies) {
@@ -225,15 +263,16 @@ TEST(Perf, ForcedAlgorithmShowsInTheAlgoColumn) {
 // --algo forces: a size the algorithm cannot run (shm_ll: one 1008-byte line) fails naming the
 // algorithm and the constraint, instead of measuring another algorithm under its name.
 TEST(Perf, ForcedAlgorithmThatCannotRunIsAnError) {
-  auto r = perfUnderRun(2, {"allreduce", "--algo", "shm_ll", "-b", "1K", "-e", "1K", "-n", "1",
-                            "-w", "0", "--reps", "1"},
+  auto r = perfUnderRun(2,
+                        {"allreduce", "--algo", "shm_ll", "-b", "1K", "-e", "1K", "-n", "1", "-w",
+                         "0", "--reps", "1"},
                         60);
   EXPECT_NE(r.exitCode(), 0) << describe(r);
   EXPECT_NE(r.err.find("'shm_ll' cannot run allreduce of 1024 bytes"), std::string::npos)
       << describe(r);
   EXPECT_NE(r.err.find("at most 1008 bytes"), std::string::npos) << describe(r);
-  r = perfUnderRun(2, {"allreduce", "--algo", "shm_ll", "-b", "1000", "-e", "1000", "-n", "1",
-                       "-w", "0", "--reps", "1"});
+  r = perfUnderRun(2, {"allreduce", "--algo", "shm_ll", "-b", "1000", "-e", "1000", "-n", "1", "-w",
+                       "0", "--reps", "1"});
   ASSERT_EQ(r.exitCode(), 0) << describe(r);
   const auto rows = tableRows(r);
   ASSERT_EQ(rows.size(), 1u) << describe(r);

@@ -61,6 +61,19 @@ struct TcpKind {
   }
 };
 
+// The same, connecting each pair on first use (BRAID_CONNECT=lazy).
+struct TcpLazyKind {
+  static constexpr const char* kPeerStart = "(127.0.0.1:";
+  static constexpr bool kTimeoutFailsTransport = true;
+  static void run(int size, const Body& body) {
+    TcpOptions o;
+    o.connectTimeout = 10s;
+    o.lazyConnect = true;
+    test::runTransportRanks(
+        size, [&](Store& store, int r) { return createTcpTransport(store, r, size, o); }, body);
+  }
+};
+
 struct ShmKind {
   static constexpr const char* kPeerStart = "(pid ";
   static constexpr bool kTimeoutFailsTransport = true;
@@ -122,15 +135,17 @@ template <class Kind>
 class Conformance : public ::testing::Test {};
 
 #ifdef BRAID_HAVE_UCX
-using Kinds = ::testing::Types<TcpKind, ShmKind, InprocKind, UcxTcpKind, UcxShmKind>;
+using Kinds =
+    ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind, UcxTcpKind, UcxShmKind>;
 #else
-using Kinds = ::testing::Types<TcpKind, ShmKind, InprocKind>;
+using Kinds = ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind>;
 #endif
 class KindNames {
  public:
   template <class T>
   static std::string GetName(int) {
     if (std::is_same_v<T, TcpKind>) return "tcp";
+    if (std::is_same_v<T, TcpLazyKind>) return "tcp_lazy";
     if (std::is_same_v<T, ShmKind>) return "shm";
 #ifdef BRAID_HAVE_UCX
     if (std::is_same_v<T, UcxTcpKind>) return "ucx_tcp";

@@ -39,11 +39,37 @@ class EnvTest : public ::testing::Test {
                           "BRAID_DETERMINISTIC",
                           "BRAID_SHM_STAGING",
                           "BRAID_HIER_PIECE_SIZE",
-                          "BRAID_LLC_SIZE"})
+                          "BRAID_LLC_SIZE",
+                          "BRAID_CONNECT"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
 };
+
+TEST_F(EnvTest, ConnectMode) {
+  EXPECT_FALSE(Options::fromEnv().lazyConnect);  // eager by default
+  setenv("BRAID_CONNECT", "lazy", 1);
+  EXPECT_TRUE(Options::fromEnv().lazyConnect);
+  setenv("BRAID_CONNECT", "eager", 1);
+  EXPECT_FALSE(Options::fromEnv().lazyConnect);
+  setenv("BRAID_CONNECT", "sometimes", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE() << "BRAID_CONNECT=sometimes accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_CONNECT"), std::string::npos) << e.what();
+  }
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || v.name == std::string("BRAID_CONNECT");
+  EXPECT_TRUE(listed);
+  char entry[] = "BRAID_CONECT=lazy";
+  char* env[] = {entry, nullptr};
+  const auto warnings = environmentWarnings(env);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("did you mean BRAID_CONNECT?"), std::string::npos) << warnings[0];
+}
 
 TEST_F(EnvTest, DeterministicMode) {
   EXPECT_FALSE(Options::fromEnv().deterministic);

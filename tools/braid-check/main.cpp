@@ -806,6 +806,9 @@ int run(int argc, char** argv) {
   try {
     launch = LaunchInfo::fromEnv();
     options = Options::fromEnv();
+    // Every pair is checked, so every pair connects: at creation, where a failure names the
+    // pair before any measurement (BRAID_CONNECT=lazy would only defer it).
+    options.lazyConnect = false;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "braid-check: invalid environment: %s\n", e.what());
     return kExitUsage;

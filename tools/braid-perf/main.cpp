@@ -85,6 +85,8 @@ class Benchmark {
   /// --elastic: cases (sizes of every op, dtype, redop) completed; a rerun skips that many.
   std::size_t done = 0;
   std::size_t skip = 0;
+  /// Milliseconds this rank spent creating the communicator (max over ranks in the JSON).
+  double initMs = 0;
 
  private:
   Result measure(const BenchCase& c);
@@ -107,6 +109,9 @@ class Benchmark {
   BenchRunner runner_;
   std::ofstream jsonFile_;
   std::ostream* json_ = nullptr;
+  bool jsonEverywhere_ =
+      false;                  // every rank: rank 0 writes JSON (the exchanges below are collective)
+  bool initReduced_ = false;  // initMs is the max over ranks
   double busbwSum_ = 0;
   int busbwRows_ = 0;
   std::int64_t totalWrong_ = 0;
@@ -275,6 +280,15 @@ void Benchmark::printGroupHeader(const BenchOpInfo& op) const {
 
 void Benchmark::report(const BenchCase& c, const Result& r) {
   totalWrong_ += r.wrong;
+  // Read before the exchanges below (collectives themselves, which may open connections).
+  double connections = static_cast<double>(comm_.connectionCount());
+  if (jsonEverywhere_) {
+    connections = maxOverRanks(comm_, connections);
+    if (!initReduced_) {
+      initMs = maxOverRanks(comm_, initMs);
+      initReduced_ = true;
+    }
+  }
   if (comm_.rank() != 0) return;
   const double algbw = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0;
   const double busbw = algbw * busFactor(c.info->op, comm_.size());
@@ -312,7 +326,10 @@ void Benchmark::report(const BenchCase& c, const Result& r) {
                     jsonString(r.algo).c_str(), r.wireBytes, r.denseWireBytes, r.relError);
       *json_ << extra;
     }
-    *json_ << ",\"iters\":" << r.iters << ",\"reps\":" << args_.reps << "}\n";
+    char setup[96];
+    std::snprintf(setup, sizeof setup, ",\"connections\":%.0f,\"init_ms\":%.3f", connections,
+                  initMs);
+    *json_ << setup << ",\"iters\":" << r.iters << ",\"reps\":" << args_.reps << "}\n";
     json_->flush();
   }
 }
@@ -334,6 +351,7 @@ bool Benchmark::openJson() {
       }
     }
   }
+  jsonEverywhere_ = args_.jsonPath.has_value();
   return maxOverRanks(comm_, failed) == 0;
 }
 
@@ -428,7 +446,11 @@ int run(int argc, char** argv) {
       options.stragglerSample = 1;
       options.flightRecorderOps = std::max<std::size_t>(options.flightRecorderOps, 8192);
     }
+    const auto initStart = std::chrono::steady_clock::now();
     std::unique_ptr<Comm> comm = Comm::fromEnv(options);
+    const double initMs =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - initStart)
+            .count();
     rank = comm->rank();
     if (args.stragglerRank >= comm->size()) {
       if (rank == 0)
@@ -445,6 +467,7 @@ int run(int argc, char** argv) {
     std::optional<Benchmark> bench;
     try {
       bench.emplace(args, *comm);
+      bench->initMs = initMs;
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr,
                    "braid-perf: rank %d: -e %zu: cannot allocate two buffers of that size\n", rank,
@@ -461,7 +484,11 @@ int run(int argc, char** argv) {
         std::int64_t done = static_cast<std::int64_t>(bench->done);
         bench.reset();
         if (rank == 0) std::fprintf(stderr, "braid-perf: %s\n", e.what());
+        const auto shrinkStart = std::chrono::steady_clock::now();
         comm = comm->shrink();
+        const double shrinkMs = std::chrono::duration<double, std::milli>(
+                                    std::chrono::steady_clock::now() - shrinkStart)
+                                    .count();
         rank = comm->rank();
         // Go on from the first case some survivor did not finish.
         comm->allreduce(&done, &done, 1, DataType::Int64, ReduceOp::Min);
@@ -470,6 +497,7 @@ int run(int argc, char** argv) {
           std::fflush(stdout);
         }
         bench.emplace(args, *comm);
+        bench->initMs = shrinkMs;  // the shrunk communicator's creation
         bench->skip = static_cast<std::size_t>(done);
       }
     }

@@ -37,7 +37,10 @@ options:
   --algo RULES              force algorithms: sets Options::algo (BRAID_ALGO's syntax) and
                             algoForce: a size the algorithm cannot run (its constraints,
                             braid-info) fails with an error naming the constraint
-  --json FILE               also write one JSON object per line per result ('-': stdout)
+  --json FILE               also write one JSON object per line per result ('-': stdout);
+                            besides the table's columns: connections (sockets a rank
+                            holds after the run, max over ranks) and init_ms
+                            (communicator creation, max over ranks)
   --reps K                  repetitions per size (default 7); the median is reported
   --compress METHOD         allreduce through a compressor (docs/training.md): int8,
                             topk:RATIO, randk:RATIO or sign (fp32, sum or avg). Adds the

@@ -16,6 +16,10 @@
 // wrong key, or an address outside the whitelist) is dropped and logged while the real ranks
 // get through. What was dropped is remembered for the timeout message, should a rank never
 // arrive.
+//
+// A lazy transport (tcp_transport.cpp) uses the same pieces one pair at a time: it listens and
+// publishes (listenAndPublish), dials a peer on first use (dialRank) and runs an Acceptor with
+// its own decision (which settles crossing dials) until the transport stops (serve).
 #include "transport/tcp/tcp_bootstrap.hpp"
 
 #include <poll.h>
@@ -25,6 +29,7 @@
 #include <climits>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <thread>
 
 #include "common/handshake_io.hpp"
@@ -43,17 +48,13 @@ std::uint32_t getU32(const std::uint8_t* p) {
   return v;
 }
 
-std::string addressKey(int rank) {
-  return "tcp/addr/" + std::to_string(rank);
-}
-
 std::string msText(std::chrono::milliseconds ms) {
   return std::to_string(ms.count()) + " ms";
 }
 
 // Connects to `peer`, retrying refused or failed attempts with a growing pause until deadline.
 Fd connectToPeer(int rank, int size, int peer, const std::string& address,
-                 const TcpOptions& options, Deadline deadline) {
+                 const TcpOptions& options, Deadline deadline, const DialHooks* hooks) {
   const auto hostPort = parseHostPort(address);
   if (!hostPort)
     throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank) + ": rank " +
@@ -62,12 +63,27 @@ Fd connectToPeer(int rank, int size, int peer, const std::string& address,
   std::string lastError = "none";
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
+    if (hooks != nullptr && hooks->cancelled && hooks->cancelled()) return Fd();
     Fd fd = connectTo(*hostPort, options.socketBufferBytes, deadline, lastError);
+    if (!fd && hooks != nullptr && hooks->peerListened && lastError == errnoText(ECONNREFUSED))
+      // The peer listened when it published its address and keeps listening while its
+      // transport lives: a refusal now means it is gone.
+      throw Error(ErrorCode::PeerLost, "rank " + std::to_string(rank) + " cannot reach rank " +
+                                           std::to_string(peer) + " at " + address +
+                                           ": connection refused (its transport is closed or "
+                                           "its process exited)");
     if (fd) {
       setNoDelay(fd.get());
       security::Initiator initiator(options.security.authKey, security::Service::Transport,
                                     encodeRankContext(rank, size));
+      if (hooks != nullptr && hooks->socket) hooks->socket(fd.get());
       const auto hs = security::runInitiator(fd.get(), initiator, deadline);
+      if (hooks != nullptr && hooks->socket) hooks->socket(-1);
+      if (!hs.ok && hs.failure == security::Failure::Refused && hooks != nullptr &&
+          hooks->refused != nullptr) {
+        *hooks->refused = hs.error;
+        return Fd();
+      }
       if (hs.ok) {
         const auto theirs = decodeRankContext(hs.peerContext);
         if (theirs && theirs->rank == peer && theirs->size == size) return fd;
@@ -104,31 +120,52 @@ struct Incoming {
   security::ResponderSession session;
 };
 
-// Accepts ranks rank+1..size-1 (see the top of the file).
-class Acceptor {
+}  // namespace
+
+// Accepts ranks: eagerly rank+1..size-1 (see the top of the file), or, for a lazy transport,
+// whoever dials until stopped.
+class Acceptor::Impl {
  public:
-  Acceptor(Store& store, int rank, int size, const TcpOptions& options, Mesh& mesh, Fd& listener,
-           Deadline deadline)
-      : store_(store),
-        rank_(rank),
+  Impl(int rank, int size, const TcpOptions& options, std::string self, int listener, Decide decide,
+       Take take, Mesh* mesh, Deadline deadline)
+      : rank_(rank),
         size_(size),
         options_(options),
         policy_(options.security),
+        decide_(std::move(decide)),
+        take_(std::move(take)),
         mesh_(mesh),
         listener_(listener),
         deadline_(deadline),
-        self_("rank " + std::to_string(rank) + " (" +
-              mesh.links[static_cast<std::size_t>(rank)].address + ")") {}
+        self_(std::move(self)) {}
 
+  // Eager: until every higher rank arrived, or Error(Timeout) at the deadline.
   void run() {
     missing_ = size_ - rank_ - 1;
+    loop(-1, nullptr);
+    for (Incoming& in : incoming_) drop(in, "every rank arrived; the connection is not needed");
+    incoming_.clear();
+  }
+
+  // Lazy: until `stop` is set (wakeFd readable tells).
+  void serve(int wakeFd, const std::atomic<bool>& stop) {
+    loop(wakeFd, &stop);
+    for (Incoming& in : incoming_) drop(in, "the transport closed");
+    incoming_.clear();
+  }
+
+ private:
+  void loop(int wakeFd, const std::atomic<bool>* stop) {
     std::vector<pollfd> fds;
-    while (missing_ > 0) {
+    const std::size_t first = wakeFd >= 0 ? 2 : 1;
+    for (;;) {
+      if (stop != nullptr ? stop->load() : missing_ == 0) return;
       const auto now = Clock::now();
-      if (now >= deadline_) throwTimeout();
+      if (stop == nullptr && now >= deadline_) throwTimeout();
       expire(now);
-      auto wake = deadline_;
-      fds.assign(1, pollfd{listener_.get(), POLLIN, 0});
+      auto wake = stop == nullptr ? deadline_ : now + std::chrono::seconds(1);
+      fds.assign(1, pollfd{listener_, POLLIN, 0});
+      if (wakeFd >= 0) fds.push_back(pollfd{wakeFd, POLLIN, 0});
       for (const Incoming& in : incoming_) {
         fds.push_back(pollfd{in.fd.get(), POLLIN, 0});
         wake = std::min(wake, in.session.deadline());
@@ -137,22 +174,21 @@ class Acceptor {
       if (rc < 0 && errno != EINTR)
         throw Error(ErrorCode::Internal, self_ + ": poll while accepting: " + errnoText(errno));
       if (rc <= 0) continue;
-      // Existing handshakes first (fds[1..] match incoming_ as it was when polled).
+      if (stop != nullptr && stop->load()) return;
+      // Existing handshakes first (fds[first..] match incoming_ as it was when polled).
       auto it = incoming_.begin();
-      for (std::size_t i = 1; i < fds.size() && missing_ > 0; ++i) {
+      for (std::size_t i = first; i < fds.size() && (stop != nullptr || missing_ > 0); ++i) {
         auto current = it++;
         if (fds[i].revents != 0) advance(current);
       }
       if (fds[0].revents != 0) acceptAll();
     }
-    for (Incoming& in : incoming_) drop(in, "every rank arrived; the connection is not needed");
-    incoming_.clear();
   }
 
  private:
   void acceptAll() {
     for (;;) {
-      Accepted a = acceptPending(listener_.get());
+      Accepted a = acceptPending(listener_);
       if (!a.fd) return;
       const auto* from = reinterpret_cast<const sockaddr*>(&a.address);
       std::string peer = describeAddress(from, a.length);
@@ -220,20 +256,21 @@ class Acceptor {
                                            claim + " connected from " + in.peer +
                                            ", this job has " + std::to_string(size_));
     }
-    PeerLink& link = mesh_.links[static_cast<std::size_t>(theirs->rank)];
-    if (theirs->rank <= rank_ || link.fd) {
-      in.session.reject(security::RejectReason::Refused,
-                        "rank " + std::to_string(rank_) + " does not accept rank " +
-                            std::to_string(theirs->rank) + " (lower, or already connected)");
-      return drop(in, "rank " + std::to_string(theirs->rank) + " is not expected here");
+    if (const std::string why = decide_(theirs->rank); !why.empty()) {
+      in.session.reject(security::RejectReason::Refused, why);
+      // Eager: a rank that should not connect here. Lazy: the loser of a crossing dial, normal.
+      if (mesh_ == nullptr) {
+        in.fd.reset();
+        return;
+      }
+      return drop(in,
+                  "rank " + std::to_string(theirs->rank) + " is not expected here (" + why + ")");
     }
-    if (!in.session.accept()) return drop(in, "the peer does not take the handshake reply");
-    // The address the peer listens on, for error messages; it published before connecting.
-    link.address =
-        store_.getString(addressKey(theirs->rank),
-                         std::chrono::ceil<std::chrono::milliseconds>(std::max(
-                             deadline_ - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
-    link.fd = std::move(in.fd);
+    if (!in.session.accept()) {
+      take_(theirs->rank, Fd());  // releases what decide reserved
+      return drop(in, "the peer does not take the handshake reply");
+    }
+    take_(theirs->rank, std::move(in.fd));
     --missing_;
   }
 
@@ -261,7 +298,7 @@ class Acceptor {
   [[noreturn]] void throwTimeout() const {
     std::string names;
     for (int peer = rank_ + 1; peer < size_; ++peer)
-      if (!mesh_.links[static_cast<std::size_t>(peer)].fd)
+      if (mesh_ != nullptr && !mesh_->links[static_cast<std::size_t>(peer)].fd)
         names += (names.empty() ? "" : ", ") + std::to_string(peer);
     std::string text = self_ + " timed out after " + msText(options_.connectTimeout) +
                        " waiting for rank" + (missing_ > 1 ? "s " : " ") + names + " to connect";
@@ -271,13 +308,14 @@ class Acceptor {
     throw Error(ErrorCode::Timeout, text);
   }
 
-  Store& store_;
   const int rank_;
   const int size_;
-  const TcpOptions& options_;
+  const TcpOptions options_;
   security::PeerPolicy policy_;
-  Mesh& mesh_;
-  Fd& listener_;
+  Decide decide_;
+  Take take_;
+  Mesh* mesh_;  // eager: which ranks arrived (for the timeout's names)
+  const int listener_;
   const Deadline deadline_;
   const std::string self_;
   std::list<Incoming> incoming_;
@@ -285,7 +323,47 @@ class Acceptor {
   std::string lastDrop_;
 };
 
-}  // namespace
+Acceptor::Acceptor(int rank, int size, const TcpOptions& options, std::string self, int listener,
+                   Decide decide, Take take, Mesh* mesh, Deadline deadline)
+    : impl_(std::make_unique<Impl>(rank, size, options, std::move(self), listener,
+                                   std::move(decide), std::move(take), mesh, deadline)) {}
+Acceptor::~Acceptor() = default;
+void Acceptor::run() {
+  impl_->run();
+}
+void Acceptor::serve(int wakeFd, const std::atomic<bool>& stop) {
+  impl_->serve(wakeFd, stop);
+}
+
+std::string addressKey(int rank) {
+  return "tcp/addr/" + std::to_string(rank);
+}
+
+Fd dialRank(int rank, int size, int peer, const std::string& address, const TcpOptions& options,
+            Deadline deadline, const DialHooks& hooks) {
+  return connectToPeer(rank, size, peer, address, options, deadline, &hooks);
+}
+
+Fd listenAndPublish(Store& store, int rank, int size, const TcpOptions& options,
+                    std::string& address) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
+                                                " is outside a world of size " +
+                                                std::to_string(size));
+  const std::string host = options.listenAddress.empty() ? "127.0.0.1" : options.listenAddress;
+  std::uint16_t port = 0;
+  Fd listener;
+  try {
+    listener = listenOn(host, options.socketBufferBytes, port, options.portLow, options.portHigh);
+  } catch (const Error& e) {
+    throw Error(e.code(), "rank " + std::to_string(rank) + ": " + e.detail());
+  }
+  address = formatHostPort(host, port);
+  // Checked before anything is published, so a bad entry fails every rank the same way.
+  { security::PeerPolicy check(options.security); }
+  store.setString(addressKey(rank), address);
+  return listener;
+}
 
 std::vector<std::uint8_t> encodeRankContext(int rank, int size) {
   std::vector<std::uint8_t> out(kRankContextBytes);
@@ -305,27 +383,31 @@ std::optional<RankContext> decodeRankContext(std::span<const std::uint8_t> bytes
 }
 
 Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
-                                                " is outside a world of size " +
-                                                std::to_string(size));
   const Deadline deadline = Clock::now() + options.connectTimeout;
-  const std::string host = options.listenAddress.empty() ? "127.0.0.1" : options.listenAddress;
-  std::uint16_t port = 0;
-  Fd listener;
-  try {
-    listener = listenOn(host, options.socketBufferBytes, port, options.portLow, options.portHigh);
-  } catch (const Error& e) {
-    throw Error(e.code(), "rank " + std::to_string(rank) + ": " + e.detail());
-  }
-
   Mesh mesh;
-  mesh.links.resize(static_cast<std::size_t>(size));
-  mesh.links[static_cast<std::size_t>(rank)].address = formatHostPort(host, port);
-  // Checked before anything is published, so a bad entry fails every rank the same way.
-  Acceptor acceptor(store, rank, size, options, mesh, listener, deadline);
-  store.setString(addressKey(rank), mesh.links[static_cast<std::size_t>(rank)].address);
-
+  mesh.links.resize(static_cast<std::size_t>(size > 0 ? size : 0));
+  std::string self;
+  Fd listener = listenAndPublish(store, rank, size, options, self);
+  mesh.links[static_cast<std::size_t>(rank)].address = self;
+  Acceptor acceptor(
+      rank, size, options, "rank " + std::to_string(rank) + " (" + self + ")", listener.get(),
+      [&](int peer) -> std::string {
+        if (peer <= rank || mesh.links[static_cast<std::size_t>(peer)].fd)
+          return "rank " + std::to_string(rank) + " does not accept rank " + std::to_string(peer) +
+                 " (lower, or already connected)";
+        return {};
+      },
+      [&](int peer, Fd fd) {
+        if (!fd) return;
+        PeerLink& link = mesh.links[static_cast<std::size_t>(peer)];
+        // The address the peer listens on, for error messages; it published before connecting.
+        link.address = store.getString(
+            addressKey(peer),
+            std::chrono::ceil<std::chrono::milliseconds>(
+                std::max(deadline - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
+        link.fd = std::move(fd);
+      },
+      &mesh, deadline);
   for (int peer = 0; peer < rank; ++peer) {
     PeerLink& link = mesh.links[static_cast<std::size_t>(peer)];
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(
@@ -339,7 +421,7 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
                                           std::to_string(peer) + " to publish its address (" +
                                           e.detail() + ")");
     }
-    link.fd = connectToPeer(rank, size, peer, link.address, options, deadline);
+    link.fd = connectToPeer(rank, size, peer, link.address, options, deadline, nullptr);
   }
   acceptor.run();
   return mesh;

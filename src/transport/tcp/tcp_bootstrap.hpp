@@ -3,8 +3,11 @@
 // common/handshake.hpp (authenticated when the job has a key).
 #pragma once
 
+#include <atomic>
 #include <braid/store.hpp>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,6 +29,58 @@ struct Mesh {
 
 /// Connects this rank to every other rank (see createTcpTransport for the protocol and errors).
 Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options);
+
+/// The store key under which `rank` publishes its listener's "host:port".
+std::string addressKey(int rank);
+
+/// Listens (TcpOptions' address and port range) and publishes the address under
+/// addressKey(rank); `address` receives it. The first step of connectMesh, and all a lazy
+/// transport does at creation.
+Fd listenAndPublish(Store& store, int rank, int size, const TcpOptions& options,
+                    std::string& address);
+
+/// What a lazy transport's dial needs beyond connectMesh's.
+struct DialHooks {
+  /// Checked before each attempt: true ends the dial with an empty Fd.
+  std::function<bool()> cancelled;
+  /// Told the socket of the handshake in progress, then -1 (so the transport can shut it down).
+  std::function<void(int)> socket;
+  /// The peer's listener is known to be open for its transport's life: a refused connect is
+  /// Error(PeerLost) at once instead of a retry.
+  bool peerListened = false;
+  /// Non-null: a responder that refuses this rank (a crossing dial that it wins) ends the dial
+  /// with an empty Fd and its reason here, instead of a retry.
+  std::string* refused = nullptr;
+};
+
+/// Dials rank `peer` at `address` and runs the handshake (connectMesh's connecting side:
+/// retries until deadline, then Error(Timeout); Error(Auth) on a key mismatch).
+Fd dialRank(int rank, int size, int peer, const std::string& address, const TcpOptions& options,
+            Deadline deadline, const DialHooks& hooks);
+
+/// The accepting side of connection setup over one listener: every incoming connection passes
+/// the whitelist and the handshake (concurrently, each bounded by handshakeTimeout, strangers
+/// dropped and logged) before `decide` sees the rank it claims. decide returns "" to take it
+/// (then take(peer, fd) receives the socket, or an empty Fd when the peer did not take the
+/// acceptance, to release what decide reserved) or the reason it refuses the rank.
+class Acceptor {
+ public:
+  using Decide = std::function<std::string(int peer)>;
+  using Take = std::function<void(int peer, Fd fd)>;
+  /// `self` names this rank in logs and errors; `mesh` (eager only) names missing ranks.
+  Acceptor(int rank, int size, const TcpOptions& options, std::string self, int listener,
+           Decide decide, Take take, Mesh* mesh, Deadline deadline);
+  ~Acceptor();
+  /// Eager: until every higher rank was taken; Error(Timeout) naming the missing at deadline.
+  void run();
+  /// Lazy: until `stop` is set and wakeFd becomes readable. Throws only Error(Mismatch) for an
+  /// authenticated rank of another world size, or Error(Internal).
+  void serve(int wakeFd, const std::atomic<bool>& stop);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 /// What a rank binds into its handshake: u32 rank, u32 world size (little-endian).
 struct RankContext {

@@ -95,6 +95,25 @@ Connection::Connection(int selfRank, int peer, std::string description, Fd fd, i
   events_ = EPOLLIN;
 }
 
+void Connection::attach(Fd fd, std::string description) {
+  inbox_.setDescription(std::move(description));
+  if (error_ || !fd) return;
+  fd_ = std::move(fd);
+  staging_.resize(kStagingBytes);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = static_cast<std::uint64_t>(peer_);
+  if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd_.get(), &ev) != 0) {
+    fail(Error(ErrorCode::Internal, "rank " + std::to_string(selfRank_) + ": epoll_ctl for " +
+                                        inbox_.description() + ": " + errnoText(errno)));
+    return;
+  }
+  registered_ = true;
+  events_ = EPOLLIN;
+  if (!sends_.empty()) write();
+  read();
+}
+
 Error Connection::lost(int err, const char* during, std::size_t bytes) const {
   std::string text = "rank " + std::to_string(selfRank_) + " lost its connection to " +
                      description() + ": " + lossReason(err);

@@ -76,6 +76,16 @@ class Connection {
   void handleEvents(std::uint32_t events);
   /// The transport failed: closes the socket and fails every request (not a connection error).
   void abandon();
+  /// A lazy transport's connection: whether it has its socket yet.
+  bool connected() const { return static_cast<bool>(fd_); }
+  /// Gives a connection made without a socket its socket (and the peer's "rank P (host:port)"),
+  /// then moves what was queued meanwhile.
+  void attach(Fd fd, std::string description);
+  /// Fails the connection before it had a socket (the dial failed): every request fails with
+  /// `error` as after a lost connection.
+  void failUnconnected(Error error) { fail(std::move(error)); }
+  /// Requests are queued on it.
+  bool hasPending() const { return !sends_.empty() || inbox_.hasPosted(); }
   /// Why `req` (pending on this connection) has not completed, in words, for a Timeout: how
   /// much of it moved, or what holds it up (nothing arrived; a message that waits for another
   /// receive ahead of it; a peer that does not read).

@@ -122,6 +122,11 @@ class StripedTransport final : public Transport {
   std::string describePeer(int peer) const override { return streams_[0]->describePeer(peer); }
 
   void abort(const std::string& why) override { abortStreams(why); }
+  std::size_t connectionCount() const override {
+    std::size_t n = 0;
+    for (const auto& s : streams_) n += s->connectionCount();
+    return n;
+  }
 
  private:
   struct Stripe {

@@ -17,13 +17,16 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <braid/error.hpp>
 #include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -80,6 +83,15 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
                std::function<void(const Error&)> onFailure = {},
                std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
+  /// A lazy transport (TcpOptions::lazyConnect): `mesh` holds no sockets yet; `listener` is
+  /// this rank's published listener, `store` where the peers' addresses are.
+  struct Lazy {
+    tcp::Fd listener;
+    std::shared_ptr<Store> store;
+  };
+  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
+               std::function<void(const Error&)> onFailure,
+               std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
   ~TcpTransport() override;
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
@@ -93,6 +105,9 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
   void abort(const std::string& why) override;
+  std::size_t connectionCount() const override {
+    return connected_.load(std::memory_order_relaxed);
+  }
 
  private:
   // CompletionSink (called with mu_ held).
@@ -122,6 +137,20 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void leaveWait();
   void progressLoop();
 
+  // ---- lazy connection setup (docs/architecture.md, "When connections are made") ----
+  enum class Link : std::uint8_t { None, Dialing, Awaiting, Accepting, Connected, Failed };
+  void startLazy(Lazy lazy);
+  void stopLazy();
+  void startConnecting(int peer);                                          // mu_ held
+  void attachPeer(int peer, Fd fd, const std::string& address);            // mu_ held
+  std::string lookupAddress(int peer, std::chrono::milliseconds timeout);  // mu_ not held
+  std::string connectReason(int peer) const;                               // mu_ held
+  std::string stallText(const Request& r) const;                           // mu_ held
+  std::string acceptDecision(int peer);                                    // takes mu_
+  void acceptTake(int peer, Fd fd);                                        // takes mu_
+  void dialLoop();
+  void acceptLoop();
+
   const int rank_;
   const int size_;
   const std::chrono::microseconds spin_;
@@ -145,6 +174,23 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   Request* sleeperRequest_ = nullptr;  // what the driver sleeping in epoll_wait waits for
   bool kickSleeper_ = false;
   std::thread progress_;
+  std::atomic<std::size_t> connected_{0};  // sockets opened or accepted
+
+  // Lazy only. link_, dialQueue_ and lastDialError_ require mu_.
+  bool lazy_ = false;
+  TcpOptions options_;
+  std::shared_ptr<Store> store_;
+  Fd listener_;
+  Fd acceptWake_;  // eventfd: wakes the acceptor thread to stop
+  std::vector<Link> link_;
+  std::vector<std::string> lastDialError_;
+  std::deque<int> dialQueue_;
+  std::condition_variable dialCv_;
+  std::atomic<bool> stopSetup_{false};
+  std::mutex dialSocketMu_;
+  int dialSocket_ = -1;  // the socket of the dial in progress (shut down to stop it)
+  std::thread acceptor_;
+  std::thread dialer_;
 };
 
 TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
@@ -171,13 +217,32 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
   connections_.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
     tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
-    connections_.emplace_back(rank, r, "rank " + std::to_string(r) + " (" + link.address + ")",
+    if (link.fd) connected_.fetch_add(1, std::memory_order_relaxed);
+    connections_.emplace_back(rank, r,
+                              link.address.empty()
+                                  ? "rank " + std::to_string(r)
+                                  : "rank " + std::to_string(r) + " (" + link.address + ")",
                               std::move(link.fd), epoll_.get(), sink);
   }
   progress_ = std::thread([this] { progressLoop(); });
 }
 
+TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
+                           std::function<void(const Error&)> onFailure,
+                           std::size_t backgroundRecvBytes)
+    : TcpTransport(rank, size, options, std::move(mesh), std::move(onFailure),
+                   backgroundRecvBytes) {
+  options_ = options;
+  try {
+    startLazy(std::move(lazy));
+  } catch (...) {
+    stopLazy();
+    throw;  // the delegated constructor's destructor stops the progress thread
+  }
+}
+
 TcpTransport::~TcpTransport() {
+  stopLazy();
   {
     std::lock_guard<std::mutex> lk(mu_);
     stopping_ = true;
@@ -200,6 +265,7 @@ std::string TcpTransport::tagText(std::uint64_t tag) const {
 // ---- posting ----
 
 void TcpTransport::post(Request& req) {
+  if (lazy_) startConnecting(req.peer);
   engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
   // Still pending after the attempt on the caller's thread: may need the background thread.
   if (req.state.load(std::memory_order_relaxed) == State::Pending &&
@@ -252,6 +318,16 @@ void TcpTransport::failTransport(Error error) {
   if (!engine_.fail(std::move(error))) return;
   // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
   for (Connection& c : connections_) c.abandon();
+  if (lazy_) {
+    // No more connections: the listener closes (a peer that dials now is refused and sees
+    // this rank lost) and a dial in progress stops.
+    stopSetup_ = true;
+    dialCv_.notify_all();
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
+    std::lock_guard<std::mutex> g(dialSocketMu_);
+    if (dialSocket_ >= 0) ::shutdown(dialSocket_, SHUT_RDWR);
+  }
   if (onFailure_) onFailure_(*engine_.failure());
   kickSleeper_ = true;
   backgroundCv_.notify_all();
@@ -378,7 +454,7 @@ void TcpTransport::wait(Request& req, Deadline deadline) {
       [&](const Request& r) {
         const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
         // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
-        failTransport(engine::timeoutError(rank_, r, c.description(), c.stallReason(r)));
+        failTransport(engine::timeoutError(rank_, r, c.description(), stallText(r)));
         notifyCompletions();
         throwFailure(r);
       });
@@ -417,6 +493,228 @@ void TcpTransport::progressLoop() {
   }
 }
 
+// ---- lazy connection setup ----
+//
+// A pair connects when a request to the peer is first posted on either side: the poster's
+// dialer thread dials (one dial at a time per transport), the other side's acceptor thread
+// (always polling the listener, independent of who waits) takes it. When both dial at once
+// the higher rank's dial wins: a rank refuses a lower rank's dial while its own dial to that
+// rank is in progress, and always takes a higher rank's, so exactly one connection is made.
+// The lower rank, refused, waits for the higher rank's dial (Link::Awaiting).
+
+void TcpTransport::startLazy(Lazy lazy) {
+  lazy_ = true;
+  store_ = std::move(lazy.store);
+  listener_ = std::move(lazy.listener);
+  link_.assign(static_cast<std::size_t>(size_), Link::None);
+  link_[static_cast<std::size_t>(rank_)] = Link::Connected;
+  lastDialError_.assign(static_cast<std::size_t>(size_), std::string());
+  acceptWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!acceptWake_)
+    throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  acceptor_ = std::thread([this] { acceptLoop(); });
+  dialer_ = std::thread([this] { dialLoop(); });
+}
+
+void TcpTransport::stopLazy() {
+  if (!lazy_) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopSetup_ = true;
+    dialCv_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> g(dialSocketMu_);
+    if (dialSocket_ >= 0) ::shutdown(dialSocket_, SHUT_RDWR);
+  }
+  if (acceptWake_) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  if (dialer_.joinable()) dialer_.join();
+  lazy_ = false;
+}
+
+void TcpTransport::startConnecting(int peer) {
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (link != Link::None || engine_.failure() || stopSetup_) return;
+  link = Link::Dialing;
+  dialQueue_.push_back(peer);
+  dialCv_.notify_one();
+}
+
+std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds timeout) {
+  const Deadline until = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    try {
+      return store_->getString(tcp::addressKey(peer), std::clamp(left, std::chrono::milliseconds(1),
+                                                                 std::chrono::milliseconds(200)));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      if (stopSetup_ || Clock::now() >= until)
+        throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + " timed out after " +
+                                            std::to_string(timeout.count()) +
+                                            " ms waiting for rank " + std::to_string(peer) +
+                                            " to publish its address (" + e.detail() + ")");
+    }
+  }
+}
+
+void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
+  link_[static_cast<std::size_t>(peer)] = Link::Connected;
+  connected_.fetch_add(1, std::memory_order_relaxed);
+  connections_[static_cast<std::size_t>(peer)].attach(
+      std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
+  notifyCompletions();
+  wakeBackground();
+  kick();  // a driver asleep in epoll_wait picks up the new socket's queued work
+}
+
+void TcpTransport::dialLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopSetup_) {
+    if (dialQueue_.empty()) {
+      dialCv_.wait(lk);
+      continue;
+    }
+    const int peer = dialQueue_.front();
+    dialQueue_.pop_front();
+    if (link_[static_cast<std::size_t>(peer)] != Link::Dialing) continue;
+    lk.unlock();
+    Fd fd;
+    std::string address = "?";
+    std::string refused;
+    std::optional<Error> error;
+    try {
+      address = lookupAddress(peer, options_.connectTimeout);
+      tcp::DialHooks hooks;
+      hooks.cancelled = [this] { return stopSetup_.load(); };
+      hooks.socket = [this](int s) {
+        std::lock_guard<std::mutex> g(dialSocketMu_);
+        dialSocket_ = s;
+        if (s >= 0 && stopSetup_) ::shutdown(s, SHUT_RDWR);
+      };
+      hooks.peerListened = true;
+      hooks.refused = &refused;
+      fd = tcp::dialRank(rank_, size_, peer, address, options_,
+                         Clock::now() + options_.connectTimeout, hooks);
+    } catch (const Error& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      error = Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": dialing rank " +
+                                             std::to_string(peer) + ": " + e.what());
+    }
+    lk.lock();
+    if (stopSetup_ || engine_.failure()) break;
+    Link& link = link_[static_cast<std::size_t>(peer)];
+    if (link == Link::Connected || link == Link::Accepting) continue;  // its dial won
+    if (error) {
+      link = Link::Failed;
+      connections_[static_cast<std::size_t>(peer)].attach(
+          Fd(), "rank " + std::to_string(peer) + " (" + address + ")");
+      connections_[static_cast<std::size_t>(peer)].failUnconnected(*error);
+      notifyCompletions();
+    } else if (fd) {
+      attachPeer(peer, std::move(fd), address);
+    } else if (!refused.empty()) {
+      // A crossing dial: the higher rank's wins, so it will connect here.
+      link = Link::Awaiting;
+      lastDialError_[static_cast<std::size_t>(peer)] = refused;
+    }
+  }
+}
+
+std::string TcpTransport::acceptDecision(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (engine_.failure() || stopSetup_)
+    return "the transport of rank " + std::to_string(rank_) + " failed";
+  switch (link) {
+    case Link::Connected:
+    case Link::Accepting:
+      return "rank " + std::to_string(rank_) + " is already connected to rank " +
+             std::to_string(peer);
+    case Link::Failed:
+      return "the connection of rank " + std::to_string(rank_) + " to rank " +
+             std::to_string(peer) + " failed";
+    case Link::Dialing:
+      if (peer < rank_)
+        return "rank " + std::to_string(rank_) + " dials rank " + std::to_string(peer) +
+               " itself (the higher rank's dial wins)";
+      break;
+    case Link::None:
+    case Link::Awaiting:
+      break;
+  }
+  link = Link::Accepting;
+  return {};
+}
+
+void TcpTransport::acceptTake(int peer, Fd fd) {
+  std::string address = "?";
+  if (fd) {
+    try {  // published before the peer dialed: at once
+      address = lookupAddress(peer, std::chrono::milliseconds(1000));
+    } catch (const Error&) {
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (!fd || engine_.failure() || stopSetup_) {
+    if (link == Link::Accepting) {
+      link = Link::None;
+      if (connections_[static_cast<std::size_t>(peer)].hasPending()) startConnecting(peer);
+    }
+    return;
+  }
+  attachPeer(peer, std::move(fd), address);
+}
+
+void TcpTransport::acceptLoop() {
+  try {
+    const std::string self = connections_[static_cast<std::size_t>(rank_)].description();
+    tcp::Acceptor acceptor(
+        rank_, size_, options_, self, listener_.get(),
+        [this](int peer) { return acceptDecision(peer); },
+        [this](int peer, Fd fd) { acceptTake(peer, std::move(fd)); }, nullptr, Deadline::max());
+    acceptor.serve(acceptWake_.get(), stopSetup_);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    failTransport(e);
+    notifyCompletions();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    failTransport(Error(ErrorCode::Internal,
+                        "rank " + std::to_string(rank_) + ": tcp acceptor: " + e.what()));
+    notifyCompletions();
+  }
+  listener_.reset();  // peers that dial from now on are refused: this rank is gone for them
+}
+
+std::string TcpTransport::connectReason(int peer) const {
+  const std::string p = "rank " + std::to_string(peer);
+  switch (link_[static_cast<std::size_t>(peer)]) {
+    case Link::Dialing:
+      return "this rank's connection to " + p + " is not made yet (" + p +
+             " has not answered the dial)";
+    case Link::Awaiting:
+      return p + " never connected to this rank (it refused this rank's dial: " +
+             lastDialError_[static_cast<std::size_t>(peer)] + ")";
+    case Link::Accepting:
+      return p + " is connecting to this rank (handshake in progress)";
+    default:
+      return "no connection to " + p + " was made";
+  }
+}
+
+std::string TcpTransport::stallText(const Request& r) const {
+  const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
+  if (lazy_ && !c.connected() && !c.error()) return connectReason(r.peer);
+  return c.stallReason(r);
+}
+
 }  // namespace
 
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
@@ -434,14 +732,31 @@ std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
   if (options.stripeMinBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
                                                 ": BRAID_SOCKET_STRIPE_MIN must be > 0");
+  const std::shared_ptr<Store> base(&store, [](Store*) {});  // borrowed for the prefix stores
+  // Lazy: listen and publish only; pairs connect on first use (and the store must outlive the
+  // transport, which looks the peers' addresses up in it then).
+  auto lazyMesh = [&](std::shared_ptr<Store> where, TcpTransport::Lazy& lazy) {
+    tcp::Mesh mesh;
+    mesh.links.resize(static_cast<std::size_t>(std::max(size, 0)));
+    std::string self;
+    lazy.listener = tcp::listenAndPublish(*where, rank, size, options, self);
+    mesh.links[static_cast<std::size_t>(rank)].address = self;
+    lazy.store = std::move(where);
+    return mesh;
+  };
   if (streams == 1) {
+    if (options.lazyConnect) {
+      TcpTransport::Lazy lazy;
+      tcp::Mesh mesh = lazyMesh(base, lazy);
+      return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh), std::move(lazy),
+                                            nullptr);
+    }
     tcp::Mesh mesh = tcp::connectMesh(store, rank, size, options);
     return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
   }
   // One mesh per stream, one after the other (every rank sets them up in the same order), all
   // within the one connectTimeout; stream s > 0 publishes under its own key prefix.
   const Deadline deadline = Clock::now() + options.connectTimeout;
-  const std::shared_ptr<Store> base(&store, [](Store*) {});  // borrowed for the prefix stores
   auto failures = std::make_shared<tcp::StreamFailures>();
   auto report = [failures](const Error& e) { failures->report(e); };
   std::vector<std::unique_ptr<Transport>> engines;
@@ -450,6 +765,16 @@ std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
     one.connectTimeout =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
+    if (options.lazyConnect) {
+      std::shared_ptr<Store> where = base;
+      if (s > 0) where = std::make_shared<PrefixStore>(base, "tcp/stream" + std::to_string(s));
+      TcpTransport::Lazy lazy;
+      tcp::Mesh mesh = lazyMesh(std::move(where), lazy);
+      engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh),
+                                                       std::move(lazy), report,
+                                                       s == 0 ? kBackgroundRecvBytes : 0));
+      continue;
+    }
     tcp::Mesh mesh;
     if (s == 0) {
       mesh = tcp::connectMesh(store, rank, size, one);

@@ -54,6 +54,10 @@ struct TcpOptions {
   int socketThreads = 1;
   int socketsPerThread = 1;
   std::size_t stripeMinBytes = 256 * 1024;
+  /// BRAID_CONNECT=lazy: creation only listens and publishes; a pair connects when a request to
+  /// the peer is first posted on either side (see createTcpTransport). false: the full mesh at
+  /// creation.
+  bool lazyConnect = false;
 };
 
 /// Collective over all `size` ranks: each rank listens on an ephemeral port, publishes
@@ -72,7 +76,14 @@ struct TcpOptions {
 /// With K = socketThreads x socketsPerThread > 1 sockets per peer, the setup above runs K times
 /// (stream 0 under the keys above, stream s > 0 under "tcp/stream<s>/..."), each socket with its
 /// own listener and handshake (authenticated like any other), all within one connectTimeout,
-/// and the K transports are striped (tcp_streams.hpp). Invalid socketThreads,
+/// and the K transports are striped (tcp_streams.hpp).
+/// With options.lazyConnect, creation only listens and publishes (nothing waits for the other
+/// ranks); each pair (of each stream) connects when a request to the peer is first posted on
+/// either side, with the same handshake, whitelist and key checks; crossing dials leave the
+/// higher rank's connection. Setup errors then fail the request: Error(Auth) on a key
+/// mismatch, Error(PeerLost) when the peer's listener is closed, Error(Timeout) from dialing
+/// past connectTimeout or from the wait's deadline, naming the peer. The store must outlive a
+/// lazy transport (it looks the peers' addresses up on first use). Invalid socketThreads,
 /// socketsPerThread or stripeMinBytes: Error(InvalidArgument) naming the variables.
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options);
