@@ -3,9 +3,9 @@
 //
 // One mutex guards all state of this rank's transport. Whoever holds it moves data on every
 // channel (poll: one load of each peer's head, plus whatever is queued). A waiter polls with the
-// mutex, releasing it between polls: busily for `busyPoll` when this host's ranks do not
-// outnumber its CPUs (the answer is usually that close), then yielding the CPU between polls
-// until `spin`; then it announces
+// mutex, releasing it between polls: busily when this host's ranks do not outnumber its CPUs
+// (the answer is usually that close), yielding the CPU between polls when they do, until
+// `spin`; then it announces
 // itself in its rank's `sleepers`, reads the doorbell word, polls once more, and sleeps on the
 // futex without the mutex. Every writer of something a rank may wait for (head, tail, single-copy
 // count, closed flags, completions by another thread of the same rank) calls notify(), which rings
@@ -125,7 +125,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   const int size_;
   const ShmOptions options_;
   shm::Attachment att_;
-  std::chrono::microseconds busyPoll_{0};  // options_.busyPoll, or 0 when oversubscribed
+  std::chrono::microseconds busyPoll_{0};  // options_.spin, or 0 when oversubscribed
   shm::RankSlot* self_ = nullptr;
   std::vector<int> localOf_;       // global rank -> local index, -1 when not on this host
   std::vector<Channel> channels_;  // by local index; this rank's own entry is inert
@@ -156,7 +156,13 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   self_ = &att_.segment.rank(att_.local);
   // Polling without yielding only pays when the peer is likely on a CPU at the same time: when
   // the host's ranks have at least a CPU each (of those their affinity masks allow together).
-  if (count <= att_.hostCpus) busyPoll_ = options.busyPoll;
+  // Then the whole spin polls without yielding: a yield hands the CPU to whatever else is
+  // runnable on the host (a build, another job) for up to a scheduler slice (milliseconds),
+  // while the peer, on a CPU of its own, answers in microseconds; a sleep on the futex instead
+  // is woken by the peer and preempts that other work at once (docs/benchmarks.md, "Waiting
+  // under external load"). A crowded host yields from the start (busyPoll_ 0): there the peer
+  // may need this very CPU.
+  if (count <= att_.hostCpus) busyPoll_ = options.spin;
   // Messages go single copy by default only on a crowded host: with a CPU each, the ring's two
   // copies run at once and beat process_vm_readv (docs/benchmarks.md, "Point-to-point" and
   // "Single copy where it wins"). The direct collectives' threshold: chooseSingleCopy().

@@ -16,8 +16,8 @@
 // waits in the ring until that receive is posted; a P2P message (kP2PTagBit) goes to the first
 // receive of its tag, or is copied aside (heap) until one is posted.
 //
-// Waiting. The thread that waits moves the bytes. wait() polls for `spin`, yielding the CPU
-// between polls after the first busyPoll (at once when oversubscribed), then sleeps on its
+// Waiting. The thread that waits moves the bytes. wait() polls for `spin` (without yielding the
+// CPU, or yielding between polls when oversubscribed), then sleeps on its
 // rank's doorbell, a futex word in the segment; whoever publishes something a rank may wait for
 // rings the doorbell only when that rank announced a sleeper, so the fast path makes no system
 // call. A sleeper rechecks peers' liveness every livenessInterval (pidfd, else kill(pid, 0)). A
@@ -77,12 +77,11 @@ struct ShmOptions {
   /// sleepers without a fence, a sleeper runs the global membarrier after announcing itself
   /// (shm_segment.hpp, notify()). false: the writer's fence, always.
   bool lightWake = true;
-  /// A waiter polls this long before sleeping on its futex...
+  /// A waiter polls this long before sleeping on its futex: without yielding the CPU when the
+  /// communicator's ranks on this host do not outnumber the CPUs this process may run on, else
+  /// yielding between polls (an oversubscribed rank that does not yield only delays the peer it
+  /// waits for).
   std::chrono::microseconds spin{50};
-  /// ... the first busyPoll of it without yielding the CPU, but only when the communicator's
-  /// ranks on this host do not outnumber the CPUs this process may run on (an oversubscribed
-  /// rank that does not yield only delays the peer it waits for).
-  std::chrono::microseconds busyPoll{5};
   /// How often a sleeping waiter checks that its peers' processes still exist.
   std::chrono::milliseconds livenessInterval{100};
   /// Bound on the whole setup (store lookups included).
