@@ -11,6 +11,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 bin="$build/bin"
+# The machine profile (BRAID_TUNE_CACHE's default, under XDG_CACHE_HOME) of this run only, as
+# ctest does for the suite: the user's own profile neither changes these tests nor is written.
+XDG_CACHE_HOME=$(mktemp -d)
+export XDG_CACHE_HOME
+trap 'rm -rf "$XDG_CACHE_HOME"' EXIT
 # The kernel sweep itself runs every supported level explicitly in `make test`: skip it here.
 binaries=(
   "braid_unit_kernels_test --gtest_filter=-*/KernelSweep.*"

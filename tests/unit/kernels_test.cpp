@@ -931,6 +931,11 @@ TEST(Kernels, DivideCompletesAverage) {
 // main applies it), else machine::lastLevelCache()'s bounded reading (machine_test covers the
 // readings VMs give).
 TEST(Kernels, StreamingThresholdIsHalfTheBoundedCache) {
+  // The rule without a measured threshold: a communicator created earlier in this process (when
+  // the whole binary runs in one process, as scripts/test_machines.sh does) may have applied
+  // the machine profile's (CopyProfile.KernelsTakeTheMeasuredThresholdBelowTheOverride covers that
+  // order).
+  kernels::setMeasuredStreamingThreshold(0);
   const std::size_t threshold = kernels::streamingThresholdBytes();
   const std::size_t forced = Options::fromEnv().llcBytes;
   if (forced != 0)
