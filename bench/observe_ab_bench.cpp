@@ -11,7 +11,8 @@
 //
 // Usage: [BRAID_AB_ORDER=0123] build/bin/observe_ab_bench [RANKS=2] [ROUNDS=41] [SIZES=8,1048576]
 // (BRAID_AB_ORDER: the creation order of off, off2, stamps, metrics, as their indices;
-// BRAID_AB_ITERS: operations per block up to 4 KiB, default 20000)
+// BRAID_AB_ITERS: operations per block up to 4 KiB, default 20000; BRAID_AB_METRICS_SAMPLE: the
+// metrics communicator's Options::stragglerSample, default 0 = the library's default sample)
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,9 @@ int runRank(int rank, int n, int port, int rounds, const std::vector<std::size_t
   Options metrics = off;
   metrics.metricsFile = "/tmp/braid-observe-ab.%r.prom";
   metrics.metricsInterval = std::chrono::seconds(1);
+  // BRAID_AB_METRICS_SAMPLE: the metrics communicator's stamp sample (default: the library's).
+  if (const char* m = std::getenv("BRAID_AB_METRICS_SAMPLE"))
+    metrics.stragglerSample = static_cast<unsigned>(std::max(0, std::atoi(m)));
   const char* names[] = {"off", "off2", "stamps", "metrics"};
   constexpr int kSettings = 4;
   const Options* settings[] = {&off, &off2, &stamps, &metrics};

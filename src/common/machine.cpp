@@ -157,6 +157,28 @@ int usableCpus() {
   return std::max(n, 1);
 }
 
+std::string cpusText() {
+  std::string out = std::to_string(cgroupCpuLimit());
+  for (int c : allowedCpus()) out += " " + std::to_string(c);
+  return out;
+}
+
+int cpusTogether(const std::vector<std::string>& texts) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  int limit = 0;
+  for (const std::string& text : texts) {
+    std::istringstream in(text);
+    int l = 0;
+    if (in >> l && l > 0 && (limit == 0 || l < limit)) limit = l;
+    for (int c = 0; in >> c;)
+      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &all);
+  }
+  int n = std::max(1, CPU_COUNT(&all));
+  if (limit > 0) n = std::min(n, limit);
+  return n;
+}
+
 std::vector<std::string> rdmaDevices(const std::string& sysRoot) {
   std::vector<std::string> names;
   std::error_code ec;

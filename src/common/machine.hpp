@@ -45,6 +45,15 @@ int cgroupCpuLimit(const std::string& procSelfCgroup = "/proc/self/cgroup",
 /// at least 1.
 int usableCpus();
 
+/// What this process may run on, as text to publish to the host's other ranks: its cgroup's CPU
+/// limit (0: none) and its affinity mask, e.g. "2 0 1 5".
+std::string cpusText();
+/// The CPUs the ranks that published `texts` (cpusText() each) can use at once: the union of
+/// their affinity masks, capped by the tightest cgroup limit among them; at least 1. Every rank
+/// computes it from the same texts, so every rank decides alike. Unreadable entries count as
+/// nothing.
+int cpusTogether(const std::vector<std::string>& texts);
+
 /// The RDMA devices the kernel registered (the names under <sysRoot>/class/infiniband, which
 /// lists InfiniBand and RoCE NICs alike, e.g. "mlx5_0"), sorted; empty when there are none.
 std::vector<std::string> rdmaDevices(const std::string& sysRoot = "/sys");

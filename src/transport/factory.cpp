@@ -53,6 +53,7 @@ std::vector<TransportKind> makeKinds() {
     UcxOptions ucxOptions;
     ucxOptions.connectTimeout = options.tcp.connectTimeout;
     ucxOptions.spin = options.tcp.spin;
+    ucxOptions.busyPoll = options.tcp.busyPoll;
     ucxOptions.security = options.tcp.security;
     for (int p = 0; p < size; ++p)
       if (p != rank) paths[static_cast<std::size_t>(p)] = "ucx";
@@ -118,13 +119,32 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   const TransportKind& between = interHostKind(options);
   if (size == 1)
     return std::make_unique<RoutedTransport>(rank, size, std::vector<RoutedTransport::Leg>{});
-  std::string mine = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
-  if (options.shmDisable) mine = "shm-disabled/rank-" + std::to_string(rank) + "/" + mine;
-  const std::vector<std::string> hosts =
-      allGatherStrings(store, "host", rank, size, mine, options.tcp.connectTimeout, "their host");
-  std::vector<int> local;
-  for (int r = 0; r < size; ++r)
-    if (hosts[static_cast<std::size_t>(r)] == mine) local.push_back(r);
+  // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1)
+  // and what it may run on: "host\ngroup\ncpus".
+  const std::string host = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
+  const std::string group = options.shmDisable ? "rank-" + std::to_string(rank) : "";
+  const std::vector<std::string> published =
+      allGatherStrings(store, "host", rank, size, host + "\n" + group + "\n" + machine::cpusText(),
+                       options.tcp.connectTimeout, "their host");
+  std::vector<int> local;  // the ranks this rank shares memory with
+  std::vector<std::string> hostCpus;
+  for (int r = 0; r < size; ++r) {
+    const std::string& p = published[static_cast<std::size_t>(r)];
+    const std::size_t a = p.find('\n'), b = p.find('\n', a + 1);
+    if (a == std::string::npos || b == std::string::npos)
+      throw Error(ErrorCode::Internal, "createTransport on rank " + std::to_string(rank) +
+                                           ": rank " + std::to_string(r) +
+                                           " published a malformed host entry");
+    if (p.compare(0, a, host) != 0 || a != host.size()) continue;
+    hostCpus.push_back(p.substr(b + 1));
+    if (p.compare(a + 1, b - a - 1, group) == 0 && b - a - 1 == group.size()) local.push_back(r);
+  }
+  // The network transports poll without yielding when this host's ranks (shm or not) have a CPU
+  // each: a yield hands the CPU to other work on the host for up to a scheduler slice, while a
+  // peer on its own CPU answers in microseconds (docs/benchmarks.md, "Waiting under external
+  // load"). A crowded host yields, since a local peer may need this very CPU.
+  TransportOptions opts = options;
+  opts.tcp.busyPoll = hostCpus.size() <= static_cast<std::size_t>(machine::cpusTogether(hostCpus));
   std::vector<int> world(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) world[static_cast<std::size_t>(r)] = r;
 
@@ -135,14 +155,14 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   covered[static_cast<std::size_t>(rank)] = true;
   for (const TransportKind& kind : transportKinds()) {
     if (kind.sameHostOnly) {
-      if (local.size() < 2 || !kind.cannotRun(options).empty()) continue;
+      if (local.size() < 2 || !kind.cannotRun(opts).empty()) continue;
     } else if (&kind != &between || local.size() == static_cast<std::size_t>(size)) {
       continue;
     }
     const std::span<const int> peers = kind.sameHostOnly ? std::span<const int>(local) : world;
     RoutedTransport::Leg leg;
     leg.paths.assign(static_cast<std::size_t>(size), "");
-    leg.transport = kind.create(store, rank, size, peers, options, leg.paths);
+    leg.transport = kind.create(store, rank, size, peers, opts, leg.paths);
     // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
     for (int p = 0; p < size; ++p)
       if (covered[static_cast<std::size_t>(p)]) leg.paths[static_cast<std::size_t>(p)].clear();

@@ -149,6 +149,19 @@ TEST(Machine, UsableCpusAreAtLeastOneAndAtMostTheAffinityMask) {
   if (affinity > 0) EXPECT_LE(static_cast<std::size_t>(n), affinity);
 }
 
+// The host's ranks together: the union of their masks, capped by the tightest cgroup limit.
+TEST(Machine, CpusTogetherAreTheUnionOfTheMasksUnderTheTightestLimit) {
+  EXPECT_EQ(machine::cpusTogether({"0 0", "0 1"}), 2);              // two ranks bound apart
+  EXPECT_EQ(machine::cpusTogether({"0 0 1", "0 0 1"}), 2);          // both may use both
+  EXPECT_EQ(machine::cpusTogether({"0 0", "0 0", "0 0"}), 1);       // three on one CPU
+  EXPECT_EQ(machine::cpusTogether({"0 0 1 2 3", "2 0 1 2 3"}), 2);  // a cgroup limit of 2
+  EXPECT_EQ(machine::cpusTogether({"3 0 1 2 3", "0 4"}), 3);        // the tightest limit counts
+  EXPECT_EQ(machine::cpusTogether({}), 1);                          // nothing readable: at least 1
+  EXPECT_EQ(machine::cpusTogether({"garbage", ""}), 1);
+  // This process's own text reads back as what it may use.
+  EXPECT_EQ(machine::cpusTogether({machine::cpusText()}), machine::usableCpus());
+}
+
 // The override wins over the machine's report, and clearing it returns to the report.
 TEST(Machine, TheCacheOverrideSetsTheStreamingThreshold) {
   const std::size_t before = kernels::streamingThresholdBytes();

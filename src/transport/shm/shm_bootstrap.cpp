@@ -103,7 +103,6 @@ class Setup {
            std::to_string(options_.setupTimeout.count()) + " ms waiting for " + who + " to " + step;
   }
   std::string get(const std::string& name, std::size_t owner, const std::string& step);
-  static std::string cpusText();
   std::size_t hostCpus();
   void waitForAll(const std::string& name, const std::string& step);
 
@@ -318,7 +317,7 @@ Attachment Setup::run() {
     guard.unlink();  // normally gone already: the last rank to map it unlinked it
   }
   probe(a);
-  store_.setString(key("cpus/" + std::to_string(local_)), cpusText());
+  store_.setString(key("cpus/" + std::to_string(local_)), machine::cpusText());
   store_.setString(key("probed/" + std::to_string(local_)), "1");
   waitForAll("probed/", "probe the shared-memory segment");
   a.hostCpus = options_.hostCpus != 0 ? options_.hostCpus : hostCpus();
@@ -328,31 +327,13 @@ Attachment Setup::run() {
   return a;
 }
 
-// What this rank may run on: its cgroup's CPU limit (0: none) and its affinity mask,
-// "2 0 1 5" (machine.hpp).
-std::string Setup::cpusText() {
-  std::string out = std::to_string(machine::cgroupCpuLimit());
-  for (int c : machine::allowedCpus()) out += " " + std::to_string(c);
-  return out;
-}
-
-// The CPUs the host's ranks can use at once (after all have published): the union of their
-// affinity masks, capped by the tightest cgroup limit among them. Every rank computes it from
-// the same published texts, so every rank decides alike.
+// The CPUs the host's ranks can use at once (after all have published): machine::cpusTogether
+// over their published machine::cpusText().
 std::size_t Setup::hostCpus() {
-  cpu_set_t all;
-  CPU_ZERO(&all);
-  int limit = 0;
-  for (std::size_t i = 0; i < localRanks_.size(); ++i) {
-    std::istringstream in(get("cpus/" + std::to_string(i), i, "publish its CPUs"));
-    int l = 0;
-    if (in >> l && l > 0 && (limit == 0 || l < limit)) limit = l;
-    for (int c = 0; in >> c;)
-      if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &all);
-  }
-  int n = std::max(1, CPU_COUNT(&all));
-  if (limit > 0) n = std::min(n, limit);
-  return static_cast<std::size_t>(n);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < localRanks_.size(); ++i)
+    texts.push_back(get("cpus/" + std::to_string(i), i, "publish its CPUs"));
+  return static_cast<std::size_t>(machine::cpusTogether(texts));
 }
 
 }  // namespace

@@ -154,6 +154,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   const int rank_;
   const int size_;
   const std::chrono::microseconds spin_;
+  const std::chrono::microseconds busyPoll_;  // spin_ when TcpOptions::busyPoll, else 0
   const std::function<void(const Error&)> onFailure_;
   const std::size_t backgroundRecvBytes_;
   engine::Engine engine_;
@@ -199,6 +200,7 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
     : rank_(rank),
       size_(size),
       spin_(options.spin),
+      busyPoll_(options.busyPoll ? options.spin : std::chrono::microseconds(0)),
       onFailure_(std::move(onFailure)),
       backgroundRecvBytes_(backgroundRecvBytes),
       engine_(rank),
@@ -423,7 +425,7 @@ void TcpTransport::wait(Request& req, Deadline deadline) {
     ~Leave() { self->leaveWait(); }
   } leave{this};
   engine::waitLoop(
-      lk, req, deadline, engine::WaitPolicy{spin_, std::chrono::microseconds(0)},
+      lk, req, deadline, engine::WaitPolicy{spin_, busyPoll_},
       [&] {  // poll
         if (!driving_) {
           {
@@ -762,6 +764,9 @@ std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
   std::vector<std::unique_ptr<Transport>> engines;
   for (long long s = 0; s < streams; ++s) {
     TcpOptions one = options;
+    // The other streams' progress threads move their pieces while the caller polls: they need
+    // CPUs too, so the caller yields between polls.
+    one.busyPoll = false;
     one.connectTimeout =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));

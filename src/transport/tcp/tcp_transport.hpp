@@ -39,6 +39,10 @@ struct TcpOptions {
   std::chrono::milliseconds connectTimeout{60000};
   /// A waiter busy-polls this long before sleeping in epoll_wait.
   std::chrono::microseconds spin{50};
+  /// Poll without yielding the CPU for the whole spin (the factory sets it when this host's
+  /// ranks have a CPU each: a yield there hands the CPU to other work for a scheduler slice);
+  /// false: yield between polls, as on a crowded host where a local peer may need this CPU.
+  bool busyPoll = false;
   /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
   std::size_t socketBufferBytes = 4 << 20;
   /// Auth key, address whitelist and handshake bound of every connection (docs/security.md).

@@ -1080,7 +1080,9 @@ void UcxTransport::wait(Request& req, Deadline deadline) {
   if (s == State::Done || s == State::Idle) return;
   std::unique_lock<std::mutex> lk(mu_);
   engine::waitLoop(
-      lk, req, deadline, engine::WaitPolicy{options_.spin, std::chrono::microseconds(0)},
+      lk, req, deadline,
+      engine::WaitPolicy{options_.spin,
+                         options_.busyPoll ? options_.spin : std::chrono::microseconds(0)},
       [&] { progress(); },
       [&](Deadline until) {
         // A rendezvous moves only while the workers are polled (UCX 1.13's shared-memory and

@@ -29,6 +29,9 @@ struct UcxOptions {
   std::chrono::milliseconds connectTimeout{60000};
   /// A waiter polls the worker this long before it arms it and sleeps on its event fd.
   std::chrono::microseconds spin{50};
+  /// Poll without yielding for the whole spin (TcpOptions::busyPoll: set by the factory when
+  /// this host's ranks have a CPU each).
+  bool busyPoll = false;
   /// The job key (authKey) and the bound on one peer's handshake (handshakeTimeout). The
   /// address whitelist does not apply: UCX endpoints are not sockets braid accepts.
   SecurityOptions security;
