@@ -205,11 +205,11 @@ struct Options {
   int socketThreads = 1;
   int socketsPerThread = 1;
   std::size_t socketStripeMinBytes = 256 * 1024;
-  /// When TCP pairs connect (BRAID_CONNECT): false ("eager", the default) every pair at
-  /// creation; true ("lazy") a pair when a request to the peer is first posted on either side,
-  /// so a rank holds sockets only to the peers its algorithms use (docs/architecture.md, "When
+  /// When TCP pairs connect (BRAID_CONNECT): true ("lazy", the default) a pair when a request to
+  /// the peer is first posted on either side, so a rank holds sockets only to the peers its
+  /// algorithms use; false ("eager") every pair at creation, so setup errors surface there (docs/architecture.md, "When
   /// connections are made"). braid-check always connects eagerly.
-  bool lazyConnect = false;
+  bool lazyConnect = true;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

@@ -47,7 +47,7 @@ class EnvTest : public ::testing::Test {
 };
 
 TEST_F(EnvTest, ConnectMode) {
-  EXPECT_FALSE(Options::fromEnv().lazyConnect);  // eager by default
+  EXPECT_TRUE(Options::fromEnv().lazyConnect);  // lazy by default
   setenv("BRAID_CONNECT", "lazy", 1);
   EXPECT_TRUE(Options::fromEnv().lazyConnect);
   setenv("BRAID_CONNECT", "eager", 1);
