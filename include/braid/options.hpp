@@ -210,6 +210,11 @@ struct Options {
   /// so a rank holds sockets only to the peers its algorithms use (docs/architecture.md, "When
   /// connections are made"). braid-check always connects eagerly.
   bool lazyConnect = false;
+  /// Sub-communicators (split, subgroup) post over their parent's TCP connections, each on a
+  /// lane of its own, instead of opening sockets (BRAID_SHARE_CONNECTIONS, default on; false:
+  /// every communicator its own sockets, as isolation). docs/architecture.md, "Shared
+  /// connections".
+  bool shareConnections = true;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.
