@@ -34,8 +34,8 @@ class LaneTransport final : public Transport {
   /// looks addresses up in); every view of it holds it too.
   LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane, int rank,
                 std::vector<int> toBase, std::shared_ptr<void> keep = {});
-  /// Closes the lane (messages still arriving on it are dropped); the shared transport goes with
-  /// the last holder.
+  /// Closes the lane (its requests still queued fail and leave the shared connections; messages
+  /// still arriving on it are dropped); the shared transport goes with the last holder.
   ~LaneTransport() override;
   LaneTransport(const LaneTransport&) = delete;
   LaneTransport& operator=(const LaneTransport&) = delete;

@@ -153,7 +153,8 @@ class Transport {
   /// Registers lane `lane` (!= 0) on this rank; Error(Internal) if it is open already (two
   /// communicators whose ids hash alike).
   virtual void openLane(std::uint64_t lane);
-  /// The lane's communicator is gone: messages still arriving on it are dropped.
+  /// The lane's communicator is going: its requests still queued fail (a connection in the
+  /// middle of one of its messages is closed), and messages still arriving on it are dropped.
   virtual void closeLane(std::uint64_t lane) { (void)lane; }
   /// Fails the lane's pending and later requests with Error(Aborted, why); the other lanes go on
   /// (a connection in the middle of one of the lane's messages is closed: a frame cannot be

@@ -171,6 +171,37 @@ TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
   });
 }
 
+// Closing a lane (its communicator is destroyed) takes its pending requests out of the shared
+// connections, so none is left referring to memory that goes with the communicator; the other
+// lanes go on.
+TEST(TcpLanes, ClosingALaneTakesItsPendingRequestsOut) {
+  std::latch closed(2);
+  runPair(1, [&](int rank, Transport& t) {
+    t.openLane(kLaneA);
+    t.openLane(kLaneB);
+    const Bytes b = payload(3000, 7);
+    Request rb;
+    if (rank == 0) {
+      auto never = std::make_unique<Bytes>(64);
+      auto ra = std::make_unique<Request>();
+      t.postRecvOnLane(kLaneA, 1, never->data(), never->size(), kTag, *ra);
+      t.closeLane(kLaneA);
+      EXPECT_EQ(ra->state.load(), Request::State::Failed);
+      ra.reset();  // gone with its communicator
+      never.reset();
+      closed.arrive_and_wait();
+      Bytes got(3000);
+      t.postRecvOnLane(kLaneB, 1, got.data(), got.size(), kTag, rb);
+      t.wait(rb, after(5s));
+      EXPECT_EQ(got, b);
+    } else {
+      closed.arrive_and_wait();
+      t.postSendOnLane(kLaneB, 0, b.data(), b.size(), kTag, rb);
+      t.wait(rb, after(5s));
+    }
+  });
+}
+
 // A LaneTransport renumbers: view rank r is the shared transport's rank toBase[r].
 TEST(TcpLanes, ALaneViewMapsItsRanksToTheSharedTransport) {
   std::vector<std::shared_ptr<Transport>> shared(3);

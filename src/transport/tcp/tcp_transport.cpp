@@ -408,7 +408,19 @@ void TcpTransport::closeLane(std::uint64_t lane) {
   std::lock_guard<std::mutex> lk(mu_);
   lanes_.erase(lane);
   closedLanes_.insert(lane);
-  for (Connection& c : connections_) c.dropLane(lane);
+  // Nothing of the lane may stay queued: its requests belong to a communicator that is going
+  // away. A frame of it half moved cannot be finished without them: that connection closes.
+  for (Connection& c : connections_) {
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its connection to " + c.description() +
+                                                ": a communicator sharing it was destroyed in "
+                                                "the middle of a message"));
+    c.dropLane(lane);
+  }
+  kickSleeper_ = true;
+  engine_.markCompleted();
+  notifyCompletions();
 }
 
 void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
