@@ -3,6 +3,7 @@
 // two striped streams alike.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <latch>
@@ -13,6 +14,8 @@
 
 #include "harness/errors.hpp"
 #include "harness/transport_ranks.hpp"
+#include "store/memory_store.hpp"
+#include "transport/factory.hpp"
 #include "transport/lane_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
@@ -234,6 +237,51 @@ TEST(TcpLanes, ALaneViewMapsItsRanksToTheSharedTransport) {
         EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
                   ErrorCode::InvalidArgument);
       });
+}
+
+// A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (a segment of
+// their own), rank 2 on host B is reached over the parent's TCP connections on the child's lane.
+// The child's creation opens no socket, and every pair's messages arrive intact.
+TEST(TcpLanes, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
+  auto store = std::make_shared<MemoryStore>();
+  std::latch parentsUp(4), childrenUp(4), done(4);
+  std::atomic<std::size_t> before{0}, after{0};
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      errors[static_cast<std::size_t>(r)] = test::errorOf([&] {
+        TransportOptions o;
+        o.tcp.connectTimeout = 10s;
+        o.hostIdentity = r < 2 ? "host-a" : "host-b";
+        o.shareConnections = true;
+        o.lane = 11;
+        auto parent = createTransport(*store, r, 4, o);
+        parentsUp.arrive_and_wait();
+        if (r == 0) before = tcpSocketsOpened();
+        std::unique_ptr<RoutedTransport> child;
+        if (r < 3) {
+          const std::vector<int> members = {0, 1, 2};
+          auto childStore = std::make_shared<PrefixStore>(store, "child/");
+          TransportOptions co = o;
+          co.lane = 22;
+          child = createTransport(*childStore, r, 3, co, parent.get(), members);
+          for (int p = 0; p < 3; ++p) {
+            if (p == r) continue;
+            const bool sameHost = (p < 2) == (r < 2);
+            EXPECT_EQ(child->pathTo(p).rfind(sameHost ? "shm" : "tcp", 0), 0u)
+                << "rank " << r << " to " << p << ": " << child->pathTo(p);
+          }
+        }
+        childrenUp.arrive_and_wait();
+        if (r == 0) after = tcpSocketsOpened();
+        if (child) test::exchangeAll(r, *child, 5003, 5);
+        done.arrive_and_wait();
+      });
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  EXPECT_EQ(after.load(), before.load());
 }
 
 }  // namespace
