@@ -210,6 +210,11 @@ struct Options {
   /// algorithms use; false ("eager") every pair at creation, so setup errors surface there (docs/architecture.md, "When
   /// connections are made"). braid-check always connects eagerly.
   bool lazyConnect = true;
+  /// Sub-communicators (split, subgroup) post over their parent's TCP connections, each on a
+  /// lane of its own, instead of opening sockets (BRAID_SHARE_CONNECTIONS, default on; false:
+  /// every communicator its own sockets, as isolation). docs/architecture.md, "Shared
+  /// connections".
+  bool shareConnections = true;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

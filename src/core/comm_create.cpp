@@ -92,7 +92,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::string id, const Options& opts,
                                      const topology::Topology* parentTopology = nullptr,
                                      std::span<const int> members = {},
-                                     const tuning::CostParams* parentParams = nullptr) {
+                                     const tuning::CostParams* parentParams = nullptr,
+                                     const transport::Transport* parentTransport = nullptr) {
   auto impl = std::make_unique<Comm::Impl>();
   impl->driverLink = std::make_shared<Comm::Impl::DriverLink>();
   impl->driverLink->impl = impl.get();
@@ -173,6 +174,12 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
   transportOptions.shm.tuneKey = core::machineKey();
+  // Shared connections: this communicator's lane is its id's hash (the same on every rank; 0
+  // means "no lane"); sub-communicators view the parent's TCP connections on their own.
+  transportOptions.shareConnections = opts.shareConnections;
+  transportOptions.lane = impl->commHash != 0 ? impl->commHash : 1;
+  transportOptions.describeTag = [](std::uint64_t t) { return core::describeTag(t); };
+  transportOptions.keepStore = impl->commStore;
   // World communicators only: a sub-communicator's size comes from its parent's gathered data.
   if (parentTopology == nullptr) {
     static std::atomic<bool> checkedEnvironment{false};
@@ -191,7 +198,9 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
     }
     checkWorldSize(*impl->commStore, rank, size, opts.connectTimeout);
   }
-  impl->transport = transport::createTransport(*impl->commStore, rank, size, transportOptions);
+  impl->transport = transport::createTransport(
+      *impl->commStore, rank, size, transportOptions,
+      dynamic_cast<const transport::RoutedTransport*>(parentTransport), members);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->startDiagnosis();
   impl->startElastic();
@@ -245,8 +254,10 @@ std::unique_ptr<Comm::Impl> Comm::Impl::make(std::shared_ptr<Store> store,
                                              const topology::Topology* parentTopology,
                                              std::span<const int> members,
                                              const tuning::CostParams* parentParams) {
+  // Not a split: never shares the connections of another communicator (shrink and grow run
+  // after failures, whose connections are not to be trusted).
   return makeImpl(std::move(store), std::move(server), rank, size, std::move(id), opts,
-                  parentTopology, members, parentParams);
+                  parentTopology, members, parentParams, nullptr);
 }
 
 std::unique_ptr<Comm> Comm::fromEnv(const Options& options) {
@@ -439,9 +450,9 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), impl_->rank) - members.begin());
   std::string id = impl_->id + "/s" + std::to_string(seq) + "c" + std::to_string(color);
-  return std::unique_ptr<Comm>(new Comm(
-      makeImpl(impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()),
-               std::move(id), impl_->opts, &impl_->topo, members, &impl_->model->params())));
+  return std::unique_ptr<Comm>(new Comm(makeImpl(
+      impl_->store, impl_->storeServer, newRank, static_cast<int>(members.size()), std::move(id),
+      impl_->opts, &impl_->topo, members, &impl_->model->params(), impl_->transport.get())));
 }
 
 std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {

@@ -119,6 +119,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
     {"BRAID_CONNECT", "eager",
      "when TCP pairs connect: eager (all at creation) or lazy (a pair on its first message)"},
+    {"BRAID_SHARE_CONNECTIONS", "1",
+     "0: every sub-communicator opens sockets of its own instead of sharing its parent's"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
     {"BRAID_TORCH_GRACE_US", "1000",
@@ -393,6 +395,7 @@ Options Options::fromEnv() {
   o.spin = std::chrono::microseconds(intVar("BRAID_SPIN_US", o.spin.count(), 0, 1000000));
   if (const char* v = get("BRAID_LISTEN_ADDR")) o.listenAddress = v;
   o.shmDisable = boolVar("BRAID_SHM_DISABLE", false);
+  o.shareConnections = boolVar("BRAID_SHARE_CONNECTIONS", o.shareConnections);
   if (const char* v = get("BRAID_TRANSPORT")) {
     const std::string t = v;
     if (t != "auto" && t != "tcp" && t != "ucx")

@@ -9,7 +9,7 @@ namespace braid::transport::engine {
 Error mismatchError(const CompletionSink& sink, int selfRank, int peerRank,
                     const std::string& peerDescription, const Request& expected, std::uint64_t tag,
                     std::size_t bytes) {
-  sink.mismatchSeen(peerRank, expected.tag, tag);
+  sink.mismatchSeenOnLane(peerRank, expected.tag, tag, expected.lane);
   return Error(ErrorCode::Mismatch,
                "rank " + std::to_string(selfRank) + " expected " + sink.tagText(expected.tag) +
                    " (" + std::to_string(expected.bytes) + " bytes) from " + peerDescription +
@@ -46,11 +46,13 @@ void throwStillPending(const char* op, const std::string& peer) {
 // ---- Inbox ----
 
 Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
-  if (isP2P(req.tag)) {
-    const auto it =
-        std::find_if(held_.begin(), held_.end(), [&](const Held& h) { return h.tag == req.tag; });
+  const bool p2p = isP2P(req.tag);
+  if (!held_.empty()) {
+    const auto it = std::find_if(held_.begin(), held_.end(), [&](const Held& h) {
+      return !h.discard && h.lane == req.lane && (p2p ? h.tag == req.tag : !isP2P(h.tag));
+    });
     if (it != held_.end()) {
-      if (it->bytes != req.bytes) {
+      if (it->bytes != req.bytes || it->tag != req.tag) {
         error = mismatchError(*sink_, self_, peer_, description_, req, it->tag, it->bytes);
         return Posted::Mismatch;
       }
@@ -72,18 +74,22 @@ Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
 }
 
 Inbox::Arrival Inbox::arrive(std::uint64_t tag, std::size_t bytes, std::size_t maxHeldBytes,
-                             std::optional<Error>& error) {
+                             std::optional<Error>& error, std::uint64_t lane,
+                             bool holdWhileOthersWait, bool discard) {
   const bool p2p = isP2P(tag);
   Request* prev = nullptr;
-  Request* r = recvs_.front();
+  Request* r = discard ? nullptr : recvs_.front();
   for (; r != nullptr; prev = r, r = r->next)
-    if (p2p ? r->tag == tag : !isP2P(r->tag)) break;
+    if (r->lane == lane && (p2p ? r->tag == tag : !isP2P(r->tag))) break;
   if (r == nullptr) {
-    if (!p2p) return Arrival::Stall;
+    if (!p2p && !discard && !(holdWhileOthersWait && !recvs_.empty())) return Arrival::Stall;
     if (bytes > maxHeldBytes) return Arrival::TooLarge;
+    if (discard && bytes == 0) return Arrival::Done;
     Held& h = held_.emplace_back();
     h.tag = tag;
+    h.lane = lane;
     h.bytes = bytes;
+    h.discard = discard;
     if (bytes == 0) return Arrival::Done;
     rxHeld_ = &h;
     return Arrival::Receiving;
@@ -142,6 +148,10 @@ void Inbox::rxComplete() {
     Request* r = rxRequest_;
     rxRequest_ = nullptr;
     sink_->finish(*r, State::Done, false);
+  } else if (rxHeld_ != nullptr && rxHeld_->discard) {  // of a closed lane
+    const Held* done = rxHeld_;
+    rxHeld_ = nullptr;
+    held_.remove_if([&](const Held& h) { return &h == done; });
   } else {
     rxHeld_ = nullptr;  // complete; held until a receive of its tag is posted
   }
@@ -180,6 +190,35 @@ void Inbox::failAll(bool peerError) {
   recvs_.drain([&](Request& r) { sink_->finish(r, State::Failed, peerError); });
   rxHeld_ = nullptr;
   held_.clear();
+}
+
+bool Inbox::failLane(std::uint64_t lane) {
+  if (rxRequest_ != nullptr && rxRequest_->lane == lane) return false;
+  Request* prev = nullptr;
+  for (Request* r = recvs_.front(); r != nullptr;) {
+    Request* next = r->next;
+    if (r->lane == lane) {
+      recvs_.unlink(prev, *r);
+      sink_->finish(*r, State::Failed, false);
+    } else {
+      prev = r;
+    }
+    r = next;
+  }
+  return true;
+}
+
+void Inbox::dropLane(std::uint64_t lane) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->lane != lane) {
+      ++it;
+    } else if (&*it == rxHeld_) {
+      it->discard = true;
+      ++it;
+    } else {
+      it = held_.erase(it);
+    }
+  }
 }
 
 // ---- Engine ----

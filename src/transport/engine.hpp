@@ -115,6 +115,12 @@ class CompletionSink {
   virtual std::string tagText(std::uint64_t tag) const = 0;
   /// A receive from `peer` expected tag `expected` but the peer sent `received`.
   virtual void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const = 0;
+  /// The same, for a receive of `lane` (transports with lanes override it).
+  virtual void mismatchSeenOnLane(int peer, std::uint64_t expected, std::uint64_t received,
+                                  std::uint64_t lane) const {
+    (void)lane;
+    mismatchSeen(peer, expected, received);
+  }
 
  protected:
   ~CompletionSink() = default;
@@ -157,6 +163,7 @@ inline void arm(Request& req, bool isSend, int peer, const void* data, std::size
   req.isSend = isSend;
   req.peer = peer;
   req.tag = tag;
+  req.lane = 0;
   req.data = static_cast<std::uint8_t*>(const_cast<void*>(data));
   req.bytes = bytes;
   req.progress = 0;
@@ -183,7 +190,9 @@ class Inbox {
   /// grows with the bytes, not with what the header announced.
   struct Held {
     std::uint64_t tag = 0;
+    std::uint64_t lane = 0;
     std::size_t bytes = 0;
+    bool discard = false;  // of a closed lane: dropped once complete
     std::vector<std::uint8_t> data;
   };
 
@@ -201,7 +210,8 @@ class Inbox {
     Receiving,  // a held message still arriving: the rest goes straight into it
     Mismatch,   // a held message of its tag has another size: `error` says so (not finished)
   };
-  /// A receive was posted: takes a held P2P message of its tag if there is one, else queues it.
+  /// A receive was posted: takes a held message of its lane if there is one (P2P: the first of
+  /// its tag; else the first non-P2P one, which must match it exactly), else queues it.
   Posted post(Request& req, std::optional<Error>& error);
 
   enum class Arrival {
@@ -211,9 +221,15 @@ class Inbox {
     Mismatch,   // the first eligible receive differs: `error` says so
     TooLarge,   // a P2P message of more than maxHeldBytes and no receive for it
   };
-  /// A message header {tag, bytes} arrived (nothing may be receiving()).
+  /// A message header {tag, bytes} of lane `lane` arrived (nothing may be receiving()). A
+  /// non-P2P message goes to the first posted non-P2P receive of its lane; when there is none
+  /// it stalls, unless `holdWhileOthersWait` and some receive (of any lane or tag) is posted:
+  /// then it is held aside like an early P2P message, so that it never stands between a waiting
+  /// receive and its message (docs/architecture.md, "Shared connections"). `discard`: the lane
+  /// is closed; the message is taken in and dropped.
   Arrival arrive(std::uint64_t tag, std::size_t bytes, std::size_t maxHeldBytes,
-                 std::optional<Error>& error);
+                 std::optional<Error>& error, std::uint64_t lane = 0,
+                 bool holdWhileOthersWait = false, bool discard = false);
 
   /// A payload is arriving.
   bool receiving() const noexcept { return rxRequest_ != nullptr || rxHeld_ != nullptr; }
@@ -259,6 +275,11 @@ class Inbox {
   /// Fails the arriving request and every posted receive (finish(Failed, peerError)), drops the
   /// held messages.
   void failAll(bool peerError);
+  /// Fails the posted receives of `lane` (finish(Failed, false)). False, failing nothing, when a
+  /// payload of the lane is arriving into a request (the frame cannot be cut).
+  bool failLane(std::uint64_t lane);
+  /// Drops the held messages of `lane` (one still arriving is dropped once complete).
+  void dropLane(std::uint64_t lane);
 
  private:
   int self_ = -1;
@@ -355,6 +376,11 @@ class Engine {
     return c;
   }
   void markCompleted() noexcept { completed_ = true; }
+  /// Whether a Failed request failed with the transport's error rather than its peer's (for a
+  /// transport with lanes: or with its lane's).
+  static bool failedByTransport(const Request& req) noexcept {
+    return (req.aux & kAuxTransportError) != 0;
+  }
   /// The transport's failure (Timeout, Aborted, Internal), if any: every later request fails
   /// with it.
   const std::optional<Error>& failure() const noexcept { return failed_; }

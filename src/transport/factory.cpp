@@ -7,6 +7,7 @@
 #include "common/machine.hpp"
 #include "store/all_gather.hpp"
 #include "transport/host_identity.hpp"
+#include "transport/lane_transport.hpp"
 #include "transport/routed_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
@@ -111,7 +112,9 @@ const TransportKind& interHostKind(const TransportOptions& options) {
 }
 
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
-                                                 const TransportOptions& options) {
+                                                 const TransportOptions& options,
+                                                 const RoutedTransport* parent,
+                                                 std::span<const int> toParent) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
                                                 " is outside world size " + std::to_string(size));
@@ -162,7 +165,35 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     const std::span<const int> peers = kind.sameHostOnly ? std::span<const int>(local) : world;
     RoutedTransport::Leg leg;
     leg.paths.assign(static_cast<std::size_t>(size), "");
-    leg.transport = kind.create(store, rank, size, peers, opts, leg.paths);
+    const LaneTransport* shared =
+        parent != nullptr && options.shareConnections && !kind.sameHostOnly ? parent->laneLeg()
+                                                                            : nullptr;
+    if (shared != nullptr) {
+      // The parent's connections, on this communicator's lane: no socket opened here.
+      if (toParent.size() != static_cast<std::size_t>(size))
+        throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
+                                                    ": " + std::to_string(toParent.size()) +
+                                                    " parent ranks for " + std::to_string(size) +
+                                                    " ranks");
+      std::vector<int> toBase(static_cast<std::size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        toBase[static_cast<std::size_t>(r)] =
+            shared->baseRank(toParent[static_cast<std::size_t>(r)]);
+        if (r != rank) leg.paths[static_cast<std::size_t>(r)] = kind.name;
+      }
+      leg.transport = std::make_unique<LaneTransport>(shared->base(), options.lane, rank,
+                                                      std::move(toBase), shared->keep());
+    } else if (options.shareConnections && kind.name == "tcp" && options.lane != 0) {
+      // Connections that sub-communicators will share: built once, viewed on this lane.
+      std::shared_ptr<Transport> base = kind.create(store, rank, size, peers, opts, leg.paths);
+      if (options.describeTag) base->setTagDescriber(options.describeTag);
+      std::vector<int> identity(static_cast<std::size_t>(size));
+      for (int r = 0; r < size; ++r) identity[static_cast<std::size_t>(r)] = r;
+      leg.transport = std::make_unique<LaneTransport>(std::move(base), options.lane, rank,
+                                                      std::move(identity), options.keepStore);
+    } else {
+      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths);
+    }
     // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
     for (int p = 0; p < size; ++p)
       if (covered[static_cast<std::size_t>(p)]) leg.paths[static_cast<std::size_t>(p)].clear();

@@ -29,6 +29,17 @@ struct TransportOptions {
   std::string interHost = "auto";
   /// Tests: this rank's host identity instead of hostIdentity(), to emulate several hosts.
   std::string hostIdentity;
+  /// Shared connections (docs/architecture.md, "Shared connections"): the TCP leg becomes a
+  /// transport with lanes that sub-communicators share (createTransport's `parent`), and this
+  /// communicator posts on it through a LaneTransport on `lane` (!= 0: its id's hash).
+  bool shareConnections = false;
+  std::uint64_t lane = 0;
+  /// Names tags in the errors of a shared TCP transport (it outlives the communicator that
+  /// built it, so this must not refer to that communicator).
+  std::function<std::string(std::uint64_t)> describeTag;
+  /// Kept alive by the shared transport's views: the store passed to createTransport (a lazy
+  /// TCP transport looks addresses up in it for as long as it lives).
+  std::shared_ptr<Store> keepStore;
 };
 
 /// One kind of transport in the registry.
@@ -66,8 +77,17 @@ const TransportKind& interHostKind(const TransportOptions& options);
 /// the whole world, the inter-host kind (interHostKind) among all ranks (used for the other
 /// hosts only). Always returns a RoutedTransport, so pathTo() answers for every communicator. A
 /// rank that never publishes is named in an Error(Timeout) after tcp.connectTimeout.
+/// A sub-communicator's transport (`parent` non-null, options.shareConnections): rank r of the
+/// `size` ranks is rank toParent[r] of `parent`'s communicator. Pairs that the parent reaches
+/// through shared TCP connections (parent->laneLeg()) go through a new LaneTransport of them
+/// on options.lane: no socket is opened (with BRAID_CONNECT=lazy, a pair the parent never used
+/// is dialed once, on first use, and shared from then on). Shared memory is set up anew for the
+/// sub-communicator's ranks of this host (a segment of its own); a parent without shared TCP
+/// connections (sharing off, UCX between hosts) gives a transport of its own as above.
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
-                                                 const TransportOptions& options);
+                                                 const TransportOptions& options,
+                                                 const RoutedTransport* parent = nullptr,
+                                                 std::span<const int> toParent = {});
 
 /// The path to `peer` when `t` is a RoutedTransport (see RoutedTransport::pathTo), else "".
 std::string pathTo(const Transport& t, int peer);

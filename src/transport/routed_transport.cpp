@@ -3,6 +3,7 @@
 #include <braid/error.hpp>
 
 #include "transport/engine.hpp"
+#include "transport/lane_transport.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace braid::transport {
@@ -50,24 +51,28 @@ Transport& RoutedTransport::legOf(int peer, const char* op) const {
 
 void RoutedTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                                Request& req) {
-  legOf(peer, "postSend").postSend(peer, data, bytes, tag, req);
+  Transport& leg = legOf(peer, "postSend");
+  req.viewPeer = peer;
+  leg.postSend(peer, data, bytes, tag, req);
 }
 
 void RoutedTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
                                Request& req) {
-  legOf(peer, "postRecv").postRecv(peer, data, bytes, tag, req);
+  Transport& leg = legOf(peer, "postRecv");
+  req.viewPeer = peer;
+  leg.postRecv(peer, data, bytes, tag, req);
 }
 
 bool RoutedTransport::test(Request& req) {
   const Request::State s = req.state.load(std::memory_order_acquire);
   if (s == Request::State::Idle || s == Request::State::Done) return true;
-  return legOf(req.peer, "test").test(req);
+  return legOf(req.viewPeer, "test").test(req);
 }
 
 void RoutedTransport::wait(Request& req, Deadline deadline) {
   const Request::State s = req.state.load(std::memory_order_acquire);
   if (s == Request::State::Idle || s == Request::State::Done) return;
-  legOf(req.peer, "wait").wait(req, deadline);
+  legOf(req.viewPeer, "wait").wait(req, deadline);
 }
 
 std::string RoutedTransport::describePeer(int peer) const {
@@ -92,6 +97,12 @@ SharedMemoryGroup* RoutedTransport::sharedGroup() {
 const ShmTransport* RoutedTransport::sharedMemoryLeg() const {
   for (const Leg& leg : legs_)
     if (const auto* shm = dynamic_cast<const ShmTransport*>(leg.transport.get())) return shm;
+  return nullptr;
+}
+
+const LaneTransport* RoutedTransport::laneLeg() const {
+  for (const Leg& leg : legs_)
+    if (const auto* lane = dynamic_cast<const LaneTransport*>(leg.transport.get())) return lane;
   return nullptr;
 }
 

@@ -14,6 +14,7 @@
 namespace braid::transport {
 
 class ShmTransport;
+class LaneTransport;
 
 class RoutedTransport final : public Transport {
  public:
@@ -47,6 +48,8 @@ class RoutedTransport final : public Transport {
   std::string pathTo(int peer) const;
   /// The first leg that is a shared-memory transport, or nullptr.
   const ShmTransport* sharedMemoryLeg() const;
+  /// The first leg that is a view of shared connections (LaneTransport), or nullptr.
+  const LaneTransport* laneLeg() const;
 
  private:
   Transport& legOf(int peer, const char* op) const;

@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 
 namespace braid::transport {
 
@@ -36,6 +38,12 @@ struct Request {
   bool isSend = false;
   int peer = -1;
   std::uint64_t tag = 0;
+  /// The communicator's lane on a transport shared by several communicators (postSendOnLane);
+  /// 0 for a plain post. Set by the post.
+  std::uint64_t lane = 0;
+  /// The peer as the caller numbered it, kept by transports that renumber peers on the way down
+  /// (RoutedTransport, LaneTransport): `peer` is then the underlying transport's number.
+  int viewPeer = -1;
   std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
 
@@ -135,6 +143,32 @@ class Transport {
   virtual std::string describePeer(int peer) const = 0;
   /// Fails every pending and later request with Error(Aborted, why). Any thread.
   virtual void abort(const std::string& why) = 0;
+  // ---- lanes (docs/architecture.md, "Shared connections") ----
+  // A transport that carries lanes is shared by several communicators (a parent and its
+  // sub-communicators): each has its own lane, a 64-bit id every frame carries, and messages
+  // match only receives of their lane. LaneTransport (lane_transport.hpp) is the view a
+  // communicator posts through.
+  /// Whether postSendOnLane / openLane work here. Default: no (only lane 0, a plain post).
+  virtual bool carriesLanes() const { return false; }
+  /// Registers lane `lane` (!= 0) on this rank; Error(Internal) if it is open already (two
+  /// communicators whose ids hash alike).
+  virtual void openLane(std::uint64_t lane);
+  /// The lane's communicator is going: its requests still queued fail (a connection in the
+  /// middle of one of its messages is closed), and messages still arriving on it are dropped.
+  virtual void closeLane(std::uint64_t lane) { (void)lane; }
+  /// Fails the lane's pending and later requests with Error(Aborted, why); the other lanes go on
+  /// (a connection in the middle of one of the lane's messages is closed: a frame cannot be
+  /// cut, so that peer is lost to every lane). Default: abort(why).
+  virtual void abortLane(std::uint64_t lane, const std::string& why) {
+    (void)lane;
+    abort(why);
+  }
+  /// postSend / postRecv on a lane (0: a plain post).
+  virtual void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
+                              std::uint64_t tag, Request& req);
+  virtual void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                              std::uint64_t tag, Request& req);
+
   /// Optional capability: the shared-memory group of ALL ranks of this transport, or nullptr
   /// (the default) when some rank is on another host or the transport shares no memory.
   virtual SharedMemoryGroup* sharedGroup() { return nullptr; }
@@ -150,6 +184,15 @@ class Transport {
   using MismatchObserver =
       std::function<void(int peer, std::uint64_t expected, std::uint64_t received)>;
   void setMismatchObserver(MismatchObserver f) { mismatchObserver_ = std::move(f); }
+  /// The observer of mismatches on `lane` (a transport with lanes; empty `f`: none), told
+  /// instead of the one above, with the peer in this transport's numbering.
+  void setLaneMismatchObserver(std::uint64_t lane, MismatchObserver f) {
+    std::lock_guard<std::mutex> lk(laneObserversMu_);
+    if (f)
+      laneObservers_[lane] = std::move(f);
+    else
+      laneObservers_.erase(lane);
+  }
 
  protected:
   /// Never throws (error paths use it): "tag N" when the describer fails.
@@ -163,11 +206,40 @@ class Transport {
   void noteMismatch(int peer, std::uint64_t expected, std::uint64_t received) const {
     if (mismatchObserver_ && expected != received) mismatchObserver_(peer, expected, received);
   }
+  void noteMismatch(int peer, std::uint64_t expected, std::uint64_t received,
+                    std::uint64_t lane) const {
+    if (lane != 0) {
+      std::lock_guard<std::mutex> lk(laneObserversMu_);
+      const auto it = laneObservers_.find(lane);
+      if (it != laneObservers_.end()) {
+        if (expected != received) it->second(peer, expected, received);
+        return;
+      }
+    }
+    noteMismatch(peer, expected, received);
+  }
 
  private:
   std::function<std::string(std::uint64_t)> describeTag_;
   MismatchObserver mismatchObserver_;
+  mutable std::mutex laneObserversMu_;
+  std::unordered_map<std::uint64_t, MismatchObserver> laneObservers_;
 };
+
+inline void Transport::openLane(std::uint64_t lane) {
+  throw Error(ErrorCode::Internal, "rank " + std::to_string(rank()) + ": lane " +
+                                       std::to_string(lane) + " on a transport without lanes");
+}
+inline void Transport::postSendOnLane(std::uint64_t lane, int peer, const void* data,
+                                      std::size_t bytes, std::uint64_t tag, Request& req) {
+  if (lane != 0) openLane(lane);  // throws
+  postSend(peer, data, bytes, tag, req);
+}
+inline void Transport::postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                                      std::uint64_t tag, Request& req) {
+  if (lane != 0) openLane(lane);  // throws
+  postRecv(peer, data, bytes, tag, req);
+}
 
 /// Waits for every request in order (each with the same deadline).
 inline void waitAll(Transport& t, std::span<Request* const> reqs, Deadline deadline) {

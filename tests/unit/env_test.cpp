@@ -40,7 +40,8 @@ class EnvTest : public ::testing::Test {
                           "BRAID_SHM_STAGING",
                           "BRAID_HIER_PIECE_SIZE",
                           "BRAID_LLC_SIZE",
-                          "BRAID_CONNECT"})
+                          "BRAID_CONNECT",
+                          "BRAID_SHARE_CONNECTIONS"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
@@ -69,6 +70,26 @@ TEST_F(EnvTest, ConnectMode) {
   const auto warnings = environmentWarnings(env);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("did you mean BRAID_CONNECT?"), std::string::npos) << warnings[0];
+}
+
+TEST_F(EnvTest, ShareConnections) {
+  EXPECT_TRUE(Options::fromEnv().shareConnections);  // on by default
+  setenv("BRAID_SHARE_CONNECTIONS", "0", 1);
+  EXPECT_FALSE(Options::fromEnv().shareConnections);
+  setenv("BRAID_SHARE_CONNECTIONS", "1", 1);
+  EXPECT_TRUE(Options::fromEnv().shareConnections);
+  setenv("BRAID_SHARE_CONNECTIONS", "maybe", 1);
+  try {
+    Options::fromEnv();
+    ADD_FAILURE() << "BRAID_SHARE_CONNECTIONS=maybe accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_SHARE_CONNECTIONS"), std::string::npos) << e.what();
+  }
+  bool listed = false;
+  for (const auto& v : environmentVariables())
+    listed = listed || v.name == std::string("BRAID_SHARE_CONNECTIONS");
+  EXPECT_TRUE(listed);
 }
 
 TEST_F(EnvTest, DeterministicMode) {

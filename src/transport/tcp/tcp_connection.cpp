@@ -26,14 +26,16 @@ constexpr int kMaxIov = 64;
 // A held (early) P2P message grows by at most this much per read.
 constexpr std::size_t kHeldGrowthBytes = 1 << 20;
 
-void encodeHeader(std::uint8_t* out, std::uint64_t tag, std::uint64_t bytes) {
+void encodeHeader(std::uint8_t* out, std::uint64_t tag, std::uint64_t bytes, std::uint64_t lane) {
   if constexpr (std::endian::native == std::endian::little) {
     std::memcpy(out, &tag, 8);
     std::memcpy(out + 8, &bytes, 8);
+    std::memcpy(out + 16, &lane, 8);
   } else {
     for (int i = 0; i < 8; ++i) {
       out[i] = static_cast<std::uint8_t>(tag >> (8 * i));
       out[8 + i] = static_cast<std::uint8_t>(bytes >> (8 * i));
+      out[16 + i] = static_cast<std::uint8_t>(lane >> (8 * i));
     }
   }
 }
@@ -58,11 +60,11 @@ std::string lossReason(int err) {
 }  // namespace
 
 FrameHeader decodeFrameHeader(std::span<const std::uint8_t, kFrameHeaderBytes> in) noexcept {
-  return FrameHeader{decodeU64(in.data()), decodeU64(in.data() + 8)};
+  return FrameHeader{decodeU64(in.data()), decodeU64(in.data() + 8), decodeU64(in.data() + 16)};
 }
 
 void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept {
-  encodeHeader(out, h.tag, h.bytes);
+  encodeHeader(out, h.tag, h.bytes, h.lane);
 }
 
 std::uint64_t maxHeldFrameBytes() noexcept {
@@ -157,11 +159,35 @@ void Connection::postRecv(Request& req) {
     case engine::Inbox::Posted::Queued:
       break;
   }
-  if (!isP2P(req.tag) && stalled_) {
+  // A stalled frame is looked at again: it is this receive's, or now held aside for its own.
+  if (stalled_) {
     stalled_ = false;
     updateInterest();
   }
   read();
+}
+
+bool Connection::failLane(std::uint64_t lane) {
+  if (error_) return true;
+  const Request* front = sends_.front();
+  if (front != nullptr && front->lane == lane && front->progress > 0) return false;
+  if (!inbox_.failLane(lane)) return false;
+  Request* prev = nullptr;
+  for (Request* r = sends_.front(); r != nullptr;) {
+    Request* next = r->next;
+    if (r->lane == lane) {
+      sends_.unlink(prev, *r);
+      sink_->finish(*r, State::Failed, false);
+    } else {
+      prev = r;
+    }
+    r = next;
+  }
+  if (wantWrite_ && sends_.empty()) {
+    wantWrite_ = false;
+    updateInterest();
+  }
+  return true;
 }
 
 std::string Connection::stallReason(const Request& req) const {
@@ -253,9 +279,11 @@ bool Connection::matchHeader() {
   std::optional<Error> mismatch;
   // A header announcing more than this host's memory is corrupt (or hostile).
   const std::uint64_t maxHeld = maxHeldFrameBytes();
-  const auto arrival = bytes > maxHeld ? engine::Inbox::Arrival::TooLarge
-                                       : inbox_.arrive(tag, static_cast<std::size_t>(bytes),
-                                                       static_cast<std::size_t>(maxHeld), mismatch);
+  const auto arrival =
+      bytes > maxHeld
+          ? engine::Inbox::Arrival::TooLarge
+          : inbox_.arrive(tag, static_cast<std::size_t>(bytes), static_cast<std::size_t>(maxHeld),
+                          mismatch, header.lane, true, sink_->laneClosed(header.lane));
   switch (arrival) {
     case engine::Inbox::Arrival::Stall:
       stalled_ = true;
@@ -382,7 +410,7 @@ void Connection::write() {
          r = r->next) {
       if (r->progress < kHeaderBytes) {
         std::uint8_t* h = headers[headerCount++].data();
-        encodeHeader(h, r->tag, r->bytes);
+        encodeHeader(h, r->tag, r->bytes, r->lane);
         iov[count++] = {h + r->progress, kHeaderBytes - r->progress};
         total += kHeaderBytes - r->progress;
       }

@@ -1,17 +1,20 @@
 // One TCP connection of the transport: framing, matching of incoming frames to posted receives,
 // and the failure of everything in flight when the connection breaks.
 //
-// A frame is a 16-byte header {tag, bytes} (little-endian) followed by the payload. Sends are
+// A frame is a 24-byte header {tag, bytes, lane} (little-endian) followed by the payload. Sends are
 // queued in posting order and written with one sendmsg of header + payload (several queued
 // frames batched). Incoming bytes land in a 16 KiB staging buffer until a header is complete;
 // the header is matched against the posted receives, and the payload goes to the matched
 // request: what is already staged is copied, the rest is read straight into the user buffer.
 // So a burst of small frames costs one recv, and a large payload is not copied twice.
 //
-// Matching is the engine's (engine.hpp, Inbox): a non-P2P frame must match the first posted
-// non-P2P receive exactly (tag and size, else Error(Mismatch) fails the connection); if none is
-// posted the stream stalls (EPOLLIN off) until one is. A P2P frame (kP2PTagBit) goes to the first
-// posted receive of its tag, else into a heap buffer held until a receive of that tag is posted.
+// Matching is the engine's (engine.hpp, Inbox), per lane (the communicator's, when several
+// share the connection): a non-P2P frame must match the first posted non-P2P receive of its lane
+// exactly (tag and size, else Error(Mismatch) fails the connection); if none is posted the
+// stream stalls (EPOLLIN off) while no receive at all is posted, and the frame is held aside
+// (copied into a heap buffer) as soon as one is, so that it never stands between a waiting
+// receive and its message. A P2P frame (kP2PTagBit) goes to the first posted receive of its
+// lane and tag, else into a heap buffer held until a receive of that tag is posted.
 #pragma once
 
 #include <braid/error.hpp>
@@ -28,11 +31,12 @@
 
 namespace braid::transport::tcp {
 
-/// A frame header on the wire: u64 tag, u64 payload bytes, little-endian.
-inline constexpr std::size_t kFrameHeaderBytes = 16;
+/// A frame header on the wire: u64 tag, u64 payload bytes, u64 lane, little-endian.
+inline constexpr std::size_t kFrameHeaderBytes = 24;
 struct FrameHeader {
   std::uint64_t tag = 0;
   std::uint64_t bytes = 0;
+  std::uint64_t lane = 0;
 };
 FrameHeader decodeFrameHeader(std::span<const std::uint8_t, kFrameHeaderBytes> in) noexcept;
 void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept;
@@ -47,6 +51,11 @@ class CompletionSink : public engine::CompletionSink {
   /// The connection failed with `error` (after every request on it was finished). Default:
   /// nothing; a striped transport uses it to fail its other streams (tcp_streams.hpp).
   virtual void connectionFailed(const Error& error) { (void)error; }
+  /// Whether frames of `lane` are to be dropped (its communicator is gone on this rank).
+  virtual bool laneClosed(std::uint64_t lane) const {
+    (void)lane;
+    return false;
+  }
 
  protected:
   ~CompletionSink() = default;
@@ -84,6 +93,14 @@ class Connection {
   /// Fails the connection before it had a socket (the dial failed): every request fails with
   /// `error` as after a lost connection.
   void failUnconnected(Error error) { fail(std::move(error)); }
+  /// Fails the connection with `error` (every request on it fails with it; the peer sees the
+  /// connection lost).
+  void breakOff(Error error) { fail(std::move(error)); }
+  /// Fails the requests of `lane` (finish(Failed, false)). False, failing nothing, when one of
+  /// the lane's frames is half written or half read: the caller must breakOff().
+  bool failLane(std::uint64_t lane);
+  /// Drops the held messages of a closed lane.
+  void dropLane(std::uint64_t lane) { inbox_.dropLane(lane); }
   /// Requests are queued on it.
   bool hasPending() const { return !sends_.empty() || inbox_.hasPosted(); }
   /// Why `req` (pending on this connection) has not completed, in words, for a Timeout: how

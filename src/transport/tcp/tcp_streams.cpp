@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include "transport/engine.hpp"
@@ -82,10 +83,41 @@ class StripedTransport final : public Transport {
 
   void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                 Request& req) override {
-    post("postSend", true, peer, const_cast<void*>(data), bytes, tag, req);
+    post("postSend", true, 0, peer, const_cast<void*>(data), bytes, tag, req);
   }
   void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override {
-    post("postRecv", false, peer, data, bytes, tag, req);
+    post("postRecv", false, 0, peer, data, bytes, tag, req);
+  }
+  // Lanes: every stream carries every lane; a lane's abort aborts it on every stream.
+  bool carriesLanes() const override { return true; }
+  void openLane(std::uint64_t lane) override {
+    for (auto& s : streams_) s->openLane(lane);
+    for (auto& s : streams_)
+      s->setLaneMismatchObserver(
+          lane, [this, lane](int peer, std::uint64_t expected, std::uint64_t received) {
+            noteMismatch(peer, expected, received, lane);
+          });
+  }
+  void closeLane(std::uint64_t lane) override {
+    for (auto& s : streams_) s->setLaneMismatchObserver(lane, {});
+    for (auto& s : streams_) s->closeLane(lane);
+    std::lock_guard<std::mutex> lk(mu_);
+    abortedLanes_.erase(lane);
+  }
+  void abortLane(std::uint64_t lane, const std::string& why) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      abortedLanes_.insert(lane);
+    }
+    for (auto& s : streams_) s->abortLane(lane, why);
+  }
+  void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    post("postSend", true, lane, peer, const_cast<void*>(data), bytes, tag, req);
+  }
+  void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    post("postRecv", false, lane, peer, data, bytes, tag, req);
   }
 
   bool test(Request& req) override {
@@ -134,14 +166,14 @@ class StripedTransport final : public Transport {
     std::array<Request, kMaxStreams> parts;
   };
 
-  void post(const char* op, bool isSend, int peer, void* data, std::size_t bytes, std::uint64_t tag,
-            Request& req) {
+  void post(const char* op, bool isSend, std::uint64_t lane, int peer, void* data,
+            std::size_t bytes, std::uint64_t tag, Request& req) {
     if (bytes < stripeMin_) {
       forget(req);  // a stale stripe of an abandoned request at this address
       if (isSend)
-        streams_[0]->postSend(peer, data, bytes, tag, req);
+        streams_[0]->postSendOnLane(lane, peer, data, bytes, tag, req);
       else
-        streams_[0]->postRecv(peer, data, bytes, tag, req);
+        streams_[0]->postRecvOnLane(lane, peer, data, bytes, tag, req);
       return;
     }
     // Checked here, before any piece is posted, so that a bad call leaves nothing in flight.
@@ -164,6 +196,7 @@ class StripedTransport final : public Transport {
       }
     }
     engine::arm(req, isSend, peer, data, bytes, tag);
+    req.lane = lane;
     const int k = static_cast<int>(streams_.size());
     auto* bytesPtr = static_cast<std::uint8_t*>(data);
     for (int i = 0; i < k; ++i) {
@@ -171,9 +204,9 @@ class StripedTransport final : public Transport {
       Request& part = stripe->parts[static_cast<std::size_t>(i)];
       Transport& stream = *streams_[static_cast<std::size_t>(i)];
       if (isSend)
-        stream.postSend(peer, bytesPtr + piece.offset, piece.bytes, tag, part);
+        stream.postSendOnLane(lane, peer, bytesPtr + piece.offset, piece.bytes, tag, part);
       else
-        stream.postRecv(peer, bytesPtr + piece.offset, piece.bytes, tag, part);
+        stream.postRecvOnLane(lane, peer, bytesPtr + piece.offset, piece.bytes, tag, part);
     }
   }
 
@@ -214,6 +247,16 @@ class StripedTransport final : public Transport {
     try {
       return fn();
     } catch (const Error& e) {
+      if (e.code() == ErrorCode::Aborted && req.lane != 0 && laneAborted(req.lane)) {
+        // This lane's abort only: the streams and the other lanes go on. Every stream has
+        // failed the lane's pieces before the stripe is reused.
+        for (auto& s : streams_) s->abortLane(req.lane, e.detail());
+        if (find(req) != nullptr) {
+          forget(req);
+          req.state.store(State::Failed, std::memory_order_release);
+        }
+        throw;
+      }
       failures_->report(e);
       abortStreams(e.what());
       if (find(req) != nullptr) {
@@ -224,6 +267,11 @@ class StripedTransport final : public Transport {
         if (auto first = failures_->first()) throw *first;
       throw;
     }
+  }
+
+  bool laneAborted(std::uint64_t lane) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return abortedLanes_.count(lane) != 0;
   }
 
   void abortStreams(const std::string& why) {
@@ -240,6 +288,7 @@ class StripedTransport final : public Transport {
   // by a scan, as few stripes are in flight at once.
   std::vector<std::unique_ptr<Stripe>> stripes_;
   std::size_t active_ = 0;  // stripes with an owner
+  std::unordered_set<std::uint64_t> abortedLanes_;
   // Declared last, destroyed first (see the destructor).
   std::vector<std::unique_ptr<Transport>> streams_;
 };

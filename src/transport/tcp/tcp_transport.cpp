@@ -32,6 +32,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "transport/engine.hpp"
@@ -63,6 +65,8 @@ constexpr std::uint64_t kWakeId = ~std::uint64_t{0};
 
 // Request::aux while pending: counted in backgroundWork_ (once finished, the engine's).
 constexpr std::size_t kAuxBackground = 1;
+
+std::atomic<std::size_t> socketsOpened{0};  // by every TCP transport of this process
 
 // Holds the right to drive the epoll set (TcpTransport::driving_) for one round.
 class DrivingToken {
@@ -108,6 +112,24 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   std::size_t connectionCount() const override {
     return connected_.load(std::memory_order_relaxed);
   }
+  bool carriesLanes() const override { return true; }
+  void openLane(std::uint64_t lane) override;
+  void closeLane(std::uint64_t lane) override;
+  void abortLane(std::uint64_t lane, const std::string& why) override;
+  void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    prepare("postSend", peer, data, bytes, tag, true, req);
+    req.lane = lane;
+    std::lock_guard<std::mutex> lk(mu_);
+    post(req);
+  }
+  void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    prepare("postRecv", peer, data, bytes, tag, false, req);
+    req.lane = lane;
+    std::lock_guard<std::mutex> lk(mu_);
+    post(req);
+  }
 
  private:
   // CompletionSink (called with mu_ held).
@@ -116,9 +138,14 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);
   }
+  void mismatchSeenOnLane(int peer, std::uint64_t expected, std::uint64_t received,
+                          std::uint64_t lane) const override {
+    noteMismatch(peer, expected, received, lane);
+  }
   void connectionFailed(const Error& error) override {
     if (onFailure_) onFailure_(error);
   }
+  bool laneClosed(std::uint64_t lane) const override { return closedLanes_.count(lane) != 0; }
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req) {
@@ -177,6 +204,10 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   std::thread progress_;
   std::atomic<std::size_t> connected_{0};  // sockets opened or accepted
 
+  // Lanes (require mu_): the open ones, with the error of those aborted; the closed ones.
+  std::unordered_map<std::uint64_t, std::optional<Error>> lanes_;
+  std::unordered_set<std::uint64_t> closedLanes_;
+
   // Lazy only. link_, dialQueue_ and lastDialError_ require mu_.
   bool lazy_ = false;
   TcpOptions options_;
@@ -219,7 +250,10 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
   connections_.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
     tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
-    if (link.fd) connected_.fetch_add(1, std::memory_order_relaxed);
+    if (link.fd) {
+      connected_.fetch_add(1, std::memory_order_relaxed);
+      socketsOpened.fetch_add(1, std::memory_order_relaxed);
+    }
     connections_.emplace_back(rank, r,
                               link.address.empty()
                                   ? "rank " + std::to_string(r)
@@ -267,6 +301,14 @@ std::string TcpTransport::tagText(std::uint64_t tag) const {
 // ---- posting ----
 
 void TcpTransport::post(Request& req) {
+  if (req.lane != 0) {
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) {  // the lane was aborted
+      finish(req, State::Failed, false);
+      notifyCompletions();
+      return;
+    }
+  }
   if (lazy_) startConnecting(req.peer);
   engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
   // Still pending after the attempt on the caller's thread: may need the background thread.
@@ -342,8 +384,65 @@ void TcpTransport::abort(const std::string& why) {
 }
 
 void TcpTransport::throwFailure(const Request& req) const {
+  if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) throw *it->second;
+  }
   const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
   engine_.throwFailure(req, c.error(), c.description());
+}
+
+// ---- lanes ----
+
+void TcpTransport::openLane(std::uint64_t lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
+                                         std::to_string(lane) +
+                                         " is open already on this rank's connections (two "
+                                         "communicators whose ids hash alike)");
+  closedLanes_.erase(lane);
+}
+
+void TcpTransport::closeLane(std::uint64_t lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  lanes_.erase(lane);
+  closedLanes_.insert(lane);
+  // Nothing of the lane may stay queued: its requests belong to a communicator that is going
+  // away. A frame of it half moved cannot be finished without them: that connection closes.
+  for (Connection& c : connections_) {
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its connection to " + c.description() +
+                                                ": a communicator sharing it was destroyed in "
+                                                "the middle of a message"));
+    c.dropLane(lane);
+  }
+  kickSleeper_ = true;
+  engine_.markCompleted();
+  notifyCompletions();
+}
+
+void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lanes_.size() <= 1 && (lanes_.empty() || lanes_.count(lane) != 0)) {
+    // No other communicator uses these connections: close them, as abort() does, so that the
+    // peers see this rank lost at once.
+    failTransport(Error(ErrorCode::Aborted, why));
+    notifyCompletions();
+    return;
+  }
+  auto& failure = lanes_[lane];
+  if (!failure) failure = Error(ErrorCode::Aborted, why);
+  for (Connection& c : connections_)
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its connection to " + c.description() +
+                                                ": a communicator sharing it was aborted (" + why +
+                                                ") in the middle of a message"));
+  kickSleeper_ = true;
+  engine_.markCompleted();
+  notifyCompletions();
 }
 
 // ---- driving ----
@@ -567,6 +666,7 @@ std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds time
 void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
   link_[static_cast<std::size_t>(peer)] = Link::Connected;
   connected_.fetch_add(1, std::memory_order_relaxed);
+  socketsOpened.fetch_add(1, std::memory_order_relaxed);
   connections_[static_cast<std::size_t>(peer)].attach(
       std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
   notifyCompletions();
@@ -718,6 +818,10 @@ std::string TcpTransport::stallText(const Request& r) const {
 }
 
 }  // namespace
+
+std::size_t tcpSocketsOpened() noexcept {
+  return socketsOpened.load(std::memory_order_relaxed);
+}
 
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options) {

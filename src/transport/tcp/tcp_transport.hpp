@@ -92,4 +92,8 @@ struct TcpOptions {
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
                                               const TcpOptions& options);
 
+/// Data sockets opened or accepted by every TCP transport of this process so far (tests and
+/// diagnostics: a split that shares its parent's connections adds none).
+std::size_t tcpSocketsOpened() noexcept;
+
 }  // namespace braid::transport

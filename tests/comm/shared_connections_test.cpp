@@ -1,0 +1,266 @@
+// Shared connections (docs/architecture.md, "Shared connections"): sub-communicators post over
+// their parent's TCP connections, each on its own lane. A split among connected ranks opens no
+// socket; parent and child run concurrently from two threads per rank with every element
+// checked; mismatches, lost peers, aborts and a child outliving its parent behave as on
+// connections of its own; lazy connections and several streams per peer are shared alike.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <braid/braid.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/checks.hpp"
+#include "harness/errors.hpp"
+#include "harness/ranks.hpp"
+#include "store/memory_store.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace braid::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options tcpOptions(bool share) {
+  Options o = testOptions();
+  o.shmDisable = true;  // every pair over TCP, so that there are sockets to share
+  o.shareConnections = share;
+  return o;
+}
+
+// Sockets opened by this process's TCP transports while `fn` runs on 4 ranks (threads): the
+// world's full mesh first, then a split into 2 x 2 that runs an allreduce on the child.
+struct SplitCount {
+  std::size_t world = 0;  // sockets of the world communicators (all ranks)
+  std::size_t split = 0;  // sockets opened by the split and the child's collective
+  std::vector<std::size_t> childConnections, parentConnections;
+};
+
+SplitCount countSplit(const Options& o) {
+  SplitCount out;
+  out.childConnections.resize(4);
+  out.parentConnections.resize(4);
+  std::atomic<std::size_t> before{0};
+  const std::size_t start = transport::tcpSocketsOpened();
+  runThreads(4, o, [&](Comm& c) {
+    c.barrier();  // every rank's transport is up
+    if (c.rank() == 0) before = transport::tcpSocketsOpened();
+    c.barrier();
+    auto sub = c.split(c.rank() % 2, c.rank());
+    ASSERT_NE(sub, nullptr);
+    std::int64_t mine = c.rank() + 1, sum = 0;
+    sub->allreduce(&mine, &sum, 1, DataType::Int64, ReduceOp::Sum);
+    EXPECT_EQ(sum, c.rank() % 2 == 0 ? 1 + 3 : 2 + 4);
+    c.barrier();  // every child is up and used
+    const auto r = static_cast<std::size_t>(c.rank());
+    out.childConnections[r] = sub->connectionCount();
+    out.parentConnections[r] = c.connectionCount();
+    c.barrier();
+  });
+  out.world = before - start;
+  out.split = transport::tcpSocketsOpened() - before;
+  return out;
+}
+
+TEST(SharedConnections, SplitAmongConnectedRanksOpensNoSocket) {
+  const SplitCount shared = countSplit(tcpOptions(true));
+  EXPECT_EQ(shared.world, 4u * 3u);  // each rank opened or accepted one socket per peer
+  EXPECT_EQ(shared.split, 0u);
+  for (int r = 0; r < 4; ++r) {
+    // Child and parent count the same (shared) sockets.
+    EXPECT_EQ(shared.parentConnections[static_cast<std::size_t>(r)], 3u) << "rank " << r;
+    EXPECT_EQ(shared.childConnections[static_cast<std::size_t>(r)], 3u) << "rank " << r;
+  }
+  // The switch off: the child connects its own pair (one socket on each of its two ranks).
+  const SplitCount own = countSplit(tcpOptions(false));
+  EXPECT_EQ(own.world, 4u * 3u);
+  EXPECT_EQ(own.split, 4u * 1u);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(own.childConnections[static_cast<std::size_t>(r)], 1u) << "rank " << r;
+}
+
+// Parent and child collectives at once, from two threads of every rank, every element checked
+// (harness/checks.hpp); counts 0, 1, primes, and more than a chunk (testOptions: 64 B).
+void concurrentParentAndChild(const Options& o) {
+  runThreads(4, o, [](Comm& c) {
+    auto sub = c.split(c.rank() / 2, -c.rank());  // {1, 0} and {3, 2}
+    ASSERT_NE(sub, nullptr);
+    const std::vector<std::size_t> counts = {0, 1, 13, 1031, 20011};
+    std::thread child([&] {
+      for (std::size_t n : counts) {
+        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, n, false);
+        checkNonReducing(*sub, DataType::Int32, n);
+        checkSendRecv(*sub, n);
+      }
+    });
+    for (std::size_t n : counts) {
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, n, false);
+      checkNonReducing(c, DataType::Int32, n);
+      checkSendRecv(c, n);
+    }
+    child.join();
+    // And the other way round: both still agree afterwards.
+    std::int64_t one = 1, total = 0;
+    sub->allreduce(&one, &total, 1, DataType::Int64, ReduceOp::Sum);
+    EXPECT_EQ(total, 2);
+    c.allreduce(&one, &total, 1, DataType::Int64, ReduceOp::Sum);
+    EXPECT_EQ(total, 4);
+  });
+}
+
+TEST(SharedConnections, ParentAndChildRunConcurrentlyFromTwoThreads) {
+  concurrentParentAndChild(tcpOptions(true));
+}
+
+TEST(SharedConnections, ParentAndChildConcurrentlyOverTwoStreamsPerPeer) {
+  Options o = tcpOptions(true);
+  o.socketThreads = 2;
+  o.socketStripeMinBytes = 4096;  // the larger counts are striped over both streams
+  concurrentParentAndChild(o);
+}
+
+TEST(SharedConnections, LazyPairsAreDialedOnceAndSharedAfterwards) {
+  Options o = tcpOptions(true);
+  o.lazyConnect = true;
+  std::atomic<std::size_t> afterFirst{0};
+  runThreads(4, o, [&](Comm& c) {
+    // The child's pairs: whatever the parent never used is dialed now, once.
+    auto sub = c.split(c.rank() % 2, 0);
+    checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
+    c.barrier();
+    if (c.rank() == 0) afterFirst = transport::tcpSocketsOpened();
+    c.barrier();
+    EXPECT_EQ(sub->connectionCount(), c.connectionCount());
+    // A second split of the same ranks and the same collectives: no new socket.
+    auto again = c.split(c.rank() % 2, 0);
+    checkAllreduce(*again, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
+    c.barrier();
+    if (c.rank() == 0) EXPECT_EQ(transport::tcpSocketsOpened(), afterFirst.load());
+    c.barrier();
+  });
+}
+
+TEST(SharedConnections, MismatchedCollectivesOnTheChildFailWithMismatch) {
+  std::atomic<int> mismatches{0};
+  runThreads(4, tcpOptions(true), [&](Comm& c) {
+    auto sub = c.split(c.rank() % 2, 0);
+    std::vector<float> buf(1024, 1.0f), out(2048);
+    try {
+      if (sub->rank() == 0)
+        sub->allreduce(buf.data(), buf.data(), 1024, DataType::Float32, ReduceOp::Sum);
+      else
+        sub->allgather(buf.data(), out.data(), 1024, DataType::Float32);
+      ADD_FAILURE() << "rank " << c.rank() << ": mismatched collectives did not fail";
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::Mismatch) {
+        ++mismatches;
+        EXPECT_NE(std::string(e.what()).find("allreduce"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("allgather"), std::string::npos) << e.what();
+      } else {
+        EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+      }
+    }
+  });
+  EXPECT_GE(mismatches.load(), 2);  // one per child at least
+}
+
+TEST(SharedConnections, AbortOfTheChildLeavesTheParentWorking) {
+  runThreads(4, tcpOptions(true), [](Comm& c) {
+    auto sub = c.split(c.rank() % 2, 0);
+    sub->barrier();
+    std::vector<float> buf(16);
+    if (sub->rank() == 0) {
+      // Its peer never sends: the abort ends the receive, on this lane only.
+      Work w = sub->recvAsync(buf.data(), buf.size(), DataType::Float32, 1);
+      std::thread aborter([&] {
+        std::this_thread::sleep_for(50ms);
+        sub->abort();
+      });
+      std::string message;
+      EXPECT_EQ(codeOf([&] { w.wait(); }, message), ErrorCode::Aborted) << message;
+      aborter.join();
+    }
+    c.barrier();
+    // The parent's traffic over the same connections goes on.
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkSendRecv(c, 13);
+  });
+}
+
+TEST(SharedConnections, ChildOutlivesItsParent) {
+  auto store = std::make_shared<MemoryStore>();
+  const Options o = tcpOptions(true);
+  std::vector<std::thread> ranks;
+  std::atomic<int> failures{0};
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto world = Comm::create(store, r, 4, o);
+        auto sub = world->split(r % 2, 0);
+        world->barrier();
+        world.reset();  // the parent is gone; its connections live on in the child
+        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+        checkSendRecv(*sub, 13);
+        sub->barrier();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+        ++failures;
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// Rank 3's process ends: every survivor sees PeerLost within the timeouts, in the parent and in
+// the child that contains rank 3; the other child ({0, 2}) goes on.
+TEST(SharedConnections, KilledRankIsPeerLostInParentAndChild) {
+  runProcesses(
+      4, tcpOptions(true),
+      [](Comm& c) {
+        auto sub = c.split(c.rank() % 2, 0);
+        c.barrier();
+        if (c.rank() == 3) {
+          // Late enough that every rank has left the barrier and the child {0, 2} is done.
+          std::this_thread::sleep_for(300ms);
+          std::fflush(stdout);
+          _exit(0);  // gone without a word
+        }
+        std::vector<float> buf(1031, 1.0f);
+        std::string message;
+        if (c.rank() == 1) {
+          EXPECT_EQ(codeOf(
+                        [&] {
+                          sub->allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                         ReduceOp::Sum);
+                        },
+                        message),
+                    ErrorCode::PeerLost)
+              << message;
+          // Rank 3 is the child's rank 1: named directly, or as the rank that revoked it.
+          EXPECT_TRUE(message.find("world rank 3") != std::string::npos ||
+                      message.find("revoked by rank 1") != std::string::npos)
+              << message;
+        } else {
+          sub->allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+          EXPECT_EQ(buf[0], 2.0f);
+        }
+        EXPECT_EQ(codeOf(
+                      [&] {
+                        c.allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                    ReduceOp::Sum);
+                      },
+                      message),
+                  ErrorCode::PeerLost)
+            << message;
+      },
+      120s);
+}
+
+}  // namespace
+}  // namespace braid::test

@@ -1,0 +1,288 @@
+// Lanes on a TCP transport (docs/architecture.md, "Shared connections"): several communicators'
+// messages on one connection, each matched only by receives of its own lane. One stream and
+// two striped streams alike.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <latch>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/errors.hpp"
+#include "harness/transport_ranks.hpp"
+#include "store/memory_store.hpp"
+#include "transport/factory.hpp"
+#include "transport/lane_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+namespace braid::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Bytes;
+using test::codeOf;
+
+constexpr std::uint64_t kLaneA = 0xa11ce;
+constexpr std::uint64_t kLaneB = 0xb0b;
+constexpr std::uint64_t kTag = 77;  // a collective's tag: matched by order within its lane
+
+Deadline after(Clock::duration d) {
+  return Clock::now() + d;
+}
+
+// Runs body(rank, transport) on 2 threads over TCP with 1 or 2 streams per peer.
+void runPair(int streams, const std::function<void(int, Transport&)>& body) {
+  TcpOptions o;
+  o.connectTimeout = 10s;
+  o.socketThreads = streams;
+  o.stripeMinBytes = 4096;
+  test::runTransportRanks(
+      2, [&](Store& store, int r) { return createTcpTransport(store, r, 2, o); }, body);
+}
+
+Bytes payload(std::size_t n, int seed) {
+  Bytes b(n);
+  for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(i * 31 + seed * 7);
+  return b;
+}
+
+// Rank 1 sends lane A's message, then lane B's. Rank 0 posts B's receive first and waits for it
+// alone: A's message, ahead of it on the stream with no receive of its lane, must not hold it up.
+// Then A's receive takes A's message, held aside meanwhile.
+TEST(TcpLanes, AMessageWithoutAReceiveOfItsLaneDoesNotHoldUpAnotherLane) {
+  for (int streams : {1, 2})
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4099}, std::size_t{70001}}) {
+      SCOPED_TRACE(std::to_string(streams) + " stream(s), " + std::to_string(n) + " bytes");
+      std::latch bDone(2);
+      runPair(streams, [&](int rank, Transport& t) {
+        ASSERT_TRUE(t.carriesLanes());
+        t.openLane(kLaneA);
+        t.openLane(kLaneB);
+        const Bytes a = payload(n, 1), b = payload(n, 2);
+        Request ra, rb;
+        if (rank == 1) {
+          t.postSendOnLane(kLaneA, 0, a.data(), n, kTag, ra);
+          t.postSendOnLane(kLaneB, 0, b.data(), n, kTag, rb);
+          t.wait(rb, after(5s));
+          bDone.arrive_and_wait();
+          t.wait(ra, after(5s));
+        } else {
+          Bytes gotA(n), gotB(n);
+          t.postRecvOnLane(kLaneB, 1, gotB.data(), n, kTag, rb);
+          t.wait(rb, after(5s));
+          EXPECT_EQ(gotB, b);
+          bDone.arrive_and_wait();
+          t.postRecvOnLane(kLaneA, 1, gotA.data(), n, kTag, ra);
+          t.wait(ra, after(5s));
+          EXPECT_EQ(gotA, a);
+        }
+        t.closeLane(kLaneA);
+        t.closeLane(kLaneB);
+      });
+    }
+}
+
+TEST(TcpLanes, AMismatchInsideALaneIsStillAMismatch) {
+  runPair(1, [&](int rank, Transport& t) {
+    t.openLane(kLaneA);
+    t.openLane(kLaneB);
+    Bytes buf(64, 3);
+    Request r;
+    if (rank == 1) {
+      t.postSendOnLane(kLaneA, 0, buf.data(), 64, kTag, r);
+      std::string message;
+      try {
+        t.wait(r, after(5s));
+      } catch (const Error&) {  // the receiver may close the connection first
+      }
+    } else {
+      t.postRecvOnLane(kLaneA, 1, buf.data(), 64, kTag + 1, r);
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t.wait(r, after(5s)); }, message), ErrorCode::Mismatch) << message;
+    }
+  });
+}
+
+// Aborting lane A fails its pending receive with Aborted; lane B on the same connection goes on.
+TEST(TcpLanes, AbortingOneLaneLeavesTheOtherWorking) {
+  for (int streams : {1, 2}) {
+    SCOPED_TRACE(std::to_string(streams) + " stream(s)");
+    std::latch aborted(2);
+    runPair(streams, [&](int rank, Transport& t) {
+      t.openLane(kLaneA);
+      t.openLane(kLaneB);
+      const Bytes b = payload(5000, 4);
+      Request ra, rb;
+      if (rank == 0) {
+        Bytes never(16), gotB(5000);
+        t.postRecvOnLane(kLaneA, 1, never.data(), 16, kTag, ra);
+        std::thread aborter([&] {
+          std::this_thread::sleep_for(30ms);
+          t.abortLane(kLaneA, "lane A aborted by the test");
+        });
+        std::string message;
+        EXPECT_EQ(codeOf([&] { t.wait(ra, after(5s)); }, message), ErrorCode::Aborted) << message;
+        EXPECT_NE(message.find("lane A aborted"), std::string::npos) << message;
+        aborter.join();
+        // Later posts on the aborted lane fail at once.
+        EXPECT_EQ(codeOf(
+                      [&] {
+                        t.postRecvOnLane(kLaneA, 1, never.data(), 16, kTag, ra);
+                        t.wait(ra, after(5s));
+                      },
+                      message),
+                  ErrorCode::Aborted);
+        aborted.arrive_and_wait();
+        t.postRecvOnLane(kLaneB, 1, gotB.data(), gotB.size(), kTag, rb);
+        t.wait(rb, after(5s));
+        EXPECT_EQ(gotB, b);
+      } else {
+        aborted.arrive_and_wait();
+        t.postSendOnLane(kLaneB, 0, b.data(), b.size(), kTag, rb);
+        t.wait(rb, after(5s));
+      }
+    });
+  }
+}
+
+// Messages of a lane closed on the receiver are dropped; the other lanes' messages behind them
+// arrive.
+TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
+  std::latch closed(2);
+  runPair(1, [&](int rank, Transport& t) {
+    t.openLane(kLaneA);
+    t.openLane(kLaneB);
+    const Bytes a = payload(3000, 5), b = payload(3000, 6);
+    Request ra, rb;
+    if (rank == 0) t.closeLane(kLaneA);
+    closed.arrive_and_wait();
+    if (rank == 1) {
+      t.postSendOnLane(kLaneA, 0, a.data(), a.size(), kTag, ra);
+      t.postSendOnLane(kLaneB, 0, b.data(), b.size(), kTag, rb);
+      t.wait(ra, after(5s));
+      t.wait(rb, after(5s));
+    } else {
+      Bytes got(3000);
+      t.postRecvOnLane(kLaneB, 1, got.data(), got.size(), kTag, rb);
+      t.wait(rb, after(5s));
+      EXPECT_EQ(got, b);
+    }
+  });
+}
+
+// Closing a lane (its communicator is destroyed) takes its pending requests out of the shared
+// connections, so none is left referring to memory that goes with the communicator; the other
+// lanes go on.
+TEST(TcpLanes, ClosingALaneTakesItsPendingRequestsOut) {
+  std::latch closed(2);
+  runPair(1, [&](int rank, Transport& t) {
+    t.openLane(kLaneA);
+    t.openLane(kLaneB);
+    const Bytes b = payload(3000, 7);
+    Request rb;
+    if (rank == 0) {
+      auto never = std::make_unique<Bytes>(64);
+      auto ra = std::make_unique<Request>();
+      t.postRecvOnLane(kLaneA, 1, never->data(), never->size(), kTag, *ra);
+      t.closeLane(kLaneA);
+      EXPECT_EQ(ra->state.load(), Request::State::Failed);
+      ra.reset();  // gone with its communicator
+      never.reset();
+      closed.arrive_and_wait();
+      Bytes got(3000);
+      t.postRecvOnLane(kLaneB, 1, got.data(), got.size(), kTag, rb);
+      t.wait(rb, after(5s));
+      EXPECT_EQ(got, b);
+    } else {
+      closed.arrive_and_wait();
+      t.postSendOnLane(kLaneB, 0, b.data(), b.size(), kTag, rb);
+      t.wait(rb, after(5s));
+    }
+  });
+}
+
+// A LaneTransport renumbers: view rank r is the shared transport's rank toBase[r].
+TEST(TcpLanes, ALaneViewMapsItsRanksToTheSharedTransport) {
+  std::vector<std::shared_ptr<Transport>> shared(3);
+  test::runTransportRanks(
+      3,
+      [&](Store& store, int r) {
+        TcpOptions o;
+        o.connectTimeout = 10s;
+        return createTcpTransport(store, r, 3, o);
+      },
+      [&](int rank, Transport& t) {
+        // A non-owning handle: the harness owns the transport and outlives the view.
+        std::shared_ptr<Transport> base(&t, [](Transport*) {});
+        if (rank == 1) return;  // the view is {2, 0}: world ranks 2 and 0 as view ranks 0 and 1
+        const int mine = rank == 2 ? 0 : 1;
+        LaneTransport view(base, kLaneA, mine, {2, 0});
+        EXPECT_EQ(view.size(), 2);
+        Bytes out = payload(100, rank), in(100);
+        Request s, r;
+        view.postSend(1 - mine, out.data(), out.size(), kTag, s);
+        view.postRecv(1 - mine, in.data(), in.size(), kTag, r);
+        view.wait(s, after(5s));
+        view.wait(r, after(5s));
+        EXPECT_EQ(in, payload(100, rank == 2 ? 0 : 2));
+        EXPECT_NE(
+            view.describePeer(1 - mine).find("world rank " + std::to_string(rank == 2 ? 0 : 2)),
+            std::string::npos)
+            << view.describePeer(1 - mine);
+        std::string message;
+        EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
+                  ErrorCode::InvalidArgument);
+      });
+}
+
+// A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (a segment of
+// their own), rank 2 on host B is reached over the parent's TCP connections on the child's lane.
+// The child's creation opens no socket, and every pair's messages arrive intact.
+TEST(TcpLanes, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
+  auto store = std::make_shared<MemoryStore>();
+  std::latch parentsUp(4), childrenUp(4), done(4);
+  std::atomic<std::size_t> before{0}, after{0};
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      errors[static_cast<std::size_t>(r)] = test::errorOf([&] {
+        TransportOptions o;
+        o.tcp.connectTimeout = 10s;
+        o.hostIdentity = r < 2 ? "host-a" : "host-b";
+        o.shareConnections = true;
+        o.lane = 11;
+        auto parent = createTransport(*store, r, 4, o);
+        parentsUp.arrive_and_wait();
+        if (r == 0) before = tcpSocketsOpened();
+        std::unique_ptr<RoutedTransport> child;
+        if (r < 3) {
+          const std::vector<int> members = {0, 1, 2};
+          auto childStore = std::make_shared<PrefixStore>(store, "child/");
+          TransportOptions co = o;
+          co.lane = 22;
+          child = createTransport(*childStore, r, 3, co, parent.get(), members);
+          for (int p = 0; p < 3; ++p) {
+            if (p == r) continue;
+            const bool sameHost = (p < 2) == (r < 2);
+            EXPECT_EQ(child->pathTo(p).rfind(sameHost ? "shm" : "tcp", 0), 0u)
+                << "rank " << r << " to " << p << ": " << child->pathTo(p);
+          }
+        }
+        childrenUp.arrive_and_wait();
+        if (r == 0) after = tcpSocketsOpened();
+        if (child) test::exchangeAll(r, *child, 5003, 5);
+        done.arrive_and_wait();
+      });
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  EXPECT_EQ(after.load(), before.load());
+}
+
+}  // namespace
+}  // namespace braid::transport
