@@ -17,6 +17,7 @@
 #include <braid/store.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <numeric>
@@ -27,6 +28,7 @@
 
 #include "harness/errors.hpp"
 #include "harness/raw_connection.hpp"
+#include "store/memory_store.hpp"
 #include "store/store_protocol.hpp"
 
 namespace braid {
@@ -697,6 +699,137 @@ TEST(PrefixStore, IsolatesNamespaces) {
   PrefixStore nested(std::make_shared<PrefixStore>(base, "comm1"), "sub");
   nested.setString("k", "v");
   EXPECT_EQ(a.getString("sub/k", kLong), "v");
+}
+
+TEST(StoreProtocol, DeleteRequestsRoundTrip) {
+  std::vector<proto::Request> reqs(3);
+  reqs[0].type = proto::RequestType::Delete;
+  reqs[0].keys = {"a", "", "braid/0//tcp/addr/7"};
+  reqs[1].type = proto::RequestType::NumKeys;
+  reqs[2].type = proto::RequestType::DeletePrefix;
+  reqs[2].keys = {"braid/0//"};
+  std::vector<std::uint8_t> wire;
+  for (const auto& r : reqs) ASSERT_TRUE(proto::appendRequest(r, wire));
+  std::size_t at = 0;
+  for (const auto& want : reqs) {
+    proto::Request got;
+    const auto r = proto::decodeRequest(std::span(wire).subspan(at), got);
+    ASSERT_EQ(r.status, proto::DecodeStatus::Complete) << r.error;
+    at += r.frameBytes;
+    EXPECT_EQ(got.type, want.type);
+    EXPECT_EQ(got.keys, want.keys);
+  }
+  EXPECT_EQ(at, wire.size());
+  proto::Request bad;
+  bad.type = proto::RequestType::NumKeys;
+  bad.keys = {"x"};
+  EXPECT_FALSE(proto::appendRequest(bad, wire));
+  bad.type = proto::RequestType::DeletePrefix;
+  bad.keys = {};
+  EXPECT_FALSE(proto::appendRequest(bad, wire));
+  EXPECT_EQ(at, wire.size()) << "a refused request appends nothing";
+}
+
+// deleteKeys / deletePrefix / numKeys, the same on every store that supports them; `count`
+// reads the key count independently of the client (the server's own, or numKeys).
+void checkDeletion(Store& store, const std::function<std::size_t()>& count) {
+  ASSERT_TRUE(store.supportsDelete());
+  const std::size_t before = count();
+  EXPECT_EQ(static_cast<std::size_t>(store.numKeys()), before);
+  for (int i = 0; i < 5; ++i) store.setString("d/" + std::to_string(i), std::string(i, 'x'));
+  store.add("d/counter", 3);
+  store.setString("dd/other", "kept");  // shares "d" but not "d/"
+  EXPECT_EQ(count(), before + 7);
+  EXPECT_EQ(store.numKeys(), static_cast<std::int64_t>(before + 7));
+  // A missing key is no error, and counts 0.
+  EXPECT_EQ(store.deleteKeys({"d/0", "d/missing", "d/0"}), 1);
+  EXPECT_FALSE(store.check({"d/0"}));
+  EXPECT_TRUE(store.deleteKey("d/1"));
+  EXPECT_FALSE(store.deleteKey("d/1"));
+  EXPECT_EQ(store.deleteKeys({}), 0);
+  EXPECT_EQ(count(), before + 5);
+  // A deleted key is waited for anew, and can be set again.
+  EXPECT_EQ(thrownBy([&] { store.get("d/1", milliseconds(50)); }).code(), ErrorCode::Timeout);
+  store.setString("d/1", "again");
+  EXPECT_EQ(store.getString("d/1", kLong), "again");
+  EXPECT_EQ(store.add("d/counter", 0), 3);
+  EXPECT_EQ(store.deletePrefix("d/"), 5);  // d/1 (set again), d/2, d/3, d/4, d/counter
+  EXPECT_TRUE(store.check({"dd/other"}));
+  EXPECT_EQ(store.add("d/counter", 1), 1) << "a deleted counter starts from 0";
+  EXPECT_EQ(store.deletePrefix("d"), 2);  // d/counter and dd/other
+  EXPECT_EQ(store.deletePrefix("d"), 0);
+  EXPECT_EQ(count(), before);
+}
+
+TEST(TcpStore, DeleteKeysPrefixAndCount) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  auto other = connectTo(server);
+  EXPECT_EQ(server.keyCount(), 0u);
+  checkDeletion(*store, [&] { return static_cast<std::size_t>(other->numKeys()); });
+  EXPECT_EQ(server.keyCount(), 0u);
+  // The server's count agrees with NUMKEYS, and every request is counted.
+  const std::uint64_t before = server.requestCount();
+  store->setString("a", "1");
+  store->setString("b", "2");
+  EXPECT_EQ(server.keyCount(), 2u);
+  EXPECT_EQ(store->deleteKeys({"a", "b", "c"}), 2);
+  EXPECT_EQ(server.requestCount(), before + 3);
+  EXPECT_EQ(server.keyCount(), 0u);
+}
+
+TEST(TcpStore, DeleteBadInputIsAnError) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  store->setString("k", "v");
+  Error e = thrownBy([&] { store->deleteKeys({"k", std::string(5000, 'x')}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.detail().find("DELETE"), std::string::npos) << e.what();
+  e = thrownBy([&] { store->deletePrefix(std::string(5000, 'x')); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.detail().find("DELPREFIX"), std::string::npos) << e.what();
+  std::vector<std::string> tooMany(proto::kMaxKeys + 1, "k");
+  EXPECT_EQ(thrownBy([&] { store->deleteKeys(tooMany); }).code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(store->getString("k", kLong), "v") << "nothing was deleted and the connection lives";
+  // A store without deletion says so.
+  class Plain final : public Store {
+   public:
+    void set(const std::string&, const std::vector<std::uint8_t>&) override {}
+    std::vector<std::uint8_t> get(const std::string&, milliseconds) override { return {}; }
+    std::int64_t add(const std::string&, std::int64_t) override { return 0; }
+    void wait(const std::vector<std::string>&, milliseconds) override {}
+    bool check(const std::vector<std::string>&) override { return true; }
+  } plain;
+  EXPECT_FALSE(plain.supportsDelete());
+  e = thrownBy([&] { plain.deleteKeys({"k"}); });
+  EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(e.detail().find("deleteKeys"), std::string::npos) << e.what();
+  EXPECT_EQ(thrownBy([&] { plain.numKeys(); }).code(), ErrorCode::InvalidArgument);
+  EXPECT_EQ(thrownBy([&] { plain.deletePrefix("k"); }).code(), ErrorCode::InvalidArgument);
+}
+
+TEST(MemoryStore, DeleteKeysPrefixAndCount) {
+  MemoryStore store;
+  checkDeletion(store, [&] { return static_cast<std::size_t>(store.numKeys()); });
+}
+
+TEST(PrefixStore, DeletesOnlyItsNamespace) {
+  TcpStoreServer server("127.0.0.1", 0);
+  std::shared_ptr<Store> base = connectTo(server);
+  auto a = std::make_shared<PrefixStore>(base, "braid/0/");
+  PrefixStore child(base, "braid/0/s1c0/");
+  a->setString("tcp/addr/0", "x");
+  a->setString("tcp/addr/1", "y");
+  child.setString("tcp/addr/0", "z");
+  base->setString("braid/generation/0", "1");
+  EXPECT_EQ(a->numKeys(), 4) << "numKeys counts the whole store, as torch's num_keys";
+  EXPECT_TRUE(a->deleteKey("tcp/addr/1"));
+  EXPECT_FALSE(base->check({"braid/0//tcp/addr/1"}));
+  // The whole namespace, not the child's ("braid/0//" vs "braid/0/s1c0//").
+  EXPECT_EQ(a->deletePrefix(""), 1);
+  EXPECT_EQ(child.getString("tcp/addr/0", kLong), "z");
+  EXPECT_EQ(server.keyCount(), 2u);
+  checkDeletion(*a, [&] { return server.keyCount(); });
 }
 
 }  // namespace
