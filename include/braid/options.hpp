@@ -210,6 +210,10 @@ struct Options {
   /// so a rank holds sockets only to the peers its algorithms use (docs/architecture.md, "When
   /// connections are made"). braid-check always connects eagerly.
   bool lazyConnect = false;
+  /// Whether a communicator deletes its store keys (BRAID_STORE_CLEANUP): the bootstrap's once
+  /// every rank finished it, the rest once every rank destroyed it (docs/architecture.md,
+  /// "Bootstrap"). false keeps them, to inspect a bootstrap in the store.
+  bool storeCleanup = true;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

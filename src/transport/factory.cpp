@@ -110,18 +110,22 @@ const TransportKind& interHostKind(const TransportOptions& options) {
 }
 
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
-                                                 const TransportOptions& options) {
+                                                 const TransportOptions& options,
+                                                 std::vector<std::string>* hostsOut) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
                                                 " is outside world size " + std::to_string(size));
   // Checked first, on every rank alike, so that a kind that cannot run fails every world size.
   const TransportKind& between = interHostKind(options);
-  if (size == 1)
+  if (size == 1) {
+    if (hostsOut != nullptr) *hostsOut = {"self"};
     return std::make_unique<RoutedTransport>(rank, size, std::vector<RoutedTransport::Leg>{});
+  }
   std::string mine = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
   if (options.shmDisable) mine = "shm-disabled/rank-" + std::to_string(rank) + "/" + mine;
   const std::vector<std::string> hosts =
       allGatherStrings(store, "host", rank, size, mine, options.tcp.connectTimeout, "their host");
+  if (hostsOut != nullptr) *hostsOut = hosts;
   std::vector<int> local;
   for (int r = 0; r < size; ++r)
     if (hosts[static_cast<std::size_t>(r)] == mine) local.push_back(r);
