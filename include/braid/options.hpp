@@ -207,14 +207,18 @@ struct Options {
   std::size_t socketStripeMinBytes = 256 * 1024;
   /// When TCP pairs connect (BRAID_CONNECT): true ("lazy", the default) a pair when a request to
   /// the peer is first posted on either side, so a rank holds sockets only to the peers its
-  /// algorithms use; false ("eager") every pair at creation, so setup errors surface there (docs/architecture.md, "When
-  /// connections are made"). braid-check always connects eagerly.
+  /// algorithms use; false ("eager") every pair at creation, so setup errors surface there
+  /// (docs/architecture.md, "When connections are made"). braid-check always connects eagerly.
   bool lazyConnect = true;
   /// Sub-communicators (split, subgroup) post over their parent's TCP connections, each on a
   /// lane of its own, instead of opening sockets (BRAID_SHARE_CONNECTIONS, default on; false:
   /// every communicator its own sockets, as isolation). docs/architecture.md, "Shared
   /// connections".
   bool shareConnections = true;
+  /// Whether a communicator deletes its store keys (BRAID_STORE_CLEANUP): the bootstrap's once
+  /// every rank finished it, the rest once every rank destroyed it (docs/architecture.md,
+  /// "Bootstrap"). false keeps them, to inspect a bootstrap in the store.
+  bool storeCleanup = true;
 
   /// Defaults overridden by the BRAID_* environment variables. Throws Error(InvalidArgument)
   /// naming the variable when a value does not parse.

@@ -27,6 +27,21 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   /// True when every key exists right now.
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  /// Removes every key of `keys` that exists (a missing key is no error: several ranks may
+  /// clean up the same keys) and returns how many existed. A key that is waited for after its
+  /// deletion is waited for anew. The default throws Error(InvalidArgument) naming the store's
+  /// kind: a store without deletion keeps bootstrap keys (callers check supportsDelete()).
+  virtual std::int64_t deleteKeys(const std::vector<std::string>& keys);
+  /// Removes every key that starts with `prefix` (byte for byte) and returns how many; throws
+  /// like deleteKeys. PrefixStore deletes its own namespace's keys that start with it.
+  virtual std::int64_t deletePrefix(const std::string& prefix);
+  /// The number of keys the store holds (counters included); the default throws like
+  /// deleteKeys. PrefixStore counts the whole base store, as torch's num_keys does.
+  virtual std::int64_t numKeys();
+  /// True when deleteKeys, deletePrefix and numKeys work.
+  virtual bool supportsDelete() const { return false; }
+  /// deleteKeys of one key: true when it existed.
+  bool deleteKey(const std::string& key) { return deleteKeys({key}) > 0; }
 
   // Convenience wrappers for string values.
   void setString(const std::string& key, const std::string& value);
@@ -46,6 +61,10 @@ class TcpStoreServer {
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   std::uint16_t port() const noexcept;
+  /// Requests served so far (every decoded request of every client, whatever its outcome) and
+  /// keys held now; read from any thread (tests and benchmarks count the bootstrap's load).
+  std::uint64_t requestCount() const noexcept;
+  std::size_t keyCount() const noexcept;
 
   struct Impl;
 
@@ -70,6 +89,10 @@ class TcpStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
+  std::int64_t deleteKeys(const std::vector<std::string>& keys) override;
+  std::int64_t deletePrefix(const std::string& prefix) override;
+  std::int64_t numKeys() override;
+  bool supportsDelete() const override { return true; }
   /// The local address of the connection to the store: an address of this host that the store's
   /// network can reach (used as the default listen address).
   std::string localAddress() const;
@@ -101,6 +124,10 @@ class PrefixStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
+  std::int64_t deleteKeys(const std::vector<std::string>& keys) override;
+  std::int64_t deletePrefix(const std::string& prefix) override;
+  std::int64_t numKeys() override;
+  bool supportsDelete() const override { return base_->supportsDelete(); }
   const std::shared_ptr<Store>& base() const { return base_; }
   const std::string& prefix() const { return prefix_; }
 

@@ -68,6 +68,29 @@ bool TorchStoreAdapter::check(const std::vector<std::string>& keys) {
   }
 }
 
+std::int64_t TorchStoreAdapter::deleteKeys(const std::vector<std::string>& keys) {
+  std::int64_t removed = 0;
+  for (const auto& key : keys) {
+    try {
+      removed += store_->deleteKey(key) ? 1 : 0;
+    } catch (const std::exception& e) {
+      deleteFailed_ = true;
+      rethrowAsBraid("deleteKey", key, e, braid::ErrorCode::InvalidArgument);
+    }
+  }
+  return removed;
+}
+
+std::int64_t TorchStoreAdapter::numKeys() {
+  try {
+    return store_->getNumKeys();
+  } catch (const std::exception& e) {
+    deleteFailed_ = true;
+    throw braid::Error(braid::ErrorCode::InvalidArgument,
+                       std::string("torch store getNumKeys failed: ") + e.what());
+  }
+}
+
 std::shared_ptr<braid::Store> bootstrapStore(const c10::intrusive_ptr<c10d::Store>& torchStore,
                                              int rank, const braid::Options& options) {
   auto adapter = std::make_shared<TorchStoreAdapter>(torchStore);

@@ -3,6 +3,7 @@
 // (listen addresses, generation counters) goes through it; data never does.
 #pragma once
 
+#include <atomic>
 #include <braid/options.hpp>
 #include <braid/store.hpp>
 #include <memory>
@@ -22,9 +23,15 @@ class TorchStoreAdapter : public braid::Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
+  /// torch's deleteKey per key and getNumKeys. Some torch stores have neither (FileStore): their
+  /// failure becomes braid::Error(InvalidArgument), and supportsDelete() is false from then on.
+  std::int64_t deleteKeys(const std::vector<std::string>& keys) override;
+  std::int64_t numKeys() override;
+  bool supportsDelete() const override { return !deleteFailed_.load(); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;
+  std::atomic<bool> deleteFailed_{false};
 };
 
 /// The store a group's braid communicators bootstrap (and shrink) through. Where a launcher

@@ -81,6 +81,7 @@ Comm::Impl::~Impl() {
   monitor.reset();      // no operation can fail any more
   transport.reset();
   timeline.reset();  // closes the JSON after the last operation finished
+  releaseNamespace();
 }
 
 std::string Comm::Impl::where(Collective c) const {

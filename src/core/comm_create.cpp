@@ -18,6 +18,7 @@
 #include "core/tag.hpp"
 #include "core/topology_setup.hpp"
 #include "kernels/reduce.hpp"
+#include "store/all_gather.hpp"
 #include "store/memory_store.hpp"
 #include "transport/factory.hpp"
 #include "transport/tcp/interfaces.hpp"
@@ -198,14 +199,19 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
     }
     checkWorldSize(*impl->commStore, rank, size, opts.connectTimeout);
   }
+  std::vector<std::string> hosts;
   impl->transport = transport::createTransport(
       *impl->commStore, rank, size, transportOptions,
-      dynamic_cast<const transport::RoutedTransport*>(parentTransport), members);
+      dynamic_cast<const transport::RoutedTransport*>(parentTransport), members, &hosts);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->startDiagnosis();
   impl->startElastic();
   impl->scratch.resize(opts.bufferBytes);
-  impl->topo = core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members);
+  // Gathered by node: the hosts as the transport grouped them (with shared memory off every rank
+  // is a host of its own).
+  const std::vector<int> nodeOf = nodeIndices(hosts);
+  impl->topo =
+      core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members, nodeOf);
   if (parentParams != nullptr) {
     costParams = *parentParams;  // measured or loaded once, for the world communicator
   } else if (opts.tune && size > 1) {
@@ -243,10 +249,42 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      (impl->model->decides() ? ", selects algorithms"
                                              : ", predictions only (one host, fixed policy)"));
   }
+  impl->finishBootstrap();
   return impl;
 }
 
 }  // namespace
+
+// The bootstrap's keys, by the prefix of the step that writes them: the world size check
+// (join/), host identities (host/), topology (topo/), shared-memory segment setup (shm/), UCX
+// worker addresses (ucx/), the TCP listeners (tcp/, kept while a lazy transport may dial), the
+// calibration (tune/). Each is read only while the communicator is created.
+void Comm::Impl::finishBootstrap() {
+  if (!opts.storeCleanup || !commStore->supportsDelete()) return;
+  try {
+    if (commStore->add("boot/done", 1) != size) return;
+    std::int64_t removed = 0;
+    for (const char* p : {"join/", "host/", "topo/", "shm/", "ucx/", "tune/", "boot/"})
+      removed += commStore->deletePrefix(p);
+    if (!opts.lazyConnect) removed += commStore->deletePrefix("tcp/");
+    log(2, "bootstrap done on every rank: deleted its " + std::to_string(removed) + " store keys" +
+               (opts.lazyConnect ? " (the TCP addresses stay: lazy dials)" : ""));
+  } catch (const Error& e) {
+    log(2, "bootstrap keys not deleted: " + std::string(e.what()));
+  }
+}
+
+void Comm::Impl::releaseNamespace() {
+  if (!opts.storeCleanup || !commStore || !commStore->supportsDelete()) return;
+  try {
+    if (commStore->add("left", 1) != size) return;
+    const std::int64_t removed = commStore->deletePrefix("");
+    log(2,
+        "every rank left: deleted the communicator's " + std::to_string(removed) + " store keys");
+  } catch (const Error& e) {
+    log(2, "communicator keys not deleted: " + std::string(e.what()));
+  }
+}
 
 std::unique_ptr<Comm::Impl> Comm::Impl::make(std::shared_ptr<Store> store,
                                              std::shared_ptr<TcpStoreServer> server, int rank,

@@ -54,7 +54,8 @@ Liveness::Liveness(std::shared_ptr<Store> commStore, int rank,
       wrapped = std::make_shared<PrefixStore>(wrapped, *it);
       flat += *it + "/";
     }
-    tcp_->setOnClose(flat + "dead/" + std::to_string(rank_), {'1'});
+    deadKey_ = flat + "dead/" + std::to_string(rank_);
+    tcp_->setOnClose(deadKey_, {'1'});
     // A rank that goes without destroying the communicator (killed, crashed, exited) revokes it:
     // the server sets the key when the connection closes; a destructor cancels it first.
     char host[256] = "?";
@@ -86,9 +87,14 @@ Liveness::Liveness(std::shared_ptr<Store> commStore, int rank,
 
 Liveness::~Liveness() {
   if (tcp_) {
-    // Going on purpose: the others see this rank gone (dead/<rank>), not a revoke.
+    // Going on purpose: the others see this rank gone (dead/<rank>), not a revoke. The dead
+    // key is set here, in order on this connection (so still after every protocol write), rather
+    // than by the server at close: the close is served at some later time, and the last rank to
+    // leave deletes the namespace, which must not be followed by a key set on close.
     try {
       tcp_->cancelOnClose(revokedKey_);
+      tcp_->set(deadKey_, {'1'});
+      tcp_->cancelOnClose(deadKey_);
     } catch (const std::exception&) {
     }
     watch_->disconnect();

@@ -147,6 +147,14 @@ struct Comm::Impl {
   void publishRevoke(const std::string& message);
   /// " (gone: rank 3, ...)" when the store knows ranks of this communicator are gone, else "".
   std::string goneText();
+  /// The communicator's store keys (docs/architecture.md, "Bootstrap"). finishBootstrap: every
+  /// rank has read the bootstrap keys it needs; the last to get here deletes them (all but the
+  /// TCP addresses of a lazy transport, which dials later). releaseNamespace (destructor, after
+  /// the transport is gone): the last rank to leave deletes every key of the namespace.
+  /// Best effort: a store that cannot delete keeps them; a failure is logged at level 2.
+  void finishBootstrap();
+  void releaseNamespace();
+
   static std::unique_ptr<Impl> make(std::shared_ptr<Store> store,
                                     std::shared_ptr<TcpStoreServer> server, int rank, int size,
                                     std::string id, const Options& opts,

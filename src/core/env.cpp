@@ -121,6 +121,8 @@ const std::vector<EnvVarDoc> kVariables = {
      "when TCP pairs connect: eager (all at creation) or lazy (a pair on its first message)"},
     {"BRAID_SHARE_CONNECTIONS", "1",
      "0: every sub-communicator opens sockets of its own instead of sharing its parent's"},
+    {"BRAID_STORE_CLEANUP", "1",
+     "0 keeps a communicator's store keys (bootstrap, liveness) to inspect them; 1 deletes them"},
     {"BRAID_SOCKET_STRIPE_MIN", "256K",
      "TCP messages this big are cut into one piece per stream (with several streams)"},
     {"BRAID_TORCH_GRACE_US", "1000",
@@ -531,6 +533,7 @@ Options Options::fromEnv() {
     if (c != "lazy" && c != "eager") throw badValue("BRAID_CONNECT", v, "lazy or eager");
     o.lazyConnect = c == "lazy";
   }
+  o.storeCleanup = boolVar("BRAID_STORE_CLEANUP", o.storeCleanup);
   o.socketStripeMinBytes = sizeVar("BRAID_SOCKET_STRIPE_MIN", o.socketStripeMinBytes);
   if (o.socketStripeMinBytes == 0)
     throw badValue("BRAID_SOCKET_STRIPE_MIN", get("BRAID_SOCKET_STRIPE_MIN"), "a positive size");

@@ -16,7 +16,9 @@ class Liveness {
   /// Over a TCP store (under any PrefixStores): opens a connection of its own whose close sets
   /// "dead/<rank>" (server side: also when the process is killed) and, unless the destructor
   /// ran, "revoked"; and a second one with a thread parked on "revoked" that calls onRevoke with
-  /// its value. Over other stores: the destructor sets
+  /// its value. The destructor (leaving on purpose) sets "dead/<rank>" itself before it
+  /// closes, so that the key is in place before anything this rank writes afterwards (the
+  /// communicator's end, Comm::Impl::releaseNamespace). Over other stores: the destructor sets
   /// "dead/<rank>", and nothing watches (a revoke reaches the ranks through the transport).
   Liveness(std::shared_ptr<Store> commStore, int rank,
            std::function<void(const std::string&)> onRevoke);
@@ -36,6 +38,7 @@ class Liveness {
   std::shared_ptr<TcpStore> tcp_;    // the liveness connection: writes, ONCLOSE keys
   std::shared_ptr<TcpStore> watch_;  // the revoke watcher's
   std::string revokedKey_;
+  std::string deadKey_;  // as the server spells it
   std::shared_ptr<Store> writes_;
   std::thread watcher_;
   std::thread publisher_;

@@ -11,15 +11,16 @@ namespace braid::core {
 
 namespace {
 
-topology::Topology gather(Store& store, int rank, int size, std::chrono::milliseconds timeout) {
+topology::Topology gather(Store& store, int rank, int size, std::span<const int> nodeOf,
+                          std::chrono::milliseconds timeout) {
   const std::vector<std::string> texts =
-      allGatherStrings(store, "topo", rank, size,
-                       topology::json::write(topology::peerToJson(topology::localPeerInfo())),
-                       timeout, "their topology information");
+      gatherByNode(store, "topo", rank, size, nodeOf,
+                   topology::json::write(topology::peerToJson(topology::localPeerInfo())), timeout,
+                   "their topology information");
   std::vector<topology::PeerInfo> peers;
   peers.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
-    const std::string where = "store key topo/" + std::to_string(r);
+    const std::string where = "rank " + std::to_string(r) + "'s topology information";
     peers.push_back(topology::peerFromJson(
         topology::json::parse(texts[static_cast<std::size_t>(r)], where), where));
   }
@@ -42,7 +43,8 @@ std::string rankList(const std::vector<int>& ranks) {
 }  // namespace
 
 topology::Topology setupTopology(Store& commStore, int rank, int size, const Options& opts,
-                                 const topology::Topology* parent, std::span<const int> members) {
+                                 const topology::Topology* parent, std::span<const int> members,
+                                 std::span<const int> nodeOf) {
   if (parent != nullptr) return parent->subset(members);
   topology::Topology t;
   if (!opts.topoFile.empty()) {
@@ -55,7 +57,7 @@ topology::Topology setupTopology(Store& commStore, int rank, int size, const Opt
   } else if (size == 1) {
     t = topology::buildTopology({topology::localPeerInfo()});
   } else {
-    t = gather(commStore, rank, size, opts.connectTimeout);
+    t = gather(commStore, rank, size, nodeOf, opts.connectTimeout);
   }
   if (!opts.topoDump.empty() && rank == 0) topology::dumpTopologyFile(t, opts.topoDump);
   return t;

@@ -1,7 +1,6 @@
 #include "store/memory_store.hpp"
 
 #include <braid/error.hpp>
-
 #include <cstring>
 
 namespace braid {
@@ -56,6 +55,29 @@ bool MemoryStore::check(const std::vector<std::string>& keys) {
   for (const auto& k : keys)
     if (data_.find(k) == data_.end()) return false;
   return true;
+}
+
+std::int64_t MemoryStore::deleteKeys(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::int64_t n = 0;
+  for (const auto& k : keys) n += static_cast<std::int64_t>(data_.erase(k));
+  return n;
+}
+
+std::int64_t MemoryStore::deletePrefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::int64_t n = 0;
+  for (auto it = data_.lower_bound(prefix);
+       it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    it = data_.erase(it);
+    ++n;
+  }
+  return n;
+}
+
+std::int64_t MemoryStore::numKeys() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return static_cast<std::int64_t>(data_.size());
 }
 
 }  // namespace braid

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <braid/store.hpp>
-
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -16,6 +15,10 @@ class MemoryStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
+  std::int64_t deleteKeys(const std::vector<std::string>& keys) override;
+  std::int64_t deletePrefix(const std::string& prefix) override;
+  std::int64_t numKeys() override;
+  bool supportsDelete() const override { return true; }
 
  private:
   std::mutex mu_;

@@ -44,4 +44,16 @@ bool PrefixStore::check(const std::vector<std::string>& keys) {
   return base_->check(prefixed(prefix_, keys));
 }
 
+std::int64_t PrefixStore::deleteKeys(const std::vector<std::string>& keys) {
+  return base_->deleteKeys(prefixed(prefix_, keys));
+}
+
+std::int64_t PrefixStore::deletePrefix(const std::string& prefix) {
+  return base_->deletePrefix(prefix_ + "/" + prefix);
+}
+
+std::int64_t PrefixStore::numKeys() {
+  return base_->numKeys();
+}
+
 }  // namespace braid

@@ -181,6 +181,12 @@ const char* toString(RequestType t) noexcept {
       return "ONCLOSE";
     case RequestType::UnClose:
       return "UNCLOSE";
+    case RequestType::Delete:
+      return "DELETE";
+    case RequestType::NumKeys:
+      return "NUMKEYS";
+    case RequestType::DeletePrefix:
+      return "DELPREFIX";
   }
   return "UNKNOWN";
 }
@@ -189,8 +195,9 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
   if (!keysFit(req.keys)) return false;
   const bool oneKey = req.type == RequestType::Set || req.type == RequestType::Get ||
                       req.type == RequestType::Add || req.type == RequestType::OnClose ||
-                      req.type == RequestType::UnClose;
+                      req.type == RequestType::UnClose || req.type == RequestType::DeletePrefix;
   if (oneKey && req.keys.size() != 1) return false;
+  if (req.type == RequestType::NumKeys && !req.keys.empty()) return false;
   if ((req.type == RequestType::Set || req.type == RequestType::OnClose) &&
       req.value.size() > kMaxValueBytes)
     return false;
@@ -215,10 +222,14 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
         putKeys(out, req.keys);
         break;
       case RequestType::Check:
+      case RequestType::Delete:
         putKeys(out, req.keys);
         break;
       case RequestType::UnClose:
+      case RequestType::DeletePrefix:
         putBytes(out, req.keys[0].data(), req.keys[0].size());
+        break;
+      case RequestType::NumKeys:
         break;
     }
   });
@@ -283,11 +294,16 @@ DecodeResult decodeRequest(std::span<const std::uint8_t> bytes, Request& out) {
       ok = in.u64(out.timeoutMs) && in.keys(out.keys);
       break;
     case RequestType::Check:
+    case RequestType::Delete:
       ok = in.keys(out.keys);
       break;
     case RequestType::UnClose:
+    case RequestType::DeletePrefix:
       out.keys.resize(1);
       ok = in.string(out.keys[0], kMaxKeyBytes, "key");
+      break;
+    case RequestType::NumKeys:
+      ok = true;
       break;
     default:
       return malformed(r, "unknown request type " + std::to_string(type));

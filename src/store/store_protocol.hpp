@@ -15,6 +15,9 @@
 //            ONCLOSE key, value           -> OK; when this connection closes (the client exits,
 //                                            dies or closes it), the server SETs key to value
 //            UNCLOSE key                  -> OK; drops this connection's ONCLOSE of key
+//            DELETE keys                  -> INTEGER how many of the keys existed (all removed)
+//            NUMKEYS                      -> INTEGER how many keys the store holds
+//            DELPREFIX key                -> INTEGER how many keys starting with key it removed
 //
 // A connection carries one request at a time: the client sends a request and reads its reply
 // before sending the next. Every length is checked against its bound before anything is
@@ -44,7 +47,10 @@ enum class RequestType : std::uint8_t {
   Wait = 4,
   Check = 5,
   OnClose = 6,
-  UnClose = 7
+  UnClose = 7,
+  Delete = 8,
+  NumKeys = 9,
+  DeletePrefix = 10
 };
 enum class ResponseType : std::uint8_t {
   Ok = 1,
@@ -60,8 +66,8 @@ const char* toString(RequestType t) noexcept;
 
 struct Request {
   RequestType type = RequestType::Set;
-  std::vector<std::string>
-      keys;  ///< one key for SET/GET/ADD/ONCLOSE/UNCLOSE; any number for WAIT/CHECK
+  std::vector<std::string> keys;  ///< one key for SET/GET/ADD/ONCLOSE/UNCLOSE/DELPREFIX; any number
+                                  ///< for WAIT/CHECK/DELETE; none for NUMKEYS
   std::vector<std::uint8_t> value;  ///< SET, ONCLOSE
   std::int64_t delta = 0;           ///< ADD
   std::uint64_t timeoutMs = 0;      ///< GET/WAIT

@@ -77,7 +77,8 @@ std::string joinKeys(const std::vector<std::string>& keys) {
 
 // "GET 'key'", "WAIT ['a', 'b']": how errors name a request.
 std::string describe(const proto::Request& req) {
-  const bool many = req.type == proto::RequestType::Wait || req.type == proto::RequestType::Check;
+  const bool many = req.type == proto::RequestType::Wait || req.type == proto::RequestType::Check ||
+                    req.type == proto::RequestType::Delete;
   return std::string(proto::toString(req.type)) + " " +
          (many ? "[" + joinKeys(req.keys) + "]" : joinKeys(req.keys));
 }
@@ -471,6 +472,36 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   const auto resp = impl_->request(req, impl_->opDeadline());
   if (resp.type != proto::ResponseType::Bool) unexpectedReply(impl_->address_, req, resp);
   return resp.flag;
+}
+
+std::int64_t TcpStore::deleteKeys(const std::vector<std::string>& keys) {
+  if (keys.empty()) return 0;
+  proto::Request req;
+  req.type = proto::RequestType::Delete;
+  req.keys = keys;
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Integer) unexpectedReply(impl_->address_, req, resp);
+  return resp.integer;
+}
+
+std::int64_t TcpStore::deletePrefix(const std::string& prefix) {
+  proto::Request req;
+  req.type = proto::RequestType::DeletePrefix;
+  req.keys = {prefix};
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Integer) unexpectedReply(impl_->address_, req, resp);
+  return resp.integer;
+}
+
+std::int64_t TcpStore::numKeys() {
+  proto::Request req;
+  req.type = proto::RequestType::NumKeys;
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Integer) unexpectedReply(impl_->address_, req, resp);
+  return resp.integer;
 }
 
 void TcpStore::setOnClose(const std::string& key, const std::vector<std::uint8_t>& value) {

@@ -184,6 +184,9 @@ struct TcpStoreServer::Impl {
   Fd epoll_;
   Fd wake_;
   std::atomic<bool> stop_{false};
+  // Written by the server thread, read by requestCount()/keyCount() from any thread.
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::size_t> keys_{0};
 
   // Owned by the server thread once it starts.
   std::unordered_map<std::string, Entry> data_;
@@ -568,6 +571,7 @@ void TcpStoreServer::Impl::serve(Connection& c) {
     c.frameBytes = 0;
     c.consumed = used;
     account(c);
+    requests_.fetch_add(1, std::memory_order_relaxed);
     handle(c, req);
     if (!connections_.count(id)) return;
   }
@@ -596,6 +600,7 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       charge(c.host, now, 0);
       it->second.value = std::move(req.value);
       it->second.owner = c.host;
+      keys_.store(data_.size(), std::memory_order_relaxed);  // before the reply is seen
       reply(c, resp);
       onKeyChanged(key);
       return;
@@ -625,6 +630,7 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       cell = proto::encodeCounter(static_cast<std::int64_t>(sum));
       resp.type = proto::ResponseType::Integer;
       resp.integer = static_cast<std::int64_t>(sum);
+      keys_.store(data_.size(), std::memory_order_relaxed);
       reply(c, resp);
       onKeyChanged(key);
       return;
@@ -658,6 +664,46 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       reply(c, resp);
       return;
     }
+    case proto::RequestType::Delete: {
+      std::int64_t removed = 0;
+      for (const std::string& key : req.keys) {
+        auto it = data_.find(key);
+        if (it == data_.end()) continue;
+        charge(it->second.owner, 0, entryBytes(key, it->second.value.size()));
+        data_.erase(it);
+        ++removed;
+      }
+      // Waiters are filed under keys still missing, so none waits on a deleted key's presence.
+      resp.type = proto::ResponseType::Integer;
+      resp.integer = removed;
+      keys_.store(data_.size(), std::memory_order_relaxed);
+      reply(c, resp);
+      return;
+    }
+    case proto::RequestType::DeletePrefix: {
+      // A scan of every key: rare (once per communicator's end), and the store is small.
+      const std::string& prefix = req.keys[0];
+      std::int64_t removed = 0;
+      for (auto it = data_.begin(); it != data_.end();) {
+        if (it->first.compare(0, prefix.size(), prefix) != 0) {
+          ++it;
+          continue;
+        }
+        charge(it->second.owner, 0, entryBytes(it->first, it->second.value.size()));
+        it = data_.erase(it);
+        ++removed;
+      }
+      resp.type = proto::ResponseType::Integer;
+      resp.integer = removed;
+      keys_.store(data_.size(), std::memory_order_relaxed);
+      reply(c, resp);
+      return;
+    }
+    case proto::RequestType::NumKeys:
+      resp.type = proto::ResponseType::Integer;
+      resp.integer = static_cast<std::int64_t>(data_.size());
+      reply(c, resp);
+      return;
     case proto::RequestType::Check:
       resp.type = proto::ResponseType::Bool;
       resp.flag = std::all_of(req.keys.begin(), req.keys.end(),
@@ -828,6 +874,7 @@ void TcpStoreServer::Impl::close(std::uint64_t id) {
     entry->second.owner = host;
     onKeyChanged(key);
   }
+  keys_.store(data_.size(), std::memory_order_relaxed);
 }
 
 int TcpStoreServer::Impl::epollTimeoutMs() const {
@@ -851,6 +898,14 @@ TcpStoreServer::~TcpStoreServer() = default;
 
 std::uint16_t TcpStoreServer::port() const noexcept {
   return impl_->port_;
+}
+
+std::uint64_t TcpStoreServer::requestCount() const noexcept {
+  return impl_->requests_.load(std::memory_order_relaxed);
+}
+
+std::size_t TcpStoreServer::keyCount() const noexcept {
+  return impl_->keys_.load(std::memory_order_relaxed);
 }
 
 }  // namespace braid

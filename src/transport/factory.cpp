@@ -114,14 +114,17 @@ const TransportKind& interHostKind(const TransportOptions& options) {
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options,
                                                  const RoutedTransport* parent,
-                                                 std::span<const int> toParent) {
+                                                 std::span<const int> toParent,
+                                                 std::vector<std::string>* hostsOut) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
                                                 " is outside world size " + std::to_string(size));
   // Checked first, on every rank alike, so that a kind that cannot run fails every world size.
   const TransportKind& between = interHostKind(options);
-  if (size == 1)
+  if (size == 1) {
+    if (hostsOut != nullptr) *hostsOut = {"self"};
     return std::make_unique<RoutedTransport>(rank, size, std::vector<RoutedTransport::Leg>{});
+  }
   // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1)
   // and what it may run on: "host\ngroup\ncpus".
   const std::string host = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
@@ -131,6 +134,7 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
                        options.tcp.connectTimeout, "their host");
   std::vector<int> local;  // the ranks this rank shares memory with
   std::vector<std::string> hostCpus;
+  if (hostsOut != nullptr) hostsOut->clear();
   for (int r = 0; r < size; ++r) {
     const std::string& p = published[static_cast<std::size_t>(r)];
     const std::size_t a = p.find('\n'), b = p.find('\n', a + 1);
@@ -138,6 +142,7 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
       throw Error(ErrorCode::Internal, "createTransport on rank " + std::to_string(rank) +
                                            ": rank " + std::to_string(r) +
                                            " published a malformed host entry");
+    if (hostsOut != nullptr) hostsOut->push_back(p.substr(0, b));  // host and grouping
     if (p.compare(0, a, host) != 0 || a != host.size()) continue;
     hostCpus.push_back(p.substr(b + 1));
     if (p.compare(a + 1, b - a - 1, group) == 0 && b - a - 1 == group.size()) local.push_back(r);

@@ -76,7 +76,10 @@ const TransportKind& interHostKind(const TransportOptions& options);
 /// everyone's, builds the shm transport among the ranks of this rank's host and, unless that is
 /// the whole world, the inter-host kind (interHostKind) among all ranks (used for the other
 /// hosts only). Always returns a RoutedTransport, so pathTo() answers for every communicator. A
-/// rank that never publishes is named in an Error(Timeout) after tcp.connectTimeout.
+/// rank that never publishes is named in an Error(Timeout) after tcp.connectTimeout. The host
+/// identities are gathered through rank 0 (allGatherStrings: 3N - 1 store requests in all);
+/// `hosts`, when given, receives each rank's host and shared-memory grouping in rank order
+/// (equal strings: ranks that share memory; later gathers group ranks by them).
 /// A sub-communicator's transport (`parent` non-null, options.shareConnections): rank r of the
 /// `size` ranks is rank toParent[r] of `parent`'s communicator. Pairs that the parent reaches
 /// through shared TCP connections (parent->laneLeg()) go through a new LaneTransport of them
@@ -87,7 +90,8 @@ const TransportKind& interHostKind(const TransportOptions& options);
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options,
                                                  const RoutedTransport* parent = nullptr,
-                                                 std::span<const int> toParent = {});
+                                                 std::span<const int> toParent = {},
+                                                 std::vector<std::string>* hosts = nullptr);
 
 /// The path to `peer` when `t` is a RoutedTransport (see RoutedTransport::pathTo), else "".
 std::string pathTo(const Transport& t, int peer);

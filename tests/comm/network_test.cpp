@@ -57,7 +57,9 @@ Result runRanks(const std::string& storeHost, int size, const Options& opts) {
     threads.emplace_back([&, rank] {
       try {
         auto store = std::make_shared<TcpStore>(storeHost, server.port(), 20000ms);
-        auto comm = Comm::create(store, rank, size, opts);
+        Options keep = opts;
+        keep.storeCleanup = false;  // the published addresses are read below
+        auto comm = Comm::create(store, rank, size, keep);
         for (int p = 0; p < size; ++p)
           if (p != rank && comm->pathTo(p) != "tcp")
             throw Error(ErrorCode::Internal,
@@ -195,6 +197,64 @@ TEST(Network, ExhaustedPortRangeIsAnErrorNamingIt) {
     EXPECT_NE(e.find("no free port"), std::string::npos) << e;
   }
   for (int fd : held) ::close(fd);
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+// Rank 0's store after `comms` communicators (each with a split) were created, used and
+// destroyed by 4 ranks as threads: the number of keys it holds.
+std::size_t keysAfter(int comms, Options o) {
+  constexpr int kSize = 4;
+  TcpStoreServer server("127.0.0.1", 0);
+  std::vector<std::string> errors(kSize);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kSize; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
+        for (int c = 0; c < comms; ++c) {
+          auto comm = Comm::create(store, rank, kSize, o);
+          std::int32_t v = rank + 1;
+          comm->allreduce(&v, &v, 1, DataType::Int32, ReduceOp::Sum);
+          if (v != kSize * (kSize + 1) / 2)
+            throw Error(ErrorCode::Internal, "allreduce gave " + std::to_string(v));
+          auto sub = comm->split(rank % 2, rank);
+          v = 1;
+          sub->allreduce(&v, &v, 1, DataType::Int32, ReduceOp::Sum);
+          if (v != kSize / 2)
+            throw Error(ErrorCode::Internal, "split allreduce gave " + std::to_string(v));
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kSize; ++r)
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  return server.keyCount();
+}
+
+// Every key of a communicator is deleted once every rank destroyed it (the bootstrap's already
+// when every rank finished it): what stays is one generation counter per rank of the job
+// ("braid/generation/<rank>"), however many communicators came and went, eager or lazy.
+TEST(Network, StoreKeysDoNotGrowWithCommunicators) {
+  for (bool lazy : {false, true}) {
+    SCOPED_TRACE(lazy ? "lazy" : "eager");
+    Options o = tcpOptions();
+    o.lazyConnect = lazy;
+    EXPECT_EQ(keysAfter(1, o), 4u);
+    EXPECT_EQ(keysAfter(3, o), 4u);
+  }
+  // Kept on request: then they grow with every communicator (so the count above can fail).
+  Options keep = tcpOptions();
+  keep.storeCleanup = false;
+  const std::size_t one = keysAfter(1, keep);
+  EXPECT_GT(one, 4u);
+  EXPECT_GT(keysAfter(2, keep), one);
 }
 
 }  // namespace

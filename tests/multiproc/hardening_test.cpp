@@ -347,7 +347,8 @@ TEST(HostileSoak, RunningJobStaysCorrectAndTheStoreBounded) {
   o.connectTimeout = 30000ms;
   o.execTimeout = 30000ms;
   o.logLevel = 0;
-  o.shmDisable = true;  // every pair over TCP: every rank has a listener to attack
+  o.shmDisable = true;     // every pair over TCP: every rank has a listener to attack
+  o.storeCleanup = false;  // the hostile thread reads the listen ports from the store
   o.security.handshakeTimeout = 500ms;
   o.security.logRejections = false;
   const auto body = [seconds](Comm& c) {
