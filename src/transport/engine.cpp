@@ -194,17 +194,8 @@ void Inbox::failAll(bool peerError) {
 
 bool Inbox::failLane(std::uint64_t lane) {
   if (rxRequest_ != nullptr && rxRequest_->lane == lane) return false;
-  Request* prev = nullptr;
-  for (Request* r = recvs_.front(); r != nullptr;) {
-    Request* next = r->next;
-    if (r->lane == lane) {
-      recvs_.unlink(prev, *r);
-      sink_->finish(*r, State::Failed, false);
-    } else {
-      prev = r;
-    }
-    r = next;
-  }
+  recvs_.removeIf([lane](const Request& r) { return r.lane == lane; },
+                  [&](Request& r) { sink_->finish(r, State::Failed, false); });
   return true;
 }
 

@@ -86,6 +86,22 @@ class RequestQueue {
       }
     return false;
   }
+  /// Unlinks every request for which pred(request) holds, calling fn(request) for each in order
+  /// after unlinking it (fn may finish it: its link is read first).
+  template <class Pred, class Fn>
+  void removeIf(Pred&& pred, Fn&& fn) {
+    Request* prev = nullptr;
+    for (Request* r = head_; r != nullptr;) {
+      Request* next = r->next;
+      if (pred(*r)) {
+        unlink(prev, *r);
+        fn(*r);
+      } else {
+        prev = r;
+      }
+      r = next;
+    }
+  }
   /// Empties the queue, calling fn(request) for each in order (a failure: the request's owner
   /// may reuse it as soon as fn finished it, so its link is read first).
   template <class Fn>

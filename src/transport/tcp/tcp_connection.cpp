@@ -172,17 +172,8 @@ bool Connection::failLane(std::uint64_t lane) {
   const Request* front = sends_.front();
   if (front != nullptr && front->lane == lane && front->progress > 0) return false;
   if (!inbox_.failLane(lane)) return false;
-  Request* prev = nullptr;
-  for (Request* r = sends_.front(); r != nullptr;) {
-    Request* next = r->next;
-    if (r->lane == lane) {
-      sends_.unlink(prev, *r);
-      sink_->finish(*r, State::Failed, false);
-    } else {
-      prev = r;
-    }
-    r = next;
-  }
+  sends_.removeIf([lane](const Request& r) { return r.lane == lane; },
+                  [&](Request& r) { sink_->finish(r, State::Failed, false); });
   if (wantWrite_ && sends_.empty()) {
     wantWrite_ = false;
     updateInterest();
