@@ -173,6 +173,18 @@ struct TcpStoreServer::Impl {
   std::string overBound(const std::string& host, std::size_t extra, std::size_t extraForHost,
                         bool reply = false);
   void charge(const std::string& host, std::size_t add, std::size_t remove);
+  // Deletes one key, returning its bytes to its owner's quota; the entry after it.
+  auto eraseKey(std::unordered_map<std::string, Entry>::iterator it) {
+    charge(it->second.owner, 0, entryBytes(it->first, it->second.value.size()));
+    return data_.erase(it);
+  }
+  // Answers a delete with how many keys it removed.
+  void replyRemoved(Connection& c, proto::Response& resp, std::int64_t removed) {
+    resp.type = proto::ResponseType::Integer;
+    resp.integer = removed;
+    keys_.store(data_.size(), std::memory_order_relaxed);
+    reply(c, resp);
+  }
   void account(Connection& c);
   void refuse(Connection& c, const std::string& what, const std::string& why);
   std::string bytesText(std::size_t b) const { return std::to_string(b) + " bytes"; }
@@ -669,15 +681,11 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       for (const std::string& key : req.keys) {
         auto it = data_.find(key);
         if (it == data_.end()) continue;
-        charge(it->second.owner, 0, entryBytes(key, it->second.value.size()));
-        data_.erase(it);
+        eraseKey(it);
         ++removed;
       }
       // Waiters are filed under keys still missing, so none waits on a deleted key's presence.
-      resp.type = proto::ResponseType::Integer;
-      resp.integer = removed;
-      keys_.store(data_.size(), std::memory_order_relaxed);
-      reply(c, resp);
+      replyRemoved(c, resp, removed);
       return;
     }
     case proto::RequestType::DeletePrefix: {
@@ -689,14 +697,10 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
           ++it;
           continue;
         }
-        charge(it->second.owner, 0, entryBytes(it->first, it->second.value.size()));
-        it = data_.erase(it);
+        it = eraseKey(it);
         ++removed;
       }
-      resp.type = proto::ResponseType::Integer;
-      resp.integer = removed;
-      keys_.store(data_.size(), std::memory_order_relaxed);
-      reply(c, resp);
+      replyRemoved(c, resp, removed);
       return;
     }
     case proto::RequestType::NumKeys:

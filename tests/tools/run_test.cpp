@@ -345,9 +345,11 @@ TEST(BraidRun, BindsEachRankToCoresOfItsOwn) {
         for (const auto& core : cores) {
           EXPECT_TRUE(coresSeen.insert(core).second)
               << mode << ": rank " << rank << " shares a core with another rank";
-          for (int c : mine)  // every CPU of that core that braid-run may use
-            if (coreOf(c) == core)
+          for (int c : mine) {  // every CPU of that core that braid-run may use
+            if (coreOf(c) == core) {
               EXPECT_TRUE(set.count(c)) << mode << " rank " << rank << " " << c;
+            }
+          }
         }
         EXPECT_TRUE(cores.size() == per || cores.size() == per + 1)
             << mode << ": rank " << rank << " has " << cores.size() << " cores of " << all;

@@ -146,7 +146,9 @@ TEST(Machine, UsableCpusAreAtLeastOneAndAtMostTheAffinityMask) {
   const int n = machine::usableCpus();
   EXPECT_GE(n, 1);
   const std::size_t affinity = machine::allowedCpus().size();
-  if (affinity > 0) EXPECT_LE(static_cast<std::size_t>(n), affinity);
+  if (affinity > 0) {
+    EXPECT_LE(static_cast<std::size_t>(n), affinity);
+  }
 }
 
 // The host's ranks together: the union of their masks, capped by the tightest cgroup limit.
