@@ -49,8 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto h = tcp::decodeFrameHeader(in.first<tcp::kFrameHeaderBytes>());
     std::uint8_t again[tcp::kFrameHeaderBytes];
     tcp::encodeFrameHeader(h, again);
-    const auto back = tcp::decodeFrameHeader(std::span<const std::uint8_t, 16>(again, 16));
-    check(back.tag == h.tag && back.bytes == h.bytes);
+    const auto back = tcp::decodeFrameHeader(
+        std::span<const std::uint8_t, tcp::kFrameHeaderBytes>(again, tcp::kFrameHeaderBytes));
+    check(back.tag == h.tag && back.bytes == h.bytes && back.lane == h.lane);
   }
   if (in.empty()) return 0;
   // Receives: count, then per receive {kind, tag byte, size byte}.
