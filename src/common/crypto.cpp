@@ -183,4 +183,25 @@ std::string toHex(std::span<const std::uint8_t> bytes) {
   return s;
 }
 
+bool fromHex(std::string_view text, std::vector<std::uint8_t>& out) {
+  out.clear();
+  if (text.empty() || text.size() % 2 != 0) return false;
+  const auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  out.reserve(text.size() / 2);
+  for (std::size_t i = 0; i < text.size(); i += 2) {
+    const int hi = digit(text[i]), lo = digit(text[i + 1]);
+    if (hi < 0 || lo < 0) {
+      out.clear();
+      return false;
+    }
+    out.push_back(static_cast<std::uint8_t>(hi * 16 + lo));
+  }
+  return true;
+}
+
 }  // namespace braid::crypto

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace braid::crypto {
 
@@ -63,5 +64,8 @@ void randomBytes(std::span<std::uint8_t> out);
 
 /// Lower-case hexadecimal text of `bytes`.
 std::string toHex(std::span<const std::uint8_t> bytes);
+/// The bytes of hexadecimal text (either case): false, with `out` cleared, for text of odd
+/// length or with a character that is not a hex digit, and for empty text.
+bool fromHex(std::string_view text, std::vector<std::uint8_t>& out);
 
 }  // namespace braid::crypto

@@ -180,7 +180,6 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shareConnections = opts.shareConnections;
   transportOptions.lane = impl->commHash != 0 ? impl->commHash : 1;
   transportOptions.describeTag = [](std::uint64_t t) { return core::describeTag(t); };
-  transportOptions.keepStore = impl->commStore;
   // World communicators only: a sub-communicator's size comes from its parent's gathered data.
   if (parentTopology == nullptr) {
     static std::atomic<bool> checkedEnvironment{false};
@@ -256,9 +255,10 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
 }  // namespace
 
 // The bootstrap's keys, by the prefix of the step that writes them: the world size check
-// (join/), host identities (host/), topology (topo/), shared-memory segment setup (shm/), UCX
-// worker addresses (ucx/), the TCP listeners (tcp/, kept while a lazy transport may dial), the
-// calibration (tune/). Each is read only while the communicator is created.
+// (join/), host identities with the TCP listeners' addresses (host/), topology (topo/),
+// shared-memory segment setup (shm/), UCX worker addresses (ucx/), the calibration (tune/).
+// Each is read only while the communicator is created (a lazy TCP transport dials from the
+// gathered table it keeps).
 void Comm::Impl::finishBootstrap() {
   if (!opts.storeCleanup || !commStore->supportsDelete()) return;
   try {
@@ -266,9 +266,7 @@ void Comm::Impl::finishBootstrap() {
     std::int64_t removed = 0;
     for (const char* p : {"join/", "host/", "topo/", "shm/", "ucx/", "tune/", "boot/"})
       removed += commStore->deletePrefix(p);
-    if (!opts.lazyConnect) removed += commStore->deletePrefix("tcp/");
-    log(2, "bootstrap done on every rank: deleted its " + std::to_string(removed) + " store keys" +
-               (opts.lazyConnect ? " (the TCP addresses stay: lazy dials)" : ""));
+    log(2, "bootstrap done on every rank: deleted its " + std::to_string(removed) + " store keys");
   } catch (const Error& e) {
     log(2, "bootstrap keys not deleted: " + std::string(e.what()));
   }

@@ -16,6 +16,27 @@ namespace braid::transport {
 
 namespace {
 
+struct TcpPrepared final : PreparedKind {
+  explicit TcpPrepared(std::unique_ptr<TcpListening> l) : listening(std::move(l)) {}
+  std::string entry() const override { return listening->entry(); }
+  std::unique_ptr<TcpListening> listening;
+};
+
+struct UcxPrepared final : PreparedKind {
+  explicit UcxPrepared(std::unique_ptr<UcxListening> o) : opened(std::move(o)) {}
+  std::string entry() const override { return opened->entry(); }
+  std::unique_ptr<UcxListening> opened;
+};
+
+UcxOptions ucxOptionsOf(const TransportOptions& options) {
+  UcxOptions ucxOptions;
+  ucxOptions.connectTimeout = options.tcp.connectTimeout;
+  ucxOptions.spin = options.tcp.spin;
+  ucxOptions.busyPoll = options.tcp.busyPoll;
+  ucxOptions.security = options.tcp.security;
+  return ucxOptions;
+}
+
 std::vector<TransportKind> makeKinds() {
   std::vector<TransportKind> kinds;
 
@@ -26,7 +47,8 @@ std::vector<TransportKind> makeKinds() {
   shm.cannotRun = [](const TransportOptions&) { return std::string(); };
   shm.autoPick = [](const TransportOptions&) { return false; };
   shm.create = [](Store& store, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths) {
+                  const TransportOptions& options, std::vector<std::string>& paths,
+                  std::unique_ptr<PreparedKind>, std::vector<std::string>) {
     ShmOptions shmOptions = options.shm;
     shmOptions.setupTimeout = options.tcp.connectTimeout;
     shmOptions.spin = options.tcp.spin;
@@ -47,18 +69,24 @@ std::vector<TransportKind> makeKinds() {
   ucx.autoPick = [](const TransportOptions&) {
     return ucxAvailable() && !machine::rdmaDevices().empty();
   };
-  ucx.create = [](Store& store, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths) {
+  // The worker is opened before the hosts are known; its address travels with the host entries.
+  ucx.prepare = [](int rank, int size, const TransportOptions& options) {
+    return std::unique_ptr<PreparedKind>(
+        std::make_unique<UcxPrepared>(openUcx(rank, size, ucxOptionsOf(options))));
+  };
+  ucx.create = [](Store&, int rank, int size, std::span<const int> peers,
+                  const TransportOptions& options, std::vector<std::string>& paths,
+                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
     // Like TCP, UCX connects the whole world; the routing uses it for the other hosts.
     (void)peers;
-    UcxOptions ucxOptions;
-    ucxOptions.connectTimeout = options.tcp.connectTimeout;
-    ucxOptions.spin = options.tcp.spin;
-    ucxOptions.busyPoll = options.tcp.busyPoll;
-    ucxOptions.security = options.tcp.security;
+    auto* opened = dynamic_cast<UcxPrepared*>(prepared.get());
+    if (opened == nullptr)
+      throw Error(ErrorCode::Internal,
+                  "createTransport: rank " + std::to_string(rank) + ": ucx was not prepared");
     for (int p = 0; p < size; ++p)
       if (p != rank) paths[static_cast<std::size_t>(p)] = "ucx";
-    return createUcxTransport(store, rank, size, ucxOptions);
+    return createUcxTransport(std::move(opened->opened), std::move(entries), rank, size,
+                              ucxOptionsOf(options));
   };
   kinds.push_back(std::move(ucx));
 
@@ -67,13 +95,24 @@ std::vector<TransportKind> makeKinds() {
   tcp.priority = 2;
   tcp.cannotRun = [](const TransportOptions&) { return std::string(); };
   tcp.autoPick = [](const TransportOptions&) { return true; };
-  tcp.create = [](Store& store, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths) {
+  // Listening needs no peer: the listeners' addresses travel with the host entries.
+  tcp.prepare = [](int rank, int size, const TransportOptions& options) {
+    return std::unique_ptr<PreparedKind>(
+        std::make_unique<TcpPrepared>(listenTcp(rank, size, options.tcp)));
+  };
+  tcp.create = [](Store&, int rank, int size, std::span<const int> peers,
+                  const TransportOptions& options, std::vector<std::string>& paths,
+                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
     // TCP connects every rank (peers is the whole world); the routing uses it for the others.
     (void)peers;
+    auto* listening = dynamic_cast<TcpPrepared*>(prepared.get());
+    if (listening == nullptr)
+      throw Error(ErrorCode::Internal,
+                  "createTransport: rank " + std::to_string(rank) + ": tcp was not prepared");
     for (int p = 0; p < size; ++p)
       if (p != rank) paths[static_cast<std::size_t>(p)] = "tcp";
-    return createTcpTransport(store, rank, size, options.tcp);
+    return createTcpTransport(std::move(listening->listening), std::move(entries), rank, size,
+                              options.tcp);
   };
   kinds.push_back(std::move(tcp));
 
@@ -125,26 +164,35 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     if (hostsOut != nullptr) *hostsOut = {"self"};
     return std::make_unique<RoutedTransport>(rank, size, std::vector<RoutedTransport::Leg>{});
   }
-  // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1)
-  // and what it may run on: "host\ngroup\ncpus".
+  // The inter-host kind's setup that needs no peer (TCP: listening) runs first, so its entry
+  // travels with the host entries; a sub-communicator on its parent's shared connections has
+  // none (the condition mirrors the one below).
+  const bool sharesParent =
+      parent != nullptr && options.shareConnections && parent->laneLeg() != nullptr;
+  std::unique_ptr<PreparedKind> prepared;
+  if (between.prepare && !sharesParent) prepared = between.prepare(rank, size, options);
+  // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1),
+  // what it may run on and the prepared entry: "host\ngroup\ncpus\nentry".
   const std::string host = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
   const std::string group = options.shmDisable ? "rank-" + std::to_string(rank) : "";
-  const std::vector<std::string> published =
-      allGatherStrings(store, "host", rank, size, host + "\n" + group + "\n" + machine::cpusText(),
-                       options.tcp.connectTimeout, "their host");
+  const std::vector<std::string> published = allGatherStrings(
+      store, "host", rank, size,
+      host + "\n" + group + "\n" + machine::cpusText() + "\n" + (prepared ? prepared->entry() : ""),
+      options.tcp.connectTimeout, "their host");
   std::vector<int> local;  // the ranks this rank shares memory with
-  std::vector<std::string> hostCpus;
+  std::vector<std::string> hostCpus, entries;
   if (hostsOut != nullptr) hostsOut->clear();
   for (int r = 0; r < size; ++r) {
     const std::string& p = published[static_cast<std::size_t>(r)];
-    const std::size_t a = p.find('\n'), b = p.find('\n', a + 1);
-    if (a == std::string::npos || b == std::string::npos)
+    const std::size_t a = p.find('\n'), b = p.find('\n', a + 1), c = p.find('\n', b + 1);
+    if (a == std::string::npos || b == std::string::npos || c == std::string::npos)
       throw Error(ErrorCode::Internal, "createTransport on rank " + std::to_string(rank) +
                                            ": rank " + std::to_string(r) +
                                            " published a malformed host entry");
     if (hostsOut != nullptr) hostsOut->push_back(p.substr(0, b));  // host and grouping
+    entries.push_back(p.substr(c + 1));
     if (p.compare(0, a, host) != 0 || a != host.size()) continue;
-    hostCpus.push_back(p.substr(b + 1));
+    hostCpus.push_back(p.substr(b + 1, c - b - 1));
     if (p.compare(a + 1, b - a - 1, group) == 0 && b - a - 1 == group.size()) local.push_back(r);
   }
   // The network transports poll without yielding when this host's ranks (shm or not) have a CPU
@@ -186,18 +234,20 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
             shared->baseRank(toParent[static_cast<std::size_t>(r)]);
         if (r != rank) leg.paths[static_cast<std::size_t>(r)] = kind.name;
       }
-      leg.transport = std::make_unique<LaneTransport>(shared->base(), options.lane, rank,
-                                                      std::move(toBase), shared->keep());
+      leg.transport =
+          std::make_unique<LaneTransport>(shared->base(), options.lane, rank, std::move(toBase));
     } else if (options.shareConnections && kind.name == "tcp" && options.lane != 0) {
       // Connections that sub-communicators will share: built once, viewed on this lane.
-      std::shared_ptr<Transport> base = kind.create(store, rank, size, peers, opts, leg.paths);
+      std::shared_ptr<Transport> base =
+          kind.create(store, rank, size, peers, opts, leg.paths, std::move(prepared), entries);
       if (options.describeTag) base->setTagDescriber(options.describeTag);
       std::vector<int> identity(static_cast<std::size_t>(size));
       for (int r = 0; r < size; ++r) identity[static_cast<std::size_t>(r)] = r;
-      leg.transport = std::make_unique<LaneTransport>(std::move(base), options.lane, rank,
-                                                      std::move(identity), options.keepStore);
+      leg.transport =
+          std::make_unique<LaneTransport>(std::move(base), options.lane, rank, std::move(identity));
     } else {
-      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths);
+      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths,
+                                  kind.sameHostOnly ? nullptr : std::move(prepared), entries);
     }
     // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
     for (int p = 0; p < size; ++p)

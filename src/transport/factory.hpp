@@ -37,9 +37,15 @@ struct TransportOptions {
   /// Names tags in the errors of a shared TCP transport (it outlives the communicator that
   /// built it, so this must not refer to that communicator).
   std::function<std::string(std::uint64_t)> describeTag;
-  /// Kept alive by the shared transport's views: the store passed to createTransport (a lazy
-  /// TCP transport looks addresses up in it for as long as it lives).
-  std::shared_ptr<Store> keepStore;
+};
+
+/// What a kind set up before the world's hosts were known (the TCP listeners): its entry()
+/// travels to every rank with the host entries, and create() gets it back with everyone's.
+class PreparedKind {
+ public:
+  virtual ~PreparedKind() = default;
+  /// One line (no '\n'): what the peers need to reach this rank.
+  virtual std::string entry() const = 0;
 };
 
 /// One kind of transport in the registry.
@@ -55,11 +61,17 @@ struct TransportKind {
   std::function<std::string(const TransportOptions&)> cannotRun;
   /// Whether BRAID_TRANSPORT=auto picks it between hosts (when it can run).
   std::function<bool(const TransportOptions&)> autoPick;
+  /// Optional: this rank's part of the kind's setup that needs no peer (listening). Its entry
+  /// is gathered with the host entries, so the kind reads no address of its own from the store.
+  std::function<std::unique_ptr<PreparedKind>(int rank, int size, const TransportOptions&)> prepare;
   /// Collective over `peers` (ascending global ranks including `rank`): the transport that
   /// reaches exactly them; `paths[p]` is set to the path to each peer p (braid-info --paths).
+  /// `prepared` is what prepare() returned on this rank (null for a kind without one) and
+  /// `entries[r]` its entry() on rank r.
   std::function<std::unique_ptr<Transport>(
       Store& store, int rank, int size, std::span<const int> peers, const TransportOptions& options,
-      std::vector<std::string>& paths)>
+      std::vector<std::string>& paths, std::unique_ptr<PreparedKind> prepared,
+      std::vector<std::string> entries)>
       create;
 };
 
@@ -72,21 +84,22 @@ const std::vector<TransportKind>& transportKinds();
 const TransportKind& interHostKind(const TransportOptions& options);
 
 /// Collective over all `size` ranks. Publishes this rank's host identity under "host/<rank>"
-/// (a rank with shmDisable publishes one of its own, so it shares memory with nobody), reads
-/// everyone's, builds the shm transport among the ranks of this rank's host and, unless that is
-/// the whole world, the inter-host kind (interHostKind) among all ranks (used for the other
-/// hosts only). Always returns a RoutedTransport, so pathTo() answers for every communicator. A
-/// rank that never publishes is named in an Error(Timeout) after tcp.connectTimeout. The host
-/// identities are gathered through rank 0 (allGatherStrings: 3N - 1 store requests in all);
-/// `hosts`, when given, receives each rank's host and shared-memory grouping in rank order
-/// (equal strings: ranks that share memory; later gathers group ranks by them).
-/// A sub-communicator's transport (`parent` non-null, options.shareConnections): rank r of the
-/// `size` ranks is rank toParent[r] of `parent`'s communicator. Pairs that the parent reaches
-/// through shared TCP connections (parent->laneLeg()) go through a new LaneTransport of them
-/// on options.lane: no socket is opened (with BRAID_CONNECT=lazy, a pair the parent never used
-/// is dialed once, on first use, and shared from then on). Shared memory is set up anew for the
-/// sub-communicator's ranks of this host (a segment of its own); a parent without shared TCP
-/// connections (sharing off, UCX between hosts) gives a transport of its own as above.
+/// (a rank with shmDisable publishes one of its own, so it shares memory with nobody), with the
+/// entry of the inter-host kind's prepare() (the TCP listeners' addresses), reads everyone's,
+/// builds the shm transport among the ranks of this rank's host and, unless that is the whole
+/// world, the inter-host kind (interHostKind) among all ranks (used for the other hosts only).
+/// Always returns a RoutedTransport, so pathTo() answers for every communicator. A rank that never
+/// publishes is named in an Error(Timeout) after tcp.connectTimeout. The host identities are
+/// gathered through rank 0 (allGatherStrings: 3N - 1 store requests in all); `hosts`, when given,
+/// receives each rank's host and shared-memory grouping in rank order (equal strings: ranks that
+/// share memory; later gathers group ranks by them). A sub-communicator's transport (`parent`
+/// non-null, options.shareConnections): rank r of the `size` ranks is rank toParent[r] of
+/// `parent`'s communicator. Pairs that the parent reaches through shared TCP connections
+/// (parent->laneLeg()) go through a new LaneTransport of them on options.lane: no socket is opened
+/// (with BRAID_CONNECT=lazy, a pair the parent never used is dialed once, on first use, and shared
+/// from then on). Shared memory is set up anew for the sub-communicator's ranks of this host (a
+/// segment of its own); a parent without shared TCP connections (sharing off, UCX between hosts)
+/// gives a transport of its own as above.
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options,
                                                  const RoutedTransport* parent = nullptr,

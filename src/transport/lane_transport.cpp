@@ -7,12 +7,8 @@
 namespace braid::transport {
 
 LaneTransport::LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane, int rank,
-                             std::vector<int> toBase, std::shared_ptr<void> keep)
-    : keep_(std::move(keep)),
-      base_(std::move(base)),
-      lane_(lane),
-      rank_(rank),
-      toBase_(std::move(toBase)) {
+                             std::vector<int> toBase)
+    : base_(std::move(base)), lane_(lane), rank_(rank), toBase_(std::move(toBase)) {
   const int n = static_cast<int>(toBase_.size());
   if (base_ == nullptr || !base_->carriesLanes() || lane == 0 || rank < 0 || rank >= n ||
       toBase_[static_cast<std::size_t>(rank)] != base_->rank())

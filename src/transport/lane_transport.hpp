@@ -30,10 +30,8 @@ class LaneTransport final : public Transport {
   /// reached through it (a peer on this host, reached over shared memory by another leg).
   /// Opens `lane` (!= 0) on `base`, which must carriesLanes(); Error(InvalidArgument) when
   /// `rank` or a mapping is out of range, Error(Internal) when the lane is open already.
-  /// `keep`: what the shared transport needs alive as long as it lives (the store a lazy one
-  /// looks addresses up in); every view of it holds it too.
   LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane, int rank,
-                std::vector<int> toBase, std::shared_ptr<void> keep = {});
+                std::vector<int> toBase);
   /// Closes the lane (its requests still queued fail and leave the shared connections; messages
   /// still arriving on it are dropped); the shared transport goes with the last holder.
   ~LaneTransport() override;
@@ -56,7 +54,6 @@ class LaneTransport final : public Transport {
 
   std::uint64_t lane() const noexcept { return lane_; }
   const std::shared_ptr<Transport>& base() const noexcept { return base_; }
-  const std::shared_ptr<void>& keep() const noexcept { return keep_; }
   /// The shared transport's rank of this view's rank r (-1: not through it).
   int baseRank(int r) const { return toBase_[static_cast<std::size_t>(r)]; }
 
@@ -64,7 +61,6 @@ class LaneTransport final : public Transport {
   int mapped(int peer, const char* op) const;
   [[noreturn]] void rethrow(const Error& e, const Request& req) const;
 
-  std::shared_ptr<void> keep_;  // declared first: released after base_
   std::shared_ptr<Transport> base_;
   const std::uint64_t lane_;
   const int rank_;

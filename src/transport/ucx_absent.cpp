@@ -21,10 +21,28 @@ std::string ucxVersion() {
   return "";
 }
 
-std::unique_ptr<Transport> createUcxTransport(Store&, int rank, int size, const UcxOptions&) {
+namespace {
+
+[[noreturn]] void absent(int rank, int size) {
   throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
                                               " of " + std::to_string(size) + ": " +
                                               ucxUnavailableReason());
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> createUcxTransport(Store&, int rank, int size, const UcxOptions&) {
+  absent(rank, size);
+}
+
+std::unique_ptr<UcxListening> openUcx(int rank, int size, const UcxOptions&) {
+  absent(rank, size);
+}
+
+std::unique_ptr<Transport> createUcxTransport(std::unique_ptr<UcxListening>,
+                                              std::vector<std::string>, int rank, int size,
+                                              const UcxOptions&) {
+  absent(rank, size);
 }
 
 }  // namespace braid::transport

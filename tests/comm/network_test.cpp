@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <braid/braid.hpp>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -40,13 +41,14 @@ Options tcpOptions() {
 }
 
 struct Result {
-  std::vector<std::string> addresses;  // what each rank published for its data listener
+  std::vector<std::string> addresses;  // each rank's data listener, as its peers dial it
   std::vector<std::string> errors;     // per rank, empty when it succeeded
 };
 
 // Runs `size` ranks as threads against a store served on storeHost; each creates a communicator
 // (the first one of the store: id 0, keys under "braid/0/" + "/")
-// with `opts`, checks an allreduce and the path to every peer, and reports its published address.
+// with `opts` (eagerly connected), checks an allreduce and the path to every peer, and reports
+// the next rank's listener address as it dialed or accepted it (describePeer).
 Result runRanks(const std::string& storeHost, int size, const Options& opts) {
   TcpStoreServer server(storeHost, 0);
   Result r;
@@ -57,9 +59,9 @@ Result runRanks(const std::string& storeHost, int size, const Options& opts) {
     threads.emplace_back([&, rank] {
       try {
         auto store = std::make_shared<TcpStore>(storeHost, server.port(), 20000ms);
-        Options keep = opts;
-        keep.storeCleanup = false;  // the published addresses are read below
-        auto comm = Comm::create(store, rank, size, keep);
+        Options eager = opts;
+        eager.lazyConnect = false;  // every peer's address is known once created
+        auto comm = Comm::create(store, rank, size, eager);
         for (int p = 0; p < size; ++p)
           if (p != rank && comm->pathTo(p) != "tcp")
             throw Error(ErrorCode::Internal,
@@ -74,8 +76,14 @@ Result runRanks(const std::string& storeHost, int size, const Options& opts) {
                                                  std::to_string(v[i]) + ", expected " +
                                                  std::to_string(want));
         }
-        r.addresses[static_cast<std::size_t>(rank)] =
-            store->getString("braid/0//tcp/addr/" + std::to_string(rank), 5000ms);
+        // "rank P (HOST:PORT)"
+        const int next = (rank + 1) % size;
+        const std::string peer = comm->describePeer(next);
+        const std::size_t open = peer.find('('), close = peer.rfind(')');
+        if (open == std::string::npos || close == std::string::npos || close < open)
+          throw Error(ErrorCode::Internal, "describePeer(" + std::to_string(next) + ") is \"" +
+                                               peer + "\", without an address");
+        r.addresses[static_cast<std::size_t>(next)] = peer.substr(open + 1, close - open - 1);
         comm->barrier();
       } catch (const std::exception& e) {
         r.errors[static_cast<std::size_t>(rank)] = e.what();
@@ -255,6 +263,73 @@ TEST(Network, StoreKeysDoNotGrowWithCommunicators) {
   const std::size_t one = keysAfter(1, keep);
   EXPECT_GT(one, 4u);
   EXPECT_GT(keysAfter(2, keep), one);
+}
+
+}  // namespace
+}  // namespace braid
+
+namespace braid {
+namespace {
+
+// Store requests rank 0's server answered while `size` ranks (threads, every pair over TCP,
+// eager) created one communicator and ran one allreduce; `table` receives the gathered host
+// table ("braid/0//host/all": the bootstrap keys are kept for this).
+std::uint64_t creationRequests(int size, std::string* table = nullptr,
+                               std::vector<std::string>* described = nullptr) {
+  TcpStoreServer server("127.0.0.1", 0);
+  Options o = tcpOptions();
+  o.lazyConnect = false;
+  o.storeCleanup = false;
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  if (described != nullptr) described->assign(static_cast<std::size_t>(size), "");
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
+        auto comm = Comm::create(store, rank, size, o);
+        std::int32_t v = 1;
+        comm->allreduce(&v, &v, 1, DataType::Int32, ReduceOp::Sum);
+        if (v != size) throw Error(ErrorCode::Internal, "allreduce gave " + std::to_string(v));
+        if (described != nullptr)
+          (*described)[static_cast<std::size_t>(rank)] = comm->describePeer((rank + 1) % size);
+        comm->barrier();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  if (table != nullptr) {
+    TcpStore reader("127.0.0.1", server.port(), 5000ms);
+    *table = reader.getString("braid/0//host/all", 5000ms);
+    for (int r = 0; r < size; ++r)
+      EXPECT_FALSE(reader.check({"braid/0//tcp/addr/" + std::to_string(r)})) << "rank " << r;
+  }
+  return server.requestCount();
+}
+
+// The TCP listeners' addresses travel in the host table the transport factory gathers (one
+// all-gather through rank 0), not under per-rank keys that every rank reads (N(N - 1) reads
+// per stream before): every rank's address is in the table, no tcp/ key exists, and the store
+// requests of creating a communicator grow linearly with the ranks.
+TEST(Network, TcpAddressesTravelInTheHostTable) {
+  std::string table;
+  std::vector<std::string> described;
+  creationRequests(5, &table, &described);
+  for (int r = 0; r < 5; ++r) {
+    const std::string& d = described[static_cast<std::size_t>(r)];
+    const std::size_t open = d.find('('), close = d.rfind(')');
+    ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << d;
+    const std::string address = d.substr(open + 1, close - open - 1);
+    EXPECT_NE(table.find(address), std::string::npos) << address << " not in the table";
+  }
+  // a + bN requests give large - 2 small = -a; each N^2 term adds 32 per unit (the per-pair
+  // address reads were 1.5 N(N - 1): 64 + 18 and 132 + 84, a difference of 52).
+  const std::uint64_t small = creationRequests(4), large = creationRequests(8);
+  std::printf("store requests: 4 ranks %llu, 8 ranks %llu\n",
+              static_cast<unsigned long long>(small), static_cast<unsigned long long>(large));
+  EXPECT_LT(large, 2 * small + 16) << "store requests grow faster than the ranks";
 }
 
 }  // namespace

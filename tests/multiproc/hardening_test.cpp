@@ -252,10 +252,6 @@ void sendAll(int fd, const Bytes& b, std::size_t n) {
   }
 }
 
-std::uint16_t portOf(const std::string& hostPort) {
-  return static_cast<std::uint16_t>(std::stoi(hostPort.substr(hostPort.rfind(':') + 1)));
-}
-
 std::size_t peakRssBytes() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -348,7 +344,7 @@ TEST(HostileSoak, RunningJobStaysCorrectAndTheStoreBounded) {
   o.execTimeout = 30000ms;
   o.logLevel = 0;
   o.shmDisable = true;     // every pair over TCP: every rank has a listener to attack
-  o.storeCleanup = false;  // the hostile thread reads the listen ports from the store
+  o.storeCleanup = false;  // the hostile thread reads the listen ports from the host table
   o.security.handshakeTimeout = 500ms;
   o.security.logRejections = false;
   const auto body = [seconds](Comm& c) {
@@ -381,12 +377,17 @@ TEST(HostileSoak, RunningJobStaysCorrectAndTheStoreBounded) {
     TcpStore reader("127.0.0.1", server.port(), 10000ms);
     std::vector<int> held;
     while (!stop.load()) {
-      // The ranks' listen ports as they appear: communicator "0" of this store (PrefixStore
-      // "braid/0/" joins its prefix and a key with a "/").
-      for (int r = static_cast<int>(rankPorts.size()); r < 3; ++r) {
-        const std::string key = "braid/0//tcp/addr/" + std::to_string(r);
-        if (!reader.check({key})) break;
-        rankPorts.push_back(portOf(reader.getString(key, 1s)));
+      // The ranks' listen ports, once the host table of communicator "0" of this store is
+      // gathered (PrefixStore "braid/0/" joins its prefix and a key with a "/"): every
+      // "127.0.0.1:PORT" in it is a rank's data listener.
+      const std::string key = "braid/0//host/all";
+      if (rankPorts.empty() && reader.check({key})) {
+        const std::string table = reader.getString(key, 1s);
+        const std::string loop = "127.0.0.1:";
+        for (std::size_t at = table.find(loop); at != std::string::npos;
+             at = table.find(loop, at + 1))
+          rankPorts.push_back(
+              static_cast<std::uint16_t>(std::stoi(table.substr(at + loop.size(), 5))));
       }
       hostileRound(server.port(), rankPorts, rounds++, held);
     }

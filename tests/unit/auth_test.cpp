@@ -30,13 +30,30 @@ Bytes bytesOf(std::string_view s) {
 
 Bytes fromHex(std::string_view hex) {
   Bytes out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    out.push_back(static_cast<std::uint8_t>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16)));
+  EXPECT_TRUE(crypto::fromHex(hex, out)) << hex;
   return out;
 }
 
 std::string hexOf(std::span<const std::uint8_t> b) {
   return crypto::toHex(b);
+}
+
+TEST(Hex, RoundTripsAndRejectsWhatIsNotHex) {
+  const Bytes all = [] {
+    Bytes b;
+    for (int i = 0; i < 256; ++i) b.push_back(static_cast<std::uint8_t>(i));
+    return b;
+  }();
+  Bytes back;
+  ASSERT_TRUE(crypto::fromHex(crypto::toHex(all), back));
+  EXPECT_EQ(back, all);
+  ASSERT_TRUE(crypto::fromHex("00FFa5", back));
+  EXPECT_EQ(back, (Bytes{0x00, 0xff, 0xa5}));
+  for (const char* bad : {"", "0", "abc", "0g", "zz", " 00", "00 "}) {
+    back = {1};
+    EXPECT_FALSE(crypto::fromHex(bad, back)) << '"' << bad << '"';
+    EXPECT_TRUE(back.empty()) << '"' << bad << '"';
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -344,25 +344,77 @@ Fd dialRank(int rank, int size, int peer, const std::string& address, const TcpO
   return connectToPeer(rank, size, peer, address, options, deadline, &hooks);
 }
 
-Fd listenAndPublish(Store& store, int rank, int size, const TcpOptions& options,
-                    std::string& address) {
+Listener listen(int rank, int size, const TcpOptions& options) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
                                                 " is outside a world of size " +
                                                 std::to_string(size));
   const std::string host = options.listenAddress.empty() ? "127.0.0.1" : options.listenAddress;
   std::uint16_t port = 0;
-  Fd listener;
+  Listener out;
   try {
-    listener = listenOn(host, options.socketBufferBytes, port, options.portLow, options.portHigh);
+    out.fd = listenOn(host, options.socketBufferBytes, port, options.portLow, options.portHigh);
   } catch (const Error& e) {
     throw Error(e.code(), "rank " + std::to_string(rank) + ": " + e.detail());
   }
-  address = formatHostPort(host, port);
+  out.address = formatHostPort(host, port);
   // Checked before anything is published, so a bad entry fails every rank the same way.
   { security::PeerPolicy check(options.security); }
-  store.setString(addressKey(rank), address);
-  return listener;
+  return out;
+}
+
+namespace {
+
+class StoreAddresses final : public Addresses {
+ public:
+  explicit StoreAddresses(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+  std::string of(int peer, std::chrono::milliseconds timeout) override {
+    return store_->getString(addressKey(peer), timeout);
+  }
+
+ private:
+  std::shared_ptr<Store> store_;
+};
+
+class TableAddresses final : public Addresses {
+ public:
+  TableAddresses(std::shared_ptr<const std::vector<std::string>> entries, int stream)
+      : entries_(std::move(entries)), stream_(stream) {}
+  std::string of(int peer, std::chrono::milliseconds) override {
+    if (peer < 0 || static_cast<std::size_t>(peer) >= entries_->size())
+      throw Error(ErrorCode::InvalidArgument, "tcp: no address of rank " + std::to_string(peer) +
+                                                  " in a table of " +
+                                                  std::to_string(entries_->size()));
+    const std::string& e = (*entries_)[static_cast<std::size_t>(peer)];
+    std::size_t from = 0;
+    for (int s = 0; s < stream_ && from != std::string::npos; ++s) {
+      from = e.find(' ', from);
+      if (from != std::string::npos) ++from;
+    }
+    const std::size_t to = from == std::string::npos ? from : e.find(' ', from);
+    if (from == std::string::npos || from == e.size() || to == from)
+      throw Error(ErrorCode::InvalidArgument,
+                  "tcp: rank " + std::to_string(peer) + " published no listener for stream " +
+                      std::to_string(stream_) + " (\"" + e +
+                      "\"): do all ranks set the same BRAID_SOCKET_NTHREADS and "
+                      "BRAID_NSOCKS_PERTHREAD?");
+    return e.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::string>> entries_;
+  int stream_;
+};
+
+}  // namespace
+
+std::shared_ptr<Addresses> addressesInStore(std::shared_ptr<Store> store) {
+  return std::make_shared<StoreAddresses>(std::move(store));
+}
+
+std::shared_ptr<Addresses> addressesInTable(std::shared_ptr<const std::vector<std::string>> entries,
+                                            int stream) {
+  return std::make_shared<TableAddresses>(std::move(entries), stream);
 }
 
 std::vector<std::uint8_t> encodeRankContext(int rank, int size) {
@@ -382,15 +434,15 @@ std::optional<RankContext> decodeRankContext(std::span<const std::uint8_t> bytes
   return RankContext{static_cast<int>(rank), static_cast<int>(size)};
 }
 
-Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
+Mesh connectMesh(Listener listener, Addresses& peers, int rank, int size,
+                 const TcpOptions& options) {
   const Deadline deadline = Clock::now() + options.connectTimeout;
   Mesh mesh;
   mesh.links.resize(static_cast<std::size_t>(size > 0 ? size : 0));
-  std::string self;
-  Fd listener = listenAndPublish(store, rank, size, options, self);
+  const std::string self = listener.address;
   mesh.links[static_cast<std::size_t>(rank)].address = self;
   Acceptor acceptor(
-      rank, size, options, "rank " + std::to_string(rank) + " (" + self + ")", listener.get(),
+      rank, size, options, "rank " + std::to_string(rank) + " (" + self + ")", listener.fd.get(),
       [&](int peer) -> std::string {
         if (peer <= rank || mesh.links[static_cast<std::size_t>(peer)].fd)
           return "rank " + std::to_string(rank) + " does not accept rank " + std::to_string(peer) +
@@ -401,10 +453,9 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
         if (!fd) return;
         PeerLink& link = mesh.links[static_cast<std::size_t>(peer)];
         // The address the peer listens on, for error messages; it published before connecting.
-        link.address = store.getString(
-            addressKey(peer),
-            std::chrono::ceil<std::chrono::milliseconds>(
-                std::max(deadline - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
+        link.address =
+            peers.of(peer, std::chrono::ceil<std::chrono::milliseconds>(std::max(
+                               deadline - Clock::now(), Clock::duration(std::chrono::seconds(1)))));
         link.fd = std::move(fd);
       },
       &mesh, deadline);
@@ -413,7 +464,7 @@ Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(
         std::max(deadline - Clock::now(), Clock::duration::zero()));
     try {
-      link.address = store.getString(addressKey(peer), left);
+      link.address = peers.of(peer, left);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
       throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + " timed out after " +

@@ -1,10 +1,12 @@
-// Connection setup of the TCP transport: listen, publish the address in the store, connect to
-// every lower rank and accept every higher one, each connection opened by the handshake of
+// Connection setup of the TCP transport: listen, find the peers' addresses (in the table the
+// transport factory gathered, or in the store), connect to every lower rank and accept every
+// higher one, each connection opened by the handshake of
 // common/handshake.hpp (authenticated when the job has a key).
 #pragma once
 
 #include <atomic>
 #include <braid/store.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,17 +29,38 @@ struct Mesh {
   std::vector<PeerLink> links;  // indexed by rank
 };
 
-/// Connects this rank to every other rank (see createTcpTransport for the protocol and errors).
-Mesh connectMesh(Store& store, int rank, int size, const TcpOptions& options);
+/// Where a rank finds one stream's peer listener addresses ("host:port").
+class Addresses {
+ public:
+  virtual ~Addresses() = default;
+  /// `peer`'s address, waiting up to `timeout` for it to be published; Error(Timeout) naming
+  /// the peer when it is not, Error(InvalidArgument) when what it published is unusable.
+  virtual std::string of(int peer, std::chrono::milliseconds timeout) = 0;
+};
+/// Under addressKey(peer) in `store` (the standalone transport, createTcpTransport(Store&, ...);
+/// the store must outlive the lookups).
+std::shared_ptr<Addresses> addressesInStore(std::shared_ptr<Store> store);
+/// Word `stream` (space-separated) of entries[peer]: the table the transport factory gathered
+/// with the host entries, known before the transport exists, so no lookup waits.
+std::shared_ptr<Addresses> addressesInTable(std::shared_ptr<const std::vector<std::string>> entries,
+                                            int stream);
 
-/// The store key under which `rank` publishes its listener's "host:port".
+/// This rank's listener of one stream, before any peer is known.
+struct Listener {
+  Fd fd;
+  std::string address;  // "host:port" as the peers will dial it
+};
+/// Listens (TcpOptions' address and port range); the first step of every setup. Checks the
+/// security options too, so a bad entry fails every rank before anything is published.
+Listener listen(int rank, int size, const TcpOptions& options);
+
+/// Connects this rank to every other rank over `listener`, finding them in `peers` (see
+/// createTcpTransport for the protocol and errors).
+Mesh connectMesh(Listener listener, Addresses& peers, int rank, int size,
+                 const TcpOptions& options);
+
+/// The store key under which `rank` publishes its listener's "host:port" (standalone).
 std::string addressKey(int rank);
-
-/// Listens (TcpOptions' address and port range) and publishes the address under
-/// addressKey(rank); `address` receives it. The first step of connectMesh, and all a lazy
-/// transport does at creation.
-Fd listenAndPublish(Store& store, int rank, int size, const TcpOptions& options,
-                    std::string& address);
 
 /// What a lazy transport's dial needs beyond connectMesh's.
 struct DialHooks {

@@ -88,10 +88,10 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
                std::function<void(const Error&)> onFailure = {},
                std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
   /// A lazy transport (TcpOptions::lazyConnect): `mesh` holds no sockets yet; `listener` is
-  /// this rank's published listener, `store` where the peers' addresses are.
+  /// this rank's published listener, `addresses` where the peers' addresses are.
   struct Lazy {
     tcp::Fd listener;
-    std::shared_ptr<Store> store;
+    std::shared_ptr<tcp::Addresses> addresses;
   };
   TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
                std::function<void(const Error&)> onFailure,
@@ -211,7 +211,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   // Lazy only. link_, dialQueue_ and lastDialError_ require mu_.
   bool lazy_ = false;
   TcpOptions options_;
-  std::shared_ptr<Store> store_;
+  std::shared_ptr<tcp::Addresses> addresses_;
   Fd listener_;
   Fd acceptWake_;  // eventfd: wakes the acceptor thread to stop
   std::vector<Link> link_;
@@ -605,7 +605,7 @@ void TcpTransport::progressLoop() {
 
 void TcpTransport::startLazy(Lazy lazy) {
   lazy_ = true;
-  store_ = std::move(lazy.store);
+  addresses_ = std::move(lazy.addresses);
   listener_ = std::move(lazy.listener);
   link_.assign(static_cast<std::size_t>(size_), Link::None);
   link_[static_cast<std::size_t>(rank_)] = Link::Connected;
@@ -650,8 +650,8 @@ std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds time
   for (;;) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
     try {
-      return store_->getString(tcp::addressKey(peer), std::clamp(left, std::chrono::milliseconds(1),
-                                                                 std::chrono::milliseconds(200)));
+      return addresses_->of(
+          peer, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
       if (stopSetup_ || Clock::now() >= until)
@@ -823,8 +823,9 @@ std::size_t tcpSocketsOpened() noexcept {
   return socketsOpened.load(std::memory_order_relaxed);
 }
 
-std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
-                                              const TcpOptions& options) {
+namespace {
+
+long long streamCount(int rank, const TcpOptions& options) {
   const long long streams = static_cast<long long>(options.socketThreads) *
                             static_cast<long long>(options.socketsPerThread);
   if (options.socketThreads < 1 || options.socketsPerThread < 1 || streams > tcp::kMaxStreams)
@@ -838,35 +839,42 @@ std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
   if (options.stripeMinBytes == 0)
     throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
                                                 ": BRAID_SOCKET_STRIPE_MIN must be > 0");
-  const std::shared_ptr<Store> base(&store, [](Store*) {});  // borrowed for the prefix stores
-  // Lazy: listen and publish only; pairs connect on first use (and the store must outlive the
-  // transport, which looks the peers' addresses up in it then).
-  auto lazyMesh = [&](std::shared_ptr<Store> where, TcpTransport::Lazy& lazy) {
+  return streams;
+}
+
+// One stream's setup: this rank's listener and where the peers' listeners are.
+struct StreamSetup {
+  tcp::Listener listener;
+  std::shared_ptr<tcp::Addresses> peers;
+};
+
+// Builds the transport from every stream's listener and address source: eager connects each
+// stream's mesh in turn (every rank in the same order, all within one connectTimeout), lazy
+// only keeps the listeners; more than one stream is striped (tcp_streams.hpp).
+std::unique_ptr<Transport> build(int rank, int size, const TcpOptions& options,
+                                 std::vector<StreamSetup> setups) {
+  auto lazyMesh = [&](tcp::Listener& listener) {
     tcp::Mesh mesh;
     mesh.links.resize(static_cast<std::size_t>(std::max(size, 0)));
-    std::string self;
-    lazy.listener = tcp::listenAndPublish(*where, rank, size, options, self);
-    mesh.links[static_cast<std::size_t>(rank)].address = self;
-    lazy.store = std::move(where);
+    mesh.links[static_cast<std::size_t>(rank)].address = listener.address;
     return mesh;
   };
-  if (streams == 1) {
+  if (setups.size() == 1) {
+    StreamSetup& one = setups.front();
     if (options.lazyConnect) {
-      TcpTransport::Lazy lazy;
-      tcp::Mesh mesh = lazyMesh(base, lazy);
+      tcp::Mesh mesh = lazyMesh(one.listener);
+      TcpTransport::Lazy lazy{std::move(one.listener.fd), std::move(one.peers)};
       return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh), std::move(lazy),
                                             nullptr);
     }
-    tcp::Mesh mesh = tcp::connectMesh(store, rank, size, options);
+    tcp::Mesh mesh = tcp::connectMesh(std::move(one.listener), *one.peers, rank, size, options);
     return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
   }
-  // One mesh per stream, one after the other (every rank sets them up in the same order), all
-  // within the one connectTimeout; stream s > 0 publishes under its own key prefix.
   const Deadline deadline = Clock::now() + options.connectTimeout;
   auto failures = std::make_shared<tcp::StreamFailures>();
   auto report = [failures](const Error& e) { failures->report(e); };
   std::vector<std::unique_ptr<Transport>> engines;
-  for (long long s = 0; s < streams; ++s) {
+  for (std::size_t s = 0; s < setups.size(); ++s) {
     TcpOptions one = options;
     // The other streams' progress threads move their pieces while the caller polls: they need
     // CPUs too, so the caller yields between polls.
@@ -874,30 +882,80 @@ std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
     one.connectTimeout =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
-    if (options.lazyConnect) {
-      std::shared_ptr<Store> where = base;
-      if (s > 0) where = std::make_shared<PrefixStore>(base, "tcp/stream" + std::to_string(s));
-      TcpTransport::Lazy lazy;
-      tcp::Mesh mesh = lazyMesh(std::move(where), lazy);
-      engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh),
-                                                       std::move(lazy), report,
-                                                       s == 0 ? kBackgroundRecvBytes : 0));
-      continue;
-    }
-    tcp::Mesh mesh;
-    if (s == 0) {
-      mesh = tcp::connectMesh(store, rank, size, one);
-    } else {
-      PrefixStore prefixed(base, "tcp/stream" + std::to_string(s));
-      mesh = tcp::connectMesh(prefixed, rank, size, one);
-    }
     // Streams > 0 carry only pieces of large messages: their background threads move every
     // pending piece, so pieces arrive in parallel and a broken stream is noticed at once.
-    engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh), report,
-                                                     s == 0 ? kBackgroundRecvBytes : 0));
+    const std::size_t background = s == 0 ? kBackgroundRecvBytes : 0;
+    StreamSetup& setup = setups[s];
+    if (options.lazyConnect) {
+      tcp::Mesh mesh = lazyMesh(setup.listener);
+      TcpTransport::Lazy lazy{std::move(setup.listener.fd), std::move(setup.peers)};
+      engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh),
+                                                       std::move(lazy), report, background));
+      continue;
+    }
+    tcp::Mesh mesh = tcp::connectMesh(std::move(setup.listener), *setup.peers, rank, size, one);
+    engines.push_back(
+        std::make_unique<TcpTransport>(rank, size, one, std::move(mesh), report, background));
   }
   return tcp::createStripedTransport(rank, size, std::move(engines), options.stripeMinBytes,
                                      std::move(failures));
+}
+
+}  // namespace
+
+struct TcpListening::Impl {
+  std::vector<tcp::Listener> streams;
+};
+
+TcpListening::TcpListening() : impl_(std::make_unique<Impl>()) {}
+TcpListening::~TcpListening() = default;
+
+std::string TcpListening::entry() const {
+  std::string out;
+  for (const tcp::Listener& l : impl_->streams) out += (out.empty() ? "" : " ") + l.address;
+  return out;
+}
+
+std::unique_ptr<TcpListening> listenTcp(int rank, int size, const TcpOptions& options) {
+  const long long streams = streamCount(rank, options);
+  auto out = std::unique_ptr<TcpListening>(new TcpListening());
+  for (long long s = 0; s < streams; ++s)
+    out->impl_->streams.push_back(tcp::listen(rank, size, options));
+  return out;
+}
+
+std::unique_ptr<Transport> createTcpTransport(std::unique_ptr<TcpListening> listening,
+                                              std::vector<std::string> entries, int rank, int size,
+                                              const TcpOptions& options) {
+  const long long streams = streamCount(rank, options);
+  if (!listening || listening->impl_->streams.size() != static_cast<std::size_t>(streams) ||
+      entries.size() != static_cast<std::size_t>(size))
+    throw Error(ErrorCode::InvalidArgument, "createTcpTransport: rank " + std::to_string(rank) +
+                                                ": " + std::to_string(entries.size()) +
+                                                " address entries for " + std::to_string(size) +
+                                                " ranks, or listeners of another stream count");
+  auto table = std::make_shared<const std::vector<std::string>>(std::move(entries));
+  std::vector<StreamSetup> setups;
+  for (long long s = 0; s < streams; ++s)
+    setups.push_back({std::move(listening->impl_->streams[static_cast<std::size_t>(s)]),
+                      tcp::addressesInTable(table, static_cast<int>(s))});
+  return build(rank, size, options, std::move(setups));
+}
+
+std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
+                                              const TcpOptions& options) {
+  const long long streams = streamCount(rank, options);
+  const std::shared_ptr<Store> base(&store, [](Store*) {});  // borrowed for the prefix stores
+  std::vector<StreamSetup> setups;
+  for (long long s = 0; s < streams; ++s) {
+    // Stream s > 0 publishes under its own key prefix.
+    std::shared_ptr<Store> where = base;
+    if (s > 0) where = std::make_shared<PrefixStore>(base, "tcp/stream" + std::to_string(s));
+    tcp::Listener listener = tcp::listen(rank, size, options);
+    where->setString(tcp::addressKey(rank), listener.address);
+    setups.push_back({std::move(listener), tcp::addressesInStore(std::move(where))});
+  }
+  return build(rank, size, options, std::move(setups));
 }
 
 }  // namespace braid::transport

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "transport/transport.hpp"
 
@@ -89,7 +90,35 @@ struct TcpOptions {
 /// past connectTimeout or from the wait's deadline, naming the peer. The store must outlive a
 /// lazy transport (it looks the peers' addresses up on first use). Invalid socketThreads,
 /// socketsPerThread or stripeMinBytes: Error(InvalidArgument) naming the variables.
+/// This standalone form publishes and reads the addresses itself (tests, tools); communicators
+/// use the two steps below through the transport factory.
 std::unique_ptr<Transport> createTcpTransport(Store& store, int rank, int size,
+                                              const TcpOptions& options);
+
+/// The first of the factory's two steps: this rank listens on each of its streams' sockets
+/// before anyone knows where the others are. entry() ("host:port" per stream, space-separated)
+/// is what the factory gathers with the host entries (transport/factory.cpp), so the transport
+/// reads no key of its own from the store. Destroying it closes the listeners.
+class TcpListening {
+ public:
+  ~TcpListening();
+  std::string entry() const;
+
+ private:
+  TcpListening();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend std::unique_ptr<TcpListening> listenTcp(int, int, const TcpOptions&);
+  friend std::unique_ptr<Transport> createTcpTransport(std::unique_ptr<TcpListening>,
+                                                       std::vector<std::string>, int, int,
+                                                       const TcpOptions&);
+};
+/// Listens as createTcpTransport does (Error(InvalidArgument) for the options it rejects).
+std::unique_ptr<TcpListening> listenTcp(int rank, int size, const TcpOptions& options);
+/// The second step: the transport over `listening`, with `entries[r]` = rank r's entry() (every
+/// rank's, in rank order); otherwise as createTcpTransport(Store&, ...), without the store.
+std::unique_ptr<Transport> createTcpTransport(std::unique_ptr<TcpListening> listening,
+                                              std::vector<std::string> entries, int rank, int size,
                                               const TcpOptions& options);
 
 /// Data sockets opened or accepted by every TCP transport of this process so far (tests and

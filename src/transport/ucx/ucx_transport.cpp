@@ -10,6 +10,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/crypto.hpp"
 #include "common/handshake.hpp"
 #include "common/peer_policy.hpp"
 #include "transport/ucx/ucx_transport_impl.hpp"
@@ -126,8 +127,13 @@ std::string hostName() {
 
 }  // namespace
 
-UcxTransport::UcxTransport(Store& store, int rank, int size, const UcxOptions& options)
-    : rank_(rank), size_(size), options_(options), engine_(rank), mu_(engine_.mutex()) {
+UcxTransport::UcxTransport(int rank, int size, const UcxOptions& options)
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      busyPoll_(options.busyPoll),
+      engine_(rank),
+      mu_(engine_.mutex()) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
                                                 " is outside a world of size " +
@@ -140,7 +146,7 @@ UcxTransport::UcxTransport(Store& store, int rank, int size, const UcxOptions& o
           std::to_string(::getpid()) + ")";
   std::unique_lock<std::mutex> lk(mu_);
   try {
-    setup(store);
+    open();
   } catch (...) {
     teardown();
     throw;
@@ -152,8 +158,7 @@ UcxTransport::~UcxTransport() {
   teardown();
 }
 
-void UcxTransport::setup(Store& store) {
-  const Deadline deadline = Clock::now() + options_.connectTimeout;
+void UcxTransport::open() {
   ucp_config_t* config = nullptr;
   // UCX reads its own variables here (UCX_TLS, UCX_NET_DEVICES, ...).
   checkUcs(ucp_config_read(nullptr, nullptr, &config), self_, "ucp_config_read");
@@ -207,9 +212,12 @@ void UcxTransport::setup(Store& store) {
   std::memcpy(value.data() + 4, mine.data(), mine.size());
   std::memcpy(value.data() + 4 + mine.size(), address, addressBytes);
   ucp_worker_release_address(worker_, address);
-  const std::string prefix = options_.keyPrefix + "/addr/";
-  store.set(prefix + std::to_string(rank_), value);
+  published_ = std::move(value);
+}
 
+void UcxTransport::connect(const Lookup& lookup) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const Deadline deadline = Clock::now() + options_.connectTimeout;
   peers_.resize(static_cast<std::size_t>(size_));
   endpointArgs_.resize(static_cast<std::size_t>(size_));
   for (int p = 0; p < size_; ++p) {
@@ -220,7 +228,7 @@ void UcxTransport::setup(Store& store) {
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(
         std::max(deadline - Clock::now(), Clock::duration::zero()));
     try {
-      theirs = store.get(prefix + std::to_string(p), left);
+      theirs = lookup(p, left);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
       throw Error(ErrorCode::Timeout, self_ + " timed out after " +
@@ -1081,8 +1089,7 @@ void UcxTransport::wait(Request& req, Deadline deadline) {
   std::unique_lock<std::mutex> lk(mu_);
   engine::waitLoop(
       lk, req, deadline,
-      engine::WaitPolicy{options_.spin,
-                         options_.busyPoll ? options_.spin : std::chrono::microseconds(0)},
+      engine::WaitPolicy{options_.spin, busyPoll_ ? options_.spin : std::chrono::microseconds(0)},
       [&] { progress(); },
       [&](Deadline until) {
         // A rendezvous moves only while the workers are polled (UCX 1.13's shared-memory and
@@ -1164,7 +1171,57 @@ std::string ucxVersion() {
 
 std::unique_ptr<Transport> createUcxTransport(Store& store, int rank, int size,
                                               const UcxOptions& options) {
-  return std::make_unique<ucx::UcxTransport>(store, rank, size, options);
+  auto t = std::make_unique<ucx::UcxTransport>(rank, size, options);
+  const std::string prefix = options.keyPrefix + "/addr/";
+  store.set(prefix + std::to_string(rank), t->published());
+  t->connect([&](int peer, std::chrono::milliseconds left) {
+    return store.get(prefix + std::to_string(peer), left);
+  });
+  return t;
+}
+
+namespace {
+
+class UcxOpened final : public UcxListening {
+ public:
+  explicit UcxOpened(std::unique_ptr<ucx::UcxTransport> t) : t_(std::move(t)) {}
+  std::string entry() const override { return crypto::toHex(t_->published()); }
+  std::unique_ptr<ucx::UcxTransport> take() { return std::move(t_); }
+
+ private:
+  std::unique_ptr<ucx::UcxTransport> t_;
+};
+
+}  // namespace
+
+std::unique_ptr<UcxListening> openUcx(int rank, int size, const UcxOptions& options) {
+  return std::make_unique<UcxOpened>(std::make_unique<ucx::UcxTransport>(rank, size, options));
+}
+
+std::unique_ptr<Transport> createUcxTransport(std::unique_ptr<UcxListening> opened,
+                                              std::vector<std::string> entries, int rank, int size,
+                                              const UcxOptions& options) {
+  auto* mine = dynamic_cast<UcxOpened*>(opened.get());
+  if (mine == nullptr || entries.size() != static_cast<std::size_t>(size))
+    throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
+                                                ": " + std::to_string(entries.size()) +
+                                                " address entries for " + std::to_string(size) +
+                                                " ranks, or no opened worker");
+  // The worker was opened with `options`; how to wait is known only now (the factory decides
+  // it from the gathered hosts).
+  std::unique_ptr<ucx::UcxTransport> t = mine->take();
+  t->setBusyPoll(options.busyPoll);
+  t->connect([&](int peer, std::chrono::milliseconds) {
+    const std::string& hex = entries[static_cast<std::size_t>(peer)];
+    std::vector<std::uint8_t> bytes;
+    if (!crypto::fromHex(hex, bytes))
+      throw Error(ErrorCode::InvalidArgument,
+                  "createUcxTransport: rank " + std::to_string(rank) + ": rank " +
+                      std::to_string(peer) + " published no UCX worker address (\"" +
+                      hex.substr(0, 32) + "\"): does every rank use BRAID_TRANSPORT=ucx?");
+    return bytes;
+  });
+  return t;
 }
 
 }  // namespace braid::transport

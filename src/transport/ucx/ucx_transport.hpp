@@ -4,12 +4,13 @@
 // an Error saying the build has no UCX.
 //
 // The transport (ucx_transport_impl.hpp) is one ucp context and worker per transport and one
-// endpoint per peer. Worker addresses travel through the store under "<keyPrefix>/addr/<rank>";
-// the peers then run braid's handshake (common/handshake.hpp) over UCX, so a key mismatch is the
-// same Error(Auth) as over TCP. Messages go out as ucp tagged sends: UCX picks eager sends for
-// small messages and zero-copy rendezvous for large ones by itself (its registration cache keeps
-// reused buffers registered). UCX reads its own variables (UCX_TLS, UCX_NET_DEVICES, ...);
-// UcxOptions::config sets them for one transport.
+// endpoint per peer. Worker addresses travel with the host entries the transport factory gathers
+// (or, standalone, through the store under "<keyPrefix>/addr/<rank>"); the peers then run braid's
+// handshake (common/handshake.hpp) over UCX, so a key mismatch is the same Error(Auth) as over TCP.
+// Messages go out as ucp tagged sends: UCX picks eager sends for small messages and zero-copy
+// rendezvous for large ones by itself (its registration cache keeps reused buffers registered). UCX
+// reads its own variables (UCX_TLS, UCX_NET_DEVICES, ...); UcxOptions::config sets them for one
+// transport.
 #pragma once
 
 #include <braid/options.hpp>
@@ -57,7 +58,25 @@ std::string ucxVersion();
 /// Error(Timeout) naming the ranks that never published or never completed the handshake;
 /// Error(Internal) naming the UCX call that failed; without UCX, Error(InvalidArgument) saying
 /// the build has no UCX transport.
+/// This standalone form publishes and reads the worker addresses itself (under
+/// "<keyPrefix>/addr/<rank>"); communicators use the two steps below through the factory.
 std::unique_ptr<Transport> createUcxTransport(Store& store, int rank, int size,
+                                              const UcxOptions& options);
+
+/// The first of the factory's two steps: this rank's context and worker, before anyone knows
+/// where the others are; entry() (the worker address as hex text) is what the factory gathers
+/// with the host entries, so the transport reads no key of its own from the store.
+class UcxListening {
+ public:
+  virtual ~UcxListening() = default;
+  virtual std::string entry() const = 0;
+};
+/// Opens the worker (the errors of createUcxTransport's own setup, before any peer).
+std::unique_ptr<UcxListening> openUcx(int rank, int size, const UcxOptions& options);
+/// The second step: endpoints and handshakes with `entries[r]` = rank r's entry(); otherwise
+/// as createUcxTransport(Store&, ...). A malformed entry: Error(InvalidArgument) naming the rank.
+std::unique_ptr<Transport> createUcxTransport(std::unique_ptr<UcxListening> opened,
+                                              std::vector<std::string> entries, int rank, int size,
                                               const UcxOptions& options);
 
 }  // namespace braid::transport

@@ -44,8 +44,10 @@
 #include <sys/types.h>
 #include <ucp/api/ucp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -156,8 +158,18 @@ struct EndpointArg {
 
 class UcxTransport final : public Transport, private engine::CompletionSink {
  public:
-  UcxTransport(Store& store, int rank, int size, const UcxOptions& options);
+  /// Creates the context and the worker (UCX reads its variables here); published() is then
+  /// what the peers need to reach this rank. Nothing is connected until connect().
+  UcxTransport(int rank, int size, const UcxOptions& options);
   ~UcxTransport() override;
+  /// {u32 description bytes, description, worker address}.
+  const std::vector<std::uint8_t>& published() const noexcept { return published_; }
+  /// Collective: an endpoint to every peer, from what lookup(peer, time left) returns (the
+  /// peer's published()), then every pair's handshake; all within connectTimeout.
+  using Lookup = std::function<std::vector<std::uint8_t>(int peer, std::chrono::milliseconds left)>;
+  void connect(const Lookup& lookup);
+  /// UcxOptions::busyPoll, decided after open() (before connect()).
+  void setBusyPoll(bool on) noexcept { busyPoll_ = on; }
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
 
@@ -183,7 +195,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
     noteMismatch(peer, expected, received);
   }
 
-  void setup(Store& store);
+  void open();
   void handshake(Deadline deadline);
   void postHandshakeRecv(int peer);
   void sendSide(int peer, Kind kind, std::uint64_t seq, std::vector<std::uint8_t> bytes);
@@ -223,7 +235,9 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   const int rank_;
   const int size_;
   const UcxOptions options_;
-  std::string self_;  // "rank 0 (host h, pid 1)"
+  bool busyPoll_;                        // options_.busyPoll, or setBusyPoll's
+  std::string self_;                     // "rank 0 (host h, pid 1)"
+  std::vector<std::uint8_t> published_;  // open(): what connect() on the peers needs
 
   engine::Engine engine_;
   std::mutex& mu_;  // engine_.mutex()
