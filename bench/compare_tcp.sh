@@ -2,7 +2,8 @@
 # braid over TCP vs Open MPI over TCP loopback vs Gloo, 2 ranks, every collective, side by side:
 # the runs are interleaved (braid, MPI, gloo, braid, MPI, gloo, ...) and the report takes medians.
 # Usage: bench/compare_tcp.sh [ROUNDS=3] [MAXBYTES=256M]   (root; installs Open MPI and torch)
-# Output: results/tcp/*.txt|json and results/tcp/report.md (printed).
+# Output: results/tcp/*.txt|json, results/tcp/report.md (printed) and results/tcp/plots/*.png
+# (bench/plot.py: busbw against size per collective, and the overview of the ratios).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -10,6 +11,7 @@ rounds="${1:-3}"
 maxb="${2:-256M}"
 out="$repo/results/tcp"
 mkdir -p "$out"
+rm -f "$out"/*.json "$out"/*.txt  # runs of an earlier, longer comparison would mix in
 anchors="$repo/results/anchors"
 rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
 bash "$anchors/run_all.sh" setup >/dev/null
@@ -27,3 +29,7 @@ for k in $(seq 1 "$rounds"); do
   OUT_DIR="$out" START=$k bash "$anchors/gloo/run.sh" "$k" 2 >/dev/null
 done
 /usr/bin/python3 "$here/compare.py" "$out" --mpi tcp --gloo lo2 | tee "$out/report.md"
+# Plots from the same files (bench/plot.py).
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+/usr/bin/python3 "$here/plot.py" "$out" "$out/plots" --braid braid --mpi tcp --gloo lo2 \
+  --title "2 ranks, TCP loopback, $cpu"

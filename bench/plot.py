@@ -7,7 +7,9 @@ Reads the same files as compare.py (braid-perf --json runs RESULTS_DIR/<PREFIX>.
 the anchors' text runs RESULTS_DIR/<CONFIG>.run<k>*.txt) and writes one PNG per collective,
 OUT_DIR/<PREFIX>.<coll>.png, with two panels: busbw (GB/s, median over runs) against the message
 size for braid and each reference, and the ratio compare.py prints (busbw ratio from 64 KiB, time
-ratio below; > 1: braid faster) against the size, with the 1.0x line. Prints the files it wrote.
+ratio below; > 1: braid faster) against the size, with the 1.0x line; then one overview,
+OUT_DIR/<PREFIX>.overview.png: the ratio against every reference for every collective, one
+panel each (the results page of docs/benchmarks.md shows these). Prints the files it wrote.
 Needs matplotlib (Debian: python3-matplotlib; run it with /usr/bin/python3).
 """
 import argparse
@@ -55,6 +57,39 @@ def plot_collective(coll, braid, refs, title, path):
     plt.close(fig)
 
 
+def plot_overview(braid, refs, title, path):
+    colls = sorted({c for c, _ in braid})
+    cols = 3 if len(colls) > 4 else max(1, min(2, len(colls)))
+    rows = (len(colls) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False,
+                             sharey=True)
+    for i, coll in enumerate(colls):
+        ax = axes[i // cols][i % cols]
+        sizes = sorted(s for c, s in braid if c == coll)
+        for name, ref in refs:
+            rs = [s for s in sizes if ref.get((coll, s))]
+            if rs:
+                ax.plot(rs, [compare.ratio_of(s, braid[(coll, s)], ref[(coll, s)]) for s in rs],
+                        "o-", markersize=3, label=f"vs {name}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_title(coll)
+        ticks = sizes[:: max(1, len(sizes) // 4)]
+        ax.set_xticks(ticks, [compare.fmt_size(t) for t in ticks])
+        ax.grid(True, which="both", alpha=0.3)
+        if i % cols == 0:
+            ax.set_ylabel("braid / reference")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    for j in range(len(colls), rows * cols):
+        axes[j // cols][j % cols].axis("off")
+    fig.suptitle(f"{title} (> 1: braid faster)" if title else "> 1: braid faster")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
@@ -77,6 +112,9 @@ def main():
         path = os.path.join(a.out, f"{a.braid}.{coll}.png")
         plot_collective(coll, braid, refs, a.title, path)
         print(path)
+    path = os.path.join(a.out, f"{a.braid}.overview.png")
+    plot_overview(braid, refs, a.title, path)
+    print(path)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/plot.py on result files written here (two braid runs of two collectives, two Open MPI
-# runs in the anchors' columns): one PNG per collective, each a real PNG; a directory without
+# runs in the anchors' columns): one PNG per collective and the overview, each a real PNG; a directory without
 # braid runs is an error that names it. Checks that the plots are made, not what they show.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,7 +24,7 @@ for k in 1 2; do
 done
 /usr/bin/python3 "$here/plot.py" "$tmp" "$tmp/plots" --braid braid2 --mpi mpi2 --title "test" \
   > "$tmp/out.txt"
-for c in allreduce allgather; do
+for c in allreduce allgather overview; do
   f="$tmp/plots/braid2.$c.png"
   grep -qx "$f" "$tmp/out.txt" || { echo "FAIL: $f not reported"; cat "$tmp/out.txt"; exit 1; }
   [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] || {
