@@ -278,6 +278,51 @@ TEST(TcpLazy, PeerThatNeverAnswersTimesOutNamingIt) {
   EXPECT_NE(message.find("has not answered the dial"), std::string::npos) << message;
 }
 
+// Dials run side by side: while rank 0's dial to rank 1 hangs in the handshake (a silent
+// listener stands in for a stopped process, with setup bounds of 60 s), rank 0 and rank 2 still
+// connect and exchange, and rank 1's receive is still pending. With one dial at a time the
+// exchange would wait behind rank 1's dial for the whole minute. Destroying the transport
+// stops the hanging dial.
+TEST(TcpLazy, ASilentPeerDelaysOnlyItsOwnDial) {
+  MemoryStore store;
+  std::uint16_t port = 0;
+  tcp::Fd silent = tcp::listenOn("127.0.0.1", 0, port, 0, 0);
+  store.setString("tcp/addr/1", "127.0.0.1:" + std::to_string(port));
+  TcpOptions o = lazyOptions();
+  o.connectTimeout = 60s;
+  o.security.handshakeTimeout = 60s;
+  std::unique_ptr<Transport> t[3];
+  std::thread make2([&] { t[2] = createTcpTransport(store, 2, 3, o); });
+  t[0] = createTcpTransport(store, 0, 3, o);
+  make2.join();
+  Bytes stuck(64);
+  Request toSilent;
+  t[0]->postRecv(1, stuck.data(), stuck.size(), 3, toSilent);
+  std::this_thread::sleep_for(100ms);  // the dial to rank 1 is under way
+  const auto start = Clock::now();
+  const std::size_t bytes = 4000;
+  Bytes out[2] = {makePayload(0, 2, bytes), makePayload(2, 0, bytes)};
+  Bytes in[2] = {Bytes(bytes), Bytes(bytes)};
+  Request send[2], recv[2];
+  std::thread side([&] {
+    t[2]->postRecv(0, in[1].data(), bytes, 4, recv[1]);
+    t[2]->postSend(0, out[1].data(), bytes, 4, send[1]);
+    t[2]->wait(recv[1], after(20s));
+    t[2]->wait(send[1], after(20s));
+  });
+  t[0]->postRecv(2, in[0].data(), bytes, 4, recv[0]);
+  t[0]->postSend(2, out[0].data(), bytes, 4, send[0]);
+  t[0]->wait(recv[0], after(20s));
+  t[0]->wait(send[0], after(20s));
+  side.join();
+  EXPECT_LT(Clock::now() - start, 20s);
+  EXPECT_EQ(firstWrong(in[0], 2, 0), -1);
+  EXPECT_EQ(firstWrong(in[1], 0, 2), -1);
+  EXPECT_FALSE(t[0]->test(toSilent)) << "rank 1 never answers";
+  t[0].reset();  // stops the dial that hangs (the pending receive goes with the transport)
+  t[2].reset();
+}
+
 // Abort before any connection: the wait throws Aborted; the listener closes, so a peer's
 // first use sees this rank lost. (Rank 0 waits on rank 2, so rank 1 never connected to it.)
 TEST(TcpLazy, AbortBeforeFirstUse) {

@@ -77,8 +77,16 @@ Fd connectToPeer(int rank, int size, int peer, const std::string& address,
       security::Initiator initiator(options.security.authKey, security::Service::Transport,
                                     encodeRankContext(rank, size));
       if (hooks != nullptr && hooks->socket) hooks->socket(fd.get());
-      const auto hs = security::runInitiator(fd.get(), initiator, deadline);
-      if (hooks != nullptr && hooks->socket) hooks->socket(-1);
+      const auto hs = [&] {
+        // Told -1 however the handshake ends, before the socket can close.
+        struct Untell {
+          const DialHooks* h;
+          ~Untell() {
+            if (h != nullptr && h->socket) h->socket(-1);
+          }
+        } untell{hooks};
+        return security::runInitiator(fd.get(), initiator, deadline);
+      }();
       if (!hs.ok && hs.failure == security::Failure::Refused && hooks != nullptr &&
           hooks->refused != nullptr) {
         *hooks->refused = hs.error;
