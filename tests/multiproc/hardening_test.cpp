@@ -285,11 +285,15 @@ void hostileRound(std::uint16_t storePort, const std::vector<std::uint16_t>& ran
       held.push_back(fd);
     }
   }
-  // Forged Hellos (no key): claims of another world size and of a rank no listener accepts.
-  // (A Hello claiming a rank the listener does wait for, with the right size, would be taken:
-  // without a key nothing tells it from the real rank; docs/security.md.)
-  for (std::uint16_t port : rankPorts) {
-    for (auto [rank, size] : {std::pair{1, 99}, std::pair{0, 3}, std::pair{2, 1 << 20}}) {
+  // Forged Hellos (no key): claims of another world size and of the listener's own rank, which
+  // no listener accepts. (A Hello claiming a rank the listener does wait for, with the right
+  // size, would be taken: without a key nothing tells it from the real rank; docs/security.md.
+  // With lazy connections every peer not yet connected is such a rank.) rankPorts[r] is rank
+  // r's listener.
+  for (std::size_t owner = 0; owner < rankPorts.size(); ++owner) {
+    const std::uint16_t port = rankPorts[owner];
+    for (auto [rank, size] :
+         {std::pair{1, 99}, std::pair{static_cast<int>(owner), 3}, std::pair{2, 1 << 20}}) {
       if (int fd = connectTo(port); fd >= 0) {
         Bytes hello;
         security::Initiator("", security::Service::Transport,
@@ -379,7 +383,7 @@ TEST(HostileSoak, RunningJobStaysCorrectAndTheStoreBounded) {
     while (!stop.load()) {
       // The ranks' listen ports, once the host table of communicator "0" of this store is
       // gathered (PrefixStore "braid/0/" joins its prefix and a key with a "/"): every
-      // "127.0.0.1:PORT" in it is a rank's data listener.
+      // "127.0.0.1:PORT" in it is a rank's data listener, in rank order.
       const std::string key = "braid/0//host/all";
       if (rankPorts.empty() && reader.check({key})) {
         const std::string table = reader.getString(key, 1s);
