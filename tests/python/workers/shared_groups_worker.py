@@ -5,7 +5,8 @@ checks, destroy_process_group; the later ones rendezvous through a file:// store
   share   - default group braid, sharing on (the default): after the world's first collectives
             (an all_to_all_single touches every pair, so that lazy connections are all made),
             new_group([0,1,2,3]), new_group([1,3]), new_group([3,1], sort_ranks=False),
-            new_subgroups and split_group open no socket (braid_torch._C.tcp_sockets_opened(),
+            new_subgroups and split_group (made while a world all_reduce is in flight) open no
+            socket (braid_torch._C.tcp_sockets_opened(),
             the process's count), are derived from the world's communicator (their comm_id is
             under the world's) and count its sockets, and their collectives and point-to-point
             give values computed here from each rank's known contribution. Then collectives of
@@ -114,6 +115,10 @@ def phase(mode, first):
         assert state["world_connections"] == world - 1, state["world_connections"]
 
     def make_groups():
+        # The world has an operation in flight on its worker while the groups are derived from
+        # its communicator (memberSubgroup sends nothing over it).
+        big = contribution(rank, 200003, 5)
+        pending = dist.all_reduce(big, async_op=True)
         groups = {}
         groups["all"] = ([0, 1, 2, 3], dist.new_group([0, 1, 2, 3], backend="braid"))
         groups["odd"] = ([1, 3], dist.new_group([1, 3], backend="braid"))
@@ -125,6 +130,8 @@ def phase(mode, first):
             mine = [0, 2] if rank % 2 == 0 else [1, 3]
             groups["split"] = (mine, dist.split_group(split_ranks=[[0, 2], [1, 3]]))
         state["groups"] = groups
+        pending.wait()
+        assert_equal(big, expected_sum(range(world), 200003, 5), "world all_reduce in flight")
 
     def group_collectives():
         for salt, (name, (ranks, group)) in enumerate(sorted(state["groups"].items())):
