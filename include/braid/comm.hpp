@@ -180,6 +180,18 @@ class Comm {
   /// must pass the same list, else Error(InvalidArgument) names a disagreeing rank). Ranks not
   /// in the list get nullptr.
   std::unique_ptr<Comm> subgroup(std::span<const int> ranks);
+  /// Collective over the listed ranks only (the other ranks do not call it, and it sends nothing
+  /// over this communicator): a sub-communicator of `ranks` (this communicator's ranks, in the
+  /// new communicator's order), like subgroup() and sharing this communicator's connections as
+  /// it does (docs/architecture.md, "Shared connections"). For frameworks whose groups are
+  /// created by their members alone (torch.distributed's new_group). Every member passes the
+  /// same list and the same `name`, which tells this communicator's groups made this way apart:
+  /// a name is used once per communicator. Error(InvalidArgument): a rank outside [0, size()),
+  /// a rank listed twice, this rank not listed, an empty name, or (on the other members) a list
+  /// that differs from the one of the first listed rank; Error(Timeout) when the first listed
+  /// rank has not called it within Options::connectTimeout. May be called while other threads
+  /// run operations on this communicator.
+  std::unique_ptr<Comm> memberSubgroup(std::span<const int> ranks, const std::string& name);
 
   /// Fails every pending and later operation with Error(Aborted). Callable from any thread.
   void abort();

@@ -78,16 +78,55 @@ def listen_address_for(host=None):
     return (_local_address_towards(host) if host else "") or "127.0.0.1"
 
 
-def _create_backend(store, rank, world_size, timeout):
-    """The creator torch.distributed calls for each group using backend "braid"."""
+def _create_backend(store, rank, world_size, timeout, parent=None, global_ranks=(), name="",
+                    why="torch did not say the group's global ranks (register_backend without "
+                        "extended_api)"):
+    """The creator torch.distributed calls for each group using backend "braid" (torch's plain
+    API: store, rank, size, timeout; _create_backend_extended passes the rest). With `parent`
+    (the default group's ProcessGroupBraid) the group is derived from its communicator and
+    shares its connections; otherwise it bootstraps through the store with sockets of its own
+    (`why` says why, in the line logged at BRAID_DEBUG=INFO)."""
     global _chosen_listen_address
     if _chosen_listen_address is None:
         _chosen_listen_address = listen_address_for()
     if not isinstance(timeout, datetime.timedelta):
         timeout = datetime.timedelta(seconds=float(timeout))
     grace_us = int(os.environ.get("BRAID_TORCH_GRACE_US", "1000"))
-    return _C.ProcessGroupBraid(store, rank, world_size, timeout, _chosen_listen_address,
-                                grace_us)
+    return ProcessGroupBraid._create_group(store, rank, world_size, timeout,
+                                           _chosen_listen_address, grace_us, parent,
+                                           list(global_ranks), str(name), why)
+
+
+def _sharing_parent(global_ranks, group_rank):
+    """The ProcessGroupBraid a new group of `global_ranks` can be derived from (the default
+    group's, sharing its connections), or None and why not."""
+    from torch.distributed import distributed_c10d as c10d
+    if not global_ranks:
+        return None, "the default group (its connections are the ones its subgroups share)"
+    if not dist.is_initialized():
+        return None, "no default group in this process"
+    default = c10d._get_default_group()
+    try:
+        parent = backend_of(default)
+    except ValueError:
+        return None, "the default group's CPU backend is not braid"
+    if not parent.shares_connections:
+        return None, "BRAID_SHARE_CONNECTIONS=0"
+    if not 0 <= group_rank < len(global_ranks) or global_ranks[group_rank] != default.rank():
+        return None, (f"torch's global ranks {list(global_ranks)} do not list this rank "
+                      f"({default.rank()}) at its group rank {group_rank}")
+    return parent, ""
+
+
+def _create_backend_extended(opts, backend_options=None):
+    """The creator under torch's extended backend API: `opts` (_DistributedBackendOptions) also
+    carries the group's name and global ranks, so a subgroup of a braid default group is
+    derived from the default group's communicator (docs/pytorch.md, "Shared connections")."""
+    global_ranks = list(getattr(opts, "global_ranks_in_group", None) or [])
+    parent, why = _sharing_parent(global_ranks, opts.group_rank)
+    return _create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout,
+                           parent=parent, global_ranks=global_ranks,
+                           name=getattr(opts, "group_id", "") or "", why=why)
 
 
 def backend_of(group=None):
@@ -230,7 +269,12 @@ def _register():
     params = inspect.signature(dist.Backend.register_backend).parameters
     if "devices" in params:  # torch >= 2.1: the backend serves CPU tensors only
         kwargs["devices"] = ["cpu"]
-    dist.Backend.register_backend(BACKEND_NAME, _create_backend, **kwargs)
+    creator = _create_backend
+    if "extended_api" in params and hasattr(dist.distributed_c10d, "_DistributedBackendOptions"):
+        # The group's name and global ranks come with it: subgroups share connections.
+        kwargs["extended_api"] = True
+        creator = _create_backend_extended
+    dist.Backend.register_backend(BACKEND_NAME, creator, **kwargs)
     # torch 2.15 attaches its generic FlightRecorder hook (a Python-visible pre/post hook on
     # every operation) to the groups of every out-of-tree backend; on an 8-byte all_reduce it
     # costs about as much as the rest of torch's dispatch (docs/pytorch.md, "Per-call

@@ -12,6 +12,7 @@
 #include "compression.hpp"
 #include "fusion.hpp"
 #include "process_group.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 namespace py = pybind11;
 
@@ -31,6 +32,23 @@ c10::intrusive_ptr<ProcessGroupBraid> create(const c10::intrusive_ptr<c10d::Stor
   return c10::make_intrusive<ProcessGroupBraid>(store, rank, size, config);
 }
 
+// The creator of a torch group (braid_torch._create_backend): derived from `parent` (the default
+// group's backend) when given, else through the store; ProcessGroupBraid::create.
+c10::intrusive_ptr<ProcessGroupBraid> createGroup(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout, const std::string& listenAddress,
+    std::int64_t graceMicroseconds, const py::object& parentObject,
+    const std::vector<int>& parentRanks, const std::string& name, const std::string& why) {
+  c10::intrusive_ptr<ProcessGroupBraid> parent;
+  if (!parentObject.is_none()) parent = parentObject.cast<c10::intrusive_ptr<ProcessGroupBraid>>();
+  BackendConfig config;
+  config.timeout = timeout;
+  config.listenAddress = listenAddress;
+  config.grace = std::chrono::microseconds(std::max<std::int64_t>(0, graceMicroseconds));
+  py::gil_scoped_release nogil;
+  return ProcessGroupBraid::create(store, rank, size, config, parent.get(), parentRanks, name, why);
+}
+
 }  // namespace
 }  // namespace braid_torch
 
@@ -43,6 +61,10 @@ PYBIND11_MODULE(_C, m) {
   m.attr("TORCH_VERSION_BUILT") = py::str(TORCH_VERSION);
   m.attr("USES_BACKEND_CLASS") = py::bool_(BRAID_TORCH_HAS_BACKEND_CLASS != 0);
   m.def("braid_version", [] { return std::string(braid::version()); });
+  m.def(
+      "tcp_sockets_opened", [] { return braid::transport::tcpSocketsOpened(); },
+      "data sockets opened or accepted by every braid TCP transport of this process so far (a "
+      "group that shares its parent's connections adds none)");
 
   py::class_<ProcessGroupBraid, braid_torch::BackendBase, c10::intrusive_ptr<ProcessGroupBraid>>(
       m, "ProcessGroupBraid",
@@ -53,6 +75,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "comm_id", [](ProcessGroupBraid& pg) { return pg.comm().id(); },
           "braid's id of the collectives communicator")
+      .def_property_readonly(
+          "connection_count", [](ProcessGroupBraid& pg) { return pg.comm().connectionCount(); },
+          "TCP sockets this rank holds to the group's peers (shared ones included: a group "
+          "sharing its parent's connections counts the parent's)")
+      .def_property_readonly(
+          "shares_connections",
+          [](ProcessGroupBraid& pg) { return pg.comm().options().shareConnections; },
+          "whether the group's sub-groups share its connections (BRAID_SHARE_CONNECTIONS)")
       .def_property_readonly(
           "timeout", [](ProcessGroupBraid& pg) { return pg.timeout(); },
           "the bound on one operation (init_process_group's timeout, or set_timeout's)")
@@ -71,6 +101,11 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("collective"), py::arg("bytes"),
           "the algorithm braid picks for this collective and message size")
+      .def_static("_create_group", &braid_torch::createGroup, py::arg("store"), py::arg("rank"),
+                  py::arg("size"), py::arg("timeout"), py::arg("listen_address"),
+                  py::arg("grace_us"), py::arg("parent"), py::arg("parent_ranks"), py::arg("name"),
+                  py::arg("why"),
+                  "a torch group's backend: derived from `parent` (None: through the store)")
       .def("_agree_shrink", &ProcessGroupBraid::agreeShrink,
            "braid's shrink agreement over the live ranks (braid_torch.shrink): the group's "
            "ranks left out; once per group")

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <braid/error.hpp>
 #include <braid/options.hpp>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -80,12 +81,72 @@ ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& stor
     : BackendBase(rank, size), config_(config), timeoutMs_(config.timeout.count()) {
   const braid::Options options = makeOptions(config);
   auto adapter = bootstrapStore(store, rank, options);
-  // Both communicators are created in the same order on every rank, so braid's per-store
-  // generation counter gives them the same ids everywhere.
   comm_ = braid::Comm::create(adapter, rank, size, options);
-  p2p_ = std::make_shared<P2P>(braid::Comm::create(adapter, rank, size, options));
+  // Split off the collectives' communicator: it shares that one's connections.
+  p2p_ = std::make_shared<P2P>(comm_->split(0, rank));
   queue_ = std::make_shared<OpQueue>(config.grace);
   init();
+}
+
+namespace {
+
+int positionOf(const std::vector<int>& parentRanks, int parentRank, const std::string& name) {
+  const auto it = std::find(parentRanks.begin(), parentRanks.end(), parentRank);
+  TORCH_CHECK(it != parentRanks.end(), "braid: group '", name, "': this rank (", parentRank,
+              " in the parent group) is not among the group's ranks");
+  return static_cast<int>(it - parentRanks.begin());
+}
+
+std::string rankList(const std::vector<int>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// braid's INFO lines (BRAID_DEBUG=INFO), for the group's communicator.
+void logInfo(const braid::Comm& comm, const std::string& group, const std::string& text) {
+  if (comm.options().logLevel < 2) return;
+  std::fprintf(stderr, "[braid INFO rank %d comm %s] torch group '%s': %s\n", comm.rank(),
+               comm.id().c_str(), group.c_str(), text.c_str());
+}
+
+}  // namespace
+
+ProcessGroupBraid::ProcessGroupBraid(ProcessGroupBraid& parent, const std::vector<int>& parentRanks,
+                                     const std::string& name, const BackendConfig& config)
+    : BackendBase(positionOf(parentRanks, parent.comm().rank(), name),
+                  static_cast<int>(parentRanks.size())),
+      config_(config),
+      timeoutMs_(config.timeout.count()) {
+  // The parent's Options, with this group's bound on every operation.
+  comm_ = parent.comm_->memberSubgroup(parentRanks, name);
+  comm_->setOpTimeout(config.timeout);
+  p2p_ = std::make_shared<P2P>(comm_->split(0, comm_->rank()));
+  p2p_->comm().setOpTimeout(config.timeout);
+  queue_ = std::make_shared<OpQueue>(config.grace);
+  init();
+}
+
+c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const BackendConfig& config,
+    ProcessGroupBraid* parent, const std::vector<int>& parentRanks, const std::string& name,
+    const std::string& why) {
+  if (parent) {
+    TORCH_CHECK(static_cast<int>(parentRanks.size()) == size, "braid: group '", name, "' on rank ",
+                rank, ": ", parentRanks.size(), " global ranks for a group of ", size);
+    auto pg = c10::make_intrusive<ProcessGroupBraid>(*parent, parentRanks, name, config);
+    TORCH_CHECK(pg->getRank() == rank, "braid: group '", name, "': torch says this is rank ", rank,
+                " of the group, but it is listed at ", pg->getRank(), " in ",
+                rankList(parentRanks));
+    logInfo(pg->comm(), name,
+            "shares the connections of braid communicator " + parent->comm().id() +
+                " (Comm::memberSubgroup of its ranks " + rankList(parentRanks) + ")");
+    return pg;
+  }
+  auto pg = c10::make_intrusive<ProcessGroupBraid>(store, rank, size, config);
+  logInfo(pg->comm(), name,
+          "connections of its own, bootstrapped through torch's store (Comm::create): " + why);
+  return pg;
 }
 
 ProcessGroupBraid::~ProcessGroupBraid() {
@@ -146,13 +207,19 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::split(
                 " is outside the parent group [0, ", size_, ")");
   BackendConfig config = config_;
   config.timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout();
+  // Derived from this group's communicator (its connections shared) where sharing is on and
+  // torch named the group; else through the child store, as new_group's fallback.
+  const std::string name = opts ? opts->group_name : std::string();
+  const bool derive = comm_->options().shareConnections && !name.empty();
+  const std::string why = !comm_->options().shareConnections ? "BRAID_SHARE_CONNECTIONS=0"
+                                                             : "torch passed split() no group name";
   // Bootstrap waits for the other members: let other Python threads run meanwhile.
   PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
   c10::intrusive_ptr<ProcessGroupBraid> child;
   try {
     child =
-        c10::make_intrusive<ProcessGroupBraid>(store->clone(), static_cast<int>(it - ranks.begin()),
-                                               static_cast<int>(ranks.size()), config);
+        create(store->clone(), static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+               config, derive ? this : nullptr, ranks, name.empty() ? "split" : name, why);
   } catch (...) {
     if (saved) PyEval_RestoreThread(saved);
     throw;

@@ -2,13 +2,29 @@
 // braid communicator; the Python ProcessGroup serves CPU tensors with it.
 //
 // Bootstrap: torch hands the creator a store (already prefixed with the group's name), the rank
-// and size in the group, and the timeout. Two braid communicators are created through that
-// store: one for collectives, one for point-to-point (p2p.hpp says why). A torch subgroup
-// (new_group) gets its own creator call with its own store prefix, so it is a fresh braid
-// communicator of its members; non-members are never asked.
+// and size in the group, the timeout and (extended API) the group's global ranks. Each group
+// has two braid communicators: one for collectives, and one for point-to-point (p2p.hpp says
+// why), split off the first, so it shares the first's connections (docs/architecture.md,
+// "Shared connections").
 //
-// split_group: torch calls split() on every rank of the parent; the members build a new
-// ProcessGroupBraid on the child store torch passes (non-members get nullptr), like new_group.
+// Where the collectives' communicator comes from (create(), docs/pytorch.md "Shared
+// connections"): a torch subgroup (new_group, new_subgroups, a DeviceMesh dimension) gets its
+// own creator call on its members only (non-members are never asked). When the default group
+// is served by braid in this process and shares connections (BRAID_SHARE_CONNECTIONS), the
+// subgroup is braid::Comm::memberSubgroup of the default group's communicator (of the global
+// ranks, named by torch's group name): a communicator that posts over the default group's
+// connections on a lane of its own, made without opening a socket. Otherwise (the default
+// group is another backend, the global ranks are unknown, sharing is off, or this is the
+// default group) it is created through torch's store with sockets of its own
+// (braid::Comm::create). A line at BRAID_DEBUG=INFO says which.
+//
+// split_group: torch calls split() on every rank of the parent; the members derive the child
+// from the parent's communicator the same way (memberSubgroup of the parent's ranks, named by
+// the group name torch passes), or, where sharing is off, build it on the child store torch
+// passes; non-members get nullptr.
+//
+// Lifetimes: a derived group holds its communicators only, which hold the shared connections
+// and the store; it keeps working when its parent group is destroyed first.
 //
 // Timeout: the one given to init_process_group/new_group/split_group bounds every operation
 // (braid Options::execTimeout) and connection setup (Options::connectTimeout, if smaller);
@@ -47,6 +63,18 @@ class ProcessGroupBraid : public BackendBase {
  public:
   ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                     const BackendConfig& config);
+  /// A group derived from `parent`'s collectives communicator without the store:
+  /// braid::Comm::memberSubgroup of `parentRanks` (the parent's ranks of this group's members,
+  /// in this group's order) named `name`. Only the members call it; it shares the parent's
+  /// connections.
+  ProcessGroupBraid(ProcessGroupBraid& parent, const std::vector<int>& parentRanks,
+                    const std::string& name, const BackendConfig& config);
+  /// The creator of a torch group (see the top of this file): derived from `parent` when it is
+  /// given, else through the store; logs which at BRAID_DEBUG=INFO (`why`: why not derived).
+  static c10::intrusive_ptr<ProcessGroupBraid> create(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const BackendConfig& config,
+      ProcessGroupBraid* parent, const std::vector<int>& parentRanks, const std::string& name,
+      const std::string& why);
   /// A shrunk group (agreeShrink): over communicators braid::Comm::shrink made (elastic.cpp).
   ProcessGroupBraid(std::unique_ptr<braid::Comm> comm, std::unique_ptr<braid::Comm> p2pComm,
                     const BackendConfig& config);
@@ -111,7 +139,9 @@ class ProcessGroupBraid : public BackendBase {
 
   // ---- elastic: keep going when a rank dies (elastic.cpp, docs/pytorch.md "Shrink") ----
 #if BRAID_TORCH_HAS_SHRINK
-  bool supportsShrinking() const override { return true; }
+  bool supportsShrinking() const override {
+    return true;
+  }
   /// torch.distributed.shrink_group's entry: the group of the ranks braid's agreement kept
   /// (agreeShrink), when they are exactly the ranks not in `ranksToExclude`; otherwise an error
   /// naming both lists (the agreed group is kept, so a second call with the agreed list, or
@@ -138,10 +168,16 @@ class ProcessGroupBraid : public BackendBase {
   std::uint64_t getSequenceNumberForGroup() override;
 
   /// The braid communicator of the collectives (for introspection from Python).
-  braid::Comm& comm() { return *comm_; }
-  const BackendConfig& config() const { return config_; }
+  braid::Comm& comm() {
+    return *comm_;
+  }
+  const BackendConfig& config() const {
+    return config_;
+  }
   /// The bound on one operation now (init_process_group's timeout, or setTimeout's).
-  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeoutMs_.load()); }
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeoutMs_.load());
+  }
 
   /// Runs fn(comm()) on the group's queue as one of its collectives (in issue order, behind
   /// those queued before) and waits for it; rethrows its error. For collective set-up over the

@@ -491,14 +491,43 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
       impl_->opts, &impl_->topo, members, &impl_->model->params(), impl_->transport.get())));
 }
 
-std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {
-  // FNV-1a over the list: every rank must pass the same one.
+namespace {
+
+// FNV-1a over a rank list: members compare it to find one that passed another list.
+std::uint64_t rankListHash(std::span<const int> ranks) {
   std::uint64_t h = 1469598103934665603ull;
   for (int r : ranks) {
     h ^= static_cast<std::uint32_t>(r);
     h *= 1099511628211ull;
   }
-  h ^= ranks.size();
+  return h ^ ranks.size();
+}
+
+// The position of `rank` in `ranks` (-1: not listed), after checking that every entry is a rank
+// of a communicator of `size` and none is listed twice.
+int positionInRankList(std::span<const int> ranks, int rank, int size, const std::string& where) {
+  std::vector<bool> seen(static_cast<std::size_t>(size), false);
+  int position = -1;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= size)
+      throw Error(ErrorCode::InvalidArgument, where + ": ranks[" + std::to_string(i) +
+                                                  "] = " + std::to_string(r) + " is outside [0, " +
+                                                  std::to_string(size) + ")");
+    if (seen[static_cast<std::size_t>(r)])
+      throw Error(ErrorCode::InvalidArgument,
+                  where + ": rank " + std::to_string(r) + " appears twice in ranks");
+    seen[static_cast<std::size_t>(r)] = true;
+    if (r == rank) position = static_cast<int>(i);
+  }
+  return position;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {
+  // Every rank must pass the same list.
+  std::uint64_t h = rankListHash(ranks);
   std::vector<std::uint64_t> all(static_cast<std::size_t>(impl_->size));
   allgather(&h, all.data(), 1, DataType::Int64);
   const std::string where =
@@ -508,21 +537,56 @@ std::unique_ptr<Comm> Comm::subgroup(std::span<const int> ranks) {
       throw Error(ErrorCode::InvalidArgument,
                   where + ": rank " + std::to_string(r) +
                       " passed a different rank list than rank 0 (every rank must pass the same)");
-  std::vector<bool> seen(static_cast<std::size_t>(impl_->size), false);
-  int position = -1;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    int r = ranks[i];
-    if (r < 0 || r >= impl_->size)
-      throw Error(ErrorCode::InvalidArgument, where + ": ranks[" + std::to_string(i) +
-                                                  "] = " + std::to_string(r) + " is outside [0, " +
-                                                  std::to_string(impl_->size) + ")");
-    if (seen[r])
-      throw Error(ErrorCode::InvalidArgument,
-                  where + ": rank " + std::to_string(r) + " appears twice in ranks");
-    seen[r] = true;
-    if (r == impl_->rank) position = static_cast<int>(i);
-  }
+  const int position = positionInRankList(ranks, impl_->rank, impl_->size, where);
   return split(position >= 0 ? 0 : kUndefinedColor, position);
+}
+
+std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std::string& name) {
+  const std::string where = "memberSubgroup '" + name + "' on rank " + std::to_string(impl_->rank) +
+                            " of communicator " + impl_->id;
+  if (name.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                where +
+                    ": name is empty (it tells this communicator's groups apart: the same on "
+                    "every member, once per group)");
+  const int position = positionInRankList(ranks, impl_->rank, impl_->size, where);
+  if (position < 0)
+    throw Error(ErrorCode::InvalidArgument,
+                where + ": this rank is not in ranks (only the members call memberSubgroup)");
+  // The id is the name's, so the members agree on it (and on the lane: its hash) without
+  // talking; the split ids ("/s...") never start with "/g".
+  std::string id = impl_->id + "/g" + name;
+  // The first listed rank publishes its list in the new communicator's namespace, the others
+  // compare theirs (boot/ is deleted with the bootstrap's keys, after every member read it).
+  PrefixStore ns(impl_->store, "braid/" + id + "/");
+  const std::string mine = std::to_string(rankListHash(ranks));
+  if (position == 0) {
+    ns.setString("boot/members", mine);
+  } else {
+    std::string theirs;
+    try {
+      theirs = ns.getString("boot/members", impl_->opts.connectTimeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout, where + ": the first listed rank (" +
+                                          std::to_string(ranks[0]) + ") did not create the " +
+                                          "group within " +
+                                          std::to_string(impl_->opts.connectTimeout.count()) +
+                                          " ms (" + e.detail() + ")");
+    }
+    if (theirs != mine)
+      throw Error(ErrorCode::InvalidArgument,
+                  where + ": the first listed rank (" + std::to_string(ranks[0]) +
+                      ") passed a different rank list (every member must pass the same)");
+  }
+  const std::vector<int> members(ranks.begin(), ranks.end());
+  auto impl = makeImpl(impl_->store, impl_->storeServer, position, static_cast<int>(ranks.size()),
+                       std::move(id), impl_->opts, &impl_->topo, members, &impl_->model->params(),
+                       impl_->transport.get());
+  impl->log(2, "member subgroup of communicator " + impl_->id + ": " +
+                   std::to_string(ranks.size()) + " ranks; its rank " + std::to_string(position) +
+                   " is rank " + std::to_string(impl_->rank) + " there");
+  return std::unique_ptr<Comm>(new Comm(std::move(impl)));
 }
 
 }  // namespace braid

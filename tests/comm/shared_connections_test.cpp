@@ -2,7 +2,8 @@
 // their parent's TCP connections, each on its own lane. A split among connected ranks opens no
 // socket; parent and child run concurrently from two threads per rank with every element
 // checked; mismatches, lost peers, aborts and a child outliving its parent behave as on
-// connections of its own; lazy connections and several streams per peer are shared alike.
+// connections of its own; lazy connections and several streams per peer are shared alike; groups
+// made by their members alone (memberSubgroup) share them too.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -149,7 +150,9 @@ TEST(SharedConnections, LazyPairsAreDialedOnceAndSharedAfterwards) {
     checkAllreduce(*again, DataType::Float32, ReduceOp::Sum, 1031, false);
     checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
     c.barrier();
-    if (c.rank() == 0) EXPECT_EQ(transport::tcpSocketsOpened(), afterFirst.load());
+    if (c.rank() == 0) {
+      EXPECT_EQ(transport::tcpSocketsOpened(), afterFirst.load());
+    }
     c.barrier();
   });
 }
@@ -223,6 +226,82 @@ TEST(SharedConnections, ChildOutlivesItsParent) {
     });
   for (auto& t : ranks) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// Groups made by their members alone (Comm::memberSubgroup, what torch's new_group needs): the
+// non-members never call. {3, 1} (in that order: rank 3 is the child's rank 0) and {0, 2} are
+// made at once by their members, among connected ranks: no socket; each child's collectives and
+// point-to-point give the right values while the parent keeps working afterwards.
+TEST(SharedConnections, MemberSubgroupOpensNoSocketAndOnlyMembersCall) {
+  std::atomic<std::size_t> before{0};
+  std::vector<std::size_t> childConnections(4), parentConnections(4);
+  runThreads(4, eagerTcpOptions(true), [&](Comm& c) {
+    c.barrier();
+    if (c.rank() == 0) before = transport::tcpSocketsOpened();
+    c.barrier();
+    const std::vector<int> odd = {3, 1}, even = {0, 2};
+    const bool isOdd = c.rank() % 2 == 1;
+    auto sub = c.memberSubgroup(isOdd ? odd : even, isOdd ? "odd" : "even");
+    ASSERT_NE(sub, nullptr);
+    EXPECT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), isOdd ? (c.rank() == 3 ? 0 : 1) : c.rank() / 2);
+    // The child's rank 0 is its first listed rank: a broadcast from it carries that rank.
+    std::int64_t root = c.rank();
+    sub->broadcast(&root, 1, DataType::Int64, 0);
+    EXPECT_EQ(root, isOdd ? 3 : 0);
+    checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkSendRecv(*sub, 13);
+    const auto r = static_cast<std::size_t>(c.rank());
+    childConnections[r] = sub->connectionCount();
+    parentConnections[r] = c.connectionCount();
+    c.barrier();
+    if (c.rank() == 0) {
+      EXPECT_EQ(transport::tcpSocketsOpened(), before.load());
+    }
+    // A group of everyone, and the parent, still agree afterwards.
+    auto all = c.memberSubgroup(std::vector<int>{0, 1, 2, 3}, "all");
+    std::int64_t one = 1, total = 0;
+    all->allreduce(&one, &total, 1, DataType::Int64, ReduceOp::Sum);
+    EXPECT_EQ(total, 4);
+    c.allreduce(&one, &total, 1, DataType::Int64, ReduceOp::Sum);
+    EXPECT_EQ(total, 4);
+  });
+  for (std::size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(parentConnections[r], 3u) << "rank " << r;
+    EXPECT_EQ(childConnections[r], 3u) << "rank " << r;  // the shared sockets
+  }
+}
+
+TEST(SharedConnections, MemberSubgroupRejectsBadArguments) {
+  Options o = tcpOptions(true);
+  o.storeCleanup = false;  // rank 0's list stays readable after its one-rank group is made
+  runThreads(3, o, [&](Comm& c) {
+    std::string m;
+    const auto bad = [&](std::vector<int> ranks, const std::string& name) {
+      return codeOf([&] { (void)c.memberSubgroup(ranks, name); }, m);
+    };
+    EXPECT_EQ(bad({0, 1, 2}, ""), ErrorCode::InvalidArgument);
+    EXPECT_NE(m.find("name is empty"), std::string::npos) << m;
+    EXPECT_EQ(bad({0, 3}, "x"), ErrorCode::InvalidArgument);
+    EXPECT_NE(m.find("ranks[1] = 3 is outside [0, 3)"), std::string::npos) << m;
+    EXPECT_EQ(bad({0, 1, 2, 1}, "x"), ErrorCode::InvalidArgument);
+    EXPECT_NE(m.find("rank 1 appears twice"), std::string::npos) << m;
+    const int other = (c.rank() + 1) % 3;
+    EXPECT_EQ(bad({other}, "x"), ErrorCode::InvalidArgument);
+    EXPECT_NE(m.find("rank " + std::to_string(c.rank()) + " of communicator"), std::string::npos)
+        << m;
+    EXPECT_NE(m.find("this rank is not in ranks"), std::string::npos) << m;
+    // Rank 0 makes group "y" of itself alone; ranks 1 and 2 list 0 first but with themselves.
+    if (c.rank() == 0) {
+      auto solo = c.memberSubgroup(std::vector<int>{0}, "y");
+      EXPECT_EQ(solo->size(), 1);
+    } else {
+      EXPECT_EQ(bad({0, 1, 2}, "y"), ErrorCode::InvalidArgument);
+      EXPECT_NE(m.find("the first listed rank (0) passed a different rank list"), std::string::npos)
+          << m;
+    }
+    c.barrier();  // the parent is untouched by all of it
+  });
 }
 
 // Rank 3's process ends: every survivor sees PeerLost within the timeouts, in the parent and in

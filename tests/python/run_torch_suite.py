@@ -152,13 +152,10 @@ def _serve_gloo_groups_with_braid():
         c10d.Backend._ensure_backend_registered("gloo")
     plugins = getattr(c10d.Backend, "_plugins", {})
     if "GLOO" in plugins and hasattr(c10d.Backend, "_BackendPlugin"):
-        # torch 2.x: groups are made by the registered creator (extended API); the wrapper's
-        # helper group calls ProcessGroupGloo directly and so stays gloo.
-        def braid_creator(opts, backend_options=None):
-            return braid_torch._create_backend(opts.store, opts.group_rank, opts.group_size,
-                                               opts.timeout)
-
-        plugins["GLOO"] = c10d.Backend._BackendPlugin(braid_creator, True)
+        # torch 2.x: groups are made by the registered creator (extended API: subgroups share
+        # the default group's connections, as under "braid"); the wrapper's helper group calls
+        # ProcessGroupGloo directly and so stays gloo.
+        plugins["GLOO"] = c10d.Backend._BackendPlugin(braid_torch._create_backend_extended, True)
         # Not BackendType.GLOO: torch 2.15's DDP logger casts a GLOO-typed backend to
         # ProcessGroupGloo to read its settings (a segfault on a braid backend).
         c10d.Backend.backend_type_map["gloo"] = c10d.ProcessGroup.BackendType.CUSTOM
