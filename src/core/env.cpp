@@ -117,7 +117,7 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SOCKET_NTHREADS", "1",
      "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
-    {"BRAID_CONNECT", "eager",
+    {"BRAID_CONNECT", "lazy",
      "when TCP pairs connect: eager (all at creation) or lazy (a pair on its first message)"},
     {"BRAID_SHARE_CONNECTIONS", "1",
      "0: every sub-communicator opens sockets of its own instead of sharing its parent's"},
