@@ -79,6 +79,7 @@ Comm::Impl::~Impl() {
   }
   stopObservability();  // the last straggler exchange and metrics file
   monitor.reset();      // no operation can fail any more
+  groups.reset();       // the sub-communicators view the transport's connections
   transport.reset();
   timeline.reset();  // closes the JSON after the last operation finished
   releaseNamespace();
@@ -175,10 +176,22 @@ void Comm::Impl::run(Op& op) {
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
   ctx.pieceBytes = memo.pieceBytes;
+  // The sub-communicators are built by the first collective that uses them (every rank selects
+  // the same row, so they all get there together); docs/architecture.md, "Hierarchies".
+  if (algorithm->needs.subCommunicators) ctx.groups = groups.get();
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   if (op.args.op == ReduceOp::PremulSum) premultiply(op);
   algorithm->run(ctx, op.args);
+  if (ctx.groups != nullptr && opts.logLevel >= 2) {
+    // BRAID_DEBUG=INFO: what the phases ran, once per distinct combination.
+    std::string phases =
+        std::string(algorithm->name) + " " + toString(c) + "(" + groups->takePhases() + ")";
+    if (std::find(phasesLogged.begin(), phasesLogged.end(), phases) == phasesLogged.end()) {
+      log(2, "phases: " + phases);
+      phasesLogged.push_back(std::move(phases));
+    }
+  }
   if (avg) {
     if (c == Collective::Allreduce || (c == Collective::Reduce && rank == op.args.root))
       kernels::divideBy(op.args.dtype, op.args.recv, op.args.count, size);
@@ -490,6 +503,7 @@ void Comm::abort() {
   const std::string why =
       "communicator " + impl_->id + " was aborted on rank " + std::to_string(impl_->rank);
   impl_->transport->abort(why);
+  if (impl_->groups) impl_->groups->abort(why);
   std::deque<Op> dropped;
   {
     std::lock_guard<std::mutex> lk(impl_->queueMu);

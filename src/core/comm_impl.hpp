@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/algorithm.hpp"
+#include "algo/group.hpp"
 #include "core/diagnosis.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/liveness.hpp"
@@ -30,6 +31,21 @@
 #include "tuning/rules.hpp"
 
 namespace braid {
+
+namespace core {
+/// The sub-communicators a hierarchical algorithm runs its phases on (algo::Groups), built on
+/// the first hierarchical collective (core/comm_groups.cpp, docs/architecture.md "Hierarchies").
+class CommGroups : public algo::Groups {
+ public:
+  /// What the phases ran since the last call, e.g. "node: reduce_scatterv shm_direct,
+  /// allgatherv shm_direct; leaders: point-to-point ring" ("" when nothing ran).
+  virtual std::string takePhases() = 0;
+  /// Aborts the sub-communicators' transports (Comm::abort of the parent).
+  virtual void abort(const std::string& why) = 0;
+};
+/// The holder of the hierarchy's sub-communicators (core/comm_groups.cpp), built empty.
+std::unique_ptr<CommGroups> makeCommGroups(Comm::Impl& parent);
+}  // namespace core
 
 /// One operation as issued: arguments, owned copies of per-rank arrays, and its tag.
 struct Op {
@@ -98,6 +114,19 @@ struct Comm::Impl {
   std::array<SelectionMemo, static_cast<std::size_t>(Collective::Recv) + 1> selectionMemo{};
   int splitSeq = 0;
   std::atomic<bool> aborted{false};
+  // Hierarchies: the node and cross-node sub-communicators, built by the first collective that
+  // selects a hierarchical row (core/comm_groups.cpp); null until then.
+  std::unique_ptr<core::CommGroups> groups;
+  std::vector<std::string> phasesLogged;  // BRAID_DEBUG=INFO: each phase summary logged once
+  /// A sub-communicator of `members` (this communicator's ranks, including this rank) with id
+  /// `childId`, derived like a split (shared connections, the parent's topology and cost
+  /// parameters) without the split's agreement: every member must call it with the same list.
+  /// It keeps the parent's options but not its algorithm rules, tuning file, timeline or
+  /// metrics file: its selection is its own.
+  std::unique_ptr<Impl> makeChild(std::span<const int> members, std::string childId);
+  /// The Op of `a` issued internally (a hierarchy's phase): tagged and recorded like a public
+  /// call, without its validation (the caller built the arguments).
+  Op internalOp(const algo::CollArgs& a);
 
   // Diagnosis (docs/troubleshooting.md).
   std::uint64_t commHash = 0;                 // core::commIdHash(id), for tags
