@@ -303,9 +303,9 @@ std::unique_ptr<Comm::Impl> Comm::Impl::make(std::shared_ptr<Store> store,
 std::unique_ptr<Comm::Impl> Comm::Impl::makeChild(std::span<const int> members,
                                                   std::string childId) {
   Options o = opts;
-  o.algo.clear();
+  // The parent's rules apply, but never forced: a rule naming a row that cannot run here (the
+  // hierarchical row itself) is skipped, so "hierarchical;reducescatterv:ring" steers a phase.
   o.algoForce = false;
-  o.tuneFile.clear();
   o.tune = false;
   o.timeline.clear();
   o.metricsFile.clear();

@@ -121,8 +121,8 @@ struct Comm::Impl {
   /// A sub-communicator of `members` (this communicator's ranks, including this rank) with id
   /// `childId`, derived like a split (shared connections, the parent's topology and cost
   /// parameters) without the split's agreement: every member must call it with the same list.
-  /// It keeps the parent's options but not its algorithm rules, tuning file, timeline or
-  /// metrics file: its selection is its own.
+  /// It keeps the parent's options (its rules too, never forced: a rule naming a row that
+  /// cannot run there is skipped) but not its timeline or metrics file.
   std::unique_ptr<Impl> makeChild(std::span<const int> members, std::string childId);
   /// The Op of `a` issued internally (a hierarchy's phase): tagged and recorded like a public
   /// call, without its validation (the caller built the arguments).

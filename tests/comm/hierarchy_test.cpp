@@ -119,6 +119,28 @@ TEST(Hierarchy, InHostPhasesRunASharedMemoryRow) {
   EXPECT_NE(log.find("leaders: allgatherv"), std::string::npos) << log;
 }
 
+TEST(Hierarchy, RulesSteerThePhasesUnforced) {
+  // The sub-communicators take the parent's rules, never forced: the hierarchical row is skipped
+  // there (it cannot run on one node), the phase rules apply.
+  const Layout& l = kLayouts[0];
+  const std::string file = writeLayout(l);
+  Options o = testOptions("hierarchical;reducescatterv:ring;allgatherv:ring");
+  o.algoForce = true;
+  o.topoFile = file;
+  o.logLevel = 2;
+  testing::internal::CaptureStderr();
+  runThreads(l.size, o, [&](Comm& c) {
+    std::vector<float> in(1031, 1.0f), out(1031);
+    c.allreduce(in.data(), out.data(), in.size(), DataType::Float32, ReduceOp::Sum);
+    for (float v : out) ASSERT_EQ(v, 4.0f);
+  });
+  const std::string log = testing::internal::GetCapturedStderr();
+  std::remove(file.c_str());
+  EXPECT_NE(log.find("phases: hierarchical allreduce(node: reducescatterv ring, allgatherv ring"),
+            std::string::npos)
+      << log;
+}
+
 TEST(Hierarchy, RowsNeedSubCommunicators) {
   // Selection: a caller that has no sub-communicators to give gets the constraint, by name.
   const topology::Topology topo = topology::uniformTopology(2, 2);
