@@ -84,6 +84,23 @@ TEST(Hierarchy, EveryHierarchicalCollectiveOnSubCommunicators) {
   }
 }
 
+TEST(Hierarchy, ProcessesOnTwoHostsOfTwo) {
+  // Ranks as processes: each node sub-communicator maps a segment of its own across processes.
+  const Layout& l = kLayouts[0];
+  const std::string file = writeLayout(l);
+  Options o = testOptions("hierarchical");
+  o.topoFile = file;
+  runProcesses(l.size, o, [&](Comm& c) {
+    for (std::size_t count : {std::size_t{1}, std::size_t{1031}}) {
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, false);
+      checkReduceScatter(c, DataType::Int64, ReduceOp::Sum, count, true);
+      checkReduce(c, DataType::Float32, ReduceOp::Max, count, 3, false);
+      checkNonReducing(c, DataType::Float32, count);
+    }
+  });
+  std::remove(file.c_str());
+}
+
 TEST(Hierarchy, InHostPhasesRunASharedMemoryRow) {
   const Layout& l = kLayouts[0];
   const std::string file = writeLayout(l);
