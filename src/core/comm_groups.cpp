@@ -6,6 +6,7 @@
 // parent's TCP connections on their own lanes (no socket is opened); the node one brings its own
 // shared-memory segments.
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 
 #include "core/comm_impl.hpp"
@@ -111,8 +112,11 @@ class Hierarchy final : public CommGroups {
     std::unique_ptr<Comm::Impl> sliceImpl;
     if (!sliceRanks.empty())
       sliceImpl = parent_.makeChild(sliceRanks, parent_.id + "/hl" + std::to_string(local));
-    const auto ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    char ms[32];
+    std::snprintf(
+        ms, sizeof ms, "%.1f",
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
     parent_.log(2,
                 "hierarchy: node sub-communicator " + nodeImpl->id + " (" +
                     std::to_string(nodeImpl->size) + " ranks" +
@@ -120,7 +124,7 @@ class Hierarchy final : public CommGroups {
                     "), cross-node " +
                     (sliceImpl ? sliceImpl->id + " (" + std::to_string(sliceImpl->size) + " ranks)"
                                : std::string("none (local rank beyond the smallest node)")) +
-                    ", built in " + std::to_string(ms) + " ms");
+                    ", built in " + std::string(ms) + " ms");
     {
       std::lock_guard<std::mutex> lk(mu_);
       node_ = std::make_unique<ChildGroup>(std::move(nodeImpl));
