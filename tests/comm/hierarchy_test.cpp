@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "harness/ranks.hpp"
 #include "topology/topology.hpp"
 #include "transport/inproc/inproc_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 namespace braid::test {
 namespace {
@@ -97,6 +99,33 @@ TEST(Hierarchy, ProcessesOnTwoHostsOfTwo) {
       checkReduce(c, DataType::Float32, ReduceOp::Max, count, 3, false);
       checkNonReducing(c, DataType::Float32, count);
     }
+  });
+  std::remove(file.c_str());
+}
+
+TEST(Hierarchy, OverSharedTcpConnections) {
+  // Shared memory off: the sub-communicators run over the parent's TCP connections, each on its
+  // own lane, and every phase selects among the network rows.
+  const Layout& l = kLayouts[2];
+  const std::string file = writeLayout(l);
+  Options o = testOptions("hierarchical");
+  o.topoFile = file;
+  o.shmDisable = true;
+  o.lazyConnect = false;  // the world connects every pair at creation
+  std::atomic<std::size_t> before{0};
+  runThreads(l.size, o, [&](Comm& c) {
+    c.barrier();
+    if (c.rank() == 0) before = transport::tcpSocketsOpened();
+    c.barrier();
+    for (std::size_t count : {std::size_t{0}, std::size_t{7}, std::size_t{1031}}) {
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, true);
+      checkReduceScatter(c, DataType::Int32, ReduceOp::Sum, count, false);
+      checkReduce(c, DataType::Float64, ReduceOp::Sum, count, 4, true);
+      checkNonReducing(c, DataType::Float32, count);
+    }
+    c.barrier();
+    // The hierarchy's sub-communicators opened no socket of their own (process-wide count).
+    if (c.rank() == 0) EXPECT_EQ(transport::tcpSocketsOpened(), before.load());
   });
   std::remove(file.c_str());
 }
