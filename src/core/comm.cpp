@@ -183,13 +183,12 @@ void Comm::Impl::run(Op& op) {
   if (avg) op.args.op = ReduceOp::Sum;
   if (op.args.op == ReduceOp::PremulSum) premultiply(op);
   algorithm->run(ctx, op.args);
-  if (ctx.groups != nullptr && opts.logLevel >= 2) {
-    // BRAID_DEBUG=INFO: what the phases ran, once per distinct combination.
-    std::string phases =
-        std::string(algorithm->name) + " " + toString(c) + "(" + groups->takePhases() + ")";
-    if (std::find(phasesLogged.begin(), phasesLogged.end(), phases) == phasesLogged.end()) {
-      log(2, "phases: " + phases);
-      phasesLogged.push_back(std::move(phases));
+  if (ctx.groups != nullptr) {
+    // The flight recorder names what the phases ran; BRAID_DEBUG=INFO logs each new combination.
+    const std::size_t known = phaseNames.size();
+    if (const char* named = groups->takePhases(phaseNames)) {
+      recorder->rename(op.serial, named);
+      if (phaseNames.size() > known) log(2, std::string("phases: ") + toString(c) + " " + named);
     }
   }
   if (avg) {

@@ -5,6 +5,7 @@
 // selection (shm_ll / shm_direct inside a host), tag, flight recorder and timeout. They share the
 // parent's TCP connections on their own lanes (no socket is opened); the node one brings its own
 // shared-memory segments.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -14,44 +15,53 @@
 namespace braid::core {
 namespace {
 
+/// One phase kind a group ran: a collective and its row, or point-to-point messages (coll
+/// Send, name "point-to-point").
+struct Ran {
+  int group = 0;  // 0 node, 1 slice
+  Collective coll = Collective::Barrier;
+  const char* name = nullptr;  // static storage: the registry's names, a literal
+  bool operator==(const Ran&) const = default;
+};
+
 class ChildGroup final : public algo::Group {
  public:
-  explicit ChildGroup(std::unique_ptr<Comm::Impl> impl) : impl_(std::move(impl)) {}
+  ChildGroup(std::unique_ptr<Comm::Impl> impl, int group) : impl_(std::move(impl)), group_(group) {
+    ran_.reserve(4);
+  }
 
   int rank() const noexcept override { return impl_->rank; }
   int size() const noexcept override { return impl_->size; }
 
   void run(const algo::CollArgs& a) override {
     impl_->runBlocking(impl_->internalOp(a));
-    const algo::AlgoInfo* ran = impl_->selectionMemo[static_cast<std::size_t>(a.coll)].algorithm;
-    note(std::string(toString(a.coll)) + " " + (ran != nullptr ? ran->name : "?"));
+    const algo::AlgoInfo* row = impl_->selectionMemo[static_cast<std::size_t>(a.coll)].algorithm;
+    note({group_, a.coll, row != nullptr ? row->name : "?"});
   }
 
   transport::Transport& transport() override {
-    note("point-to-point");
+    note({group_, Collective::Send, "point-to-point"});
     return *impl_->transport;
   }
 
   Comm::Impl& impl() noexcept { return *impl_; }
 
-  /// The distinct phases run since the last call, in first-run order, ", "-joined.
-  std::string takeNotes() {
-    std::string out;
-    for (const std::string& n : notes_) out += (out.empty() ? "" : ", ") + n;
-    notes_.clear();
-    return out;
+  /// Appends what ran since the last call, in first-run order, and forgets it.
+  void drain(std::vector<Ran>& out) {
+    out.insert(out.end(), ran_.begin(), ran_.end());
+    ran_.clear();
   }
 
  private:
-  void note(std::string what) {
-    if (impl_->opts.logLevel < 2) return;  // only BRAID_DEBUG=INFO reports them
-    for (const std::string& n : notes_)
-      if (n == what) return;
-    notes_.push_back(std::move(what));
+  void note(const Ran& r) {  // a few entries, compared by pointer: no allocation once warm
+    for (const Ran& x : ran_)
+      if (x == r) return;
+    ran_.push_back(r);
   }
 
   std::unique_ptr<Comm::Impl> impl_;
-  std::vector<std::string> notes_;
+  int group_;
+  std::vector<Ran> ran_;
 };
 
 class Hierarchy final : public CommGroups {
@@ -67,18 +77,28 @@ class Hierarchy final : public CommGroups {
     return slice_.get();
   }
 
-  std::string takePhases() override {
+  const char* takePhases(std::deque<std::string>& names) override {
     std::lock_guard<std::mutex> lk(mu_);
-    std::string out;
-    if (node_) {
-      const std::string n = node_->takeNotes();
-      if (!n.empty()) out += "node: " + n;
+    key_.clear();
+    if (node_) node_->drain(key_);
+    if (slice_) slice_->drain(key_);
+    if (key_.empty()) return nullptr;
+    if (last_ != nullptr && key_ == lastKey_) return last_;  // the common case: as last time
+    std::string text = "hierarchical(";
+    for (std::size_t i = 0; i < key_.size(); ++i) {
+      const bool first = i == 0 || key_[i - 1].group != key_[i].group;
+      if (first && i > 0) text += "; ";
+      if (first) text += key_[i].group == 0 ? "node: " : "leaders: ";
+      if (!first) text += ", ";
+      if (key_[i].coll != Collective::Send) text += std::string(toString(key_[i].coll)) + " ";
+      text += key_[i].name;
     }
-    if (slice_) {
-      const std::string s = slice_->takeNotes();
-      if (!s.empty()) out += (out.empty() ? "" : "; ") + std::string("leaders: ") + s;
-    }
-    return out;
+    text += ")";
+    auto at = std::find(names.begin(), names.end(), text);
+    if (at == names.end()) at = names.insert(names.end(), std::move(text));
+    lastKey_ = key_;
+    last_ = at->c_str();
+    return last_;
   }
 
   void abort(const std::string& why) override {
@@ -127,8 +147,8 @@ class Hierarchy final : public CommGroups {
                     ", built in " + std::string(ms) + " ms");
     {
       std::lock_guard<std::mutex> lk(mu_);
-      node_ = std::make_unique<ChildGroup>(std::move(nodeImpl));
-      if (sliceImpl) slice_ = std::make_unique<ChildGroup>(std::move(sliceImpl));
+      node_ = std::make_unique<ChildGroup>(std::move(nodeImpl), 0);
+      if (sliceImpl) slice_ = std::make_unique<ChildGroup>(std::move(sliceImpl), 1);
       built_ = true;
     }
     // An abort of the parent while they were built did not reach them.
@@ -141,6 +161,8 @@ class Hierarchy final : public CommGroups {
   bool built_ = false;
   std::unique_ptr<ChildGroup> node_;
   std::unique_ptr<ChildGroup> slice_;
+  std::vector<Ran> key_, lastKey_;  // takePhases: what ran, and what ran the time before
+  const char* last_ = nullptr;      // ... and its text (in the caller's names)
 };
 
 }  // namespace

@@ -37,9 +37,10 @@ namespace core {
 /// the first hierarchical collective (core/comm_groups.cpp, docs/architecture.md "Hierarchies").
 class CommGroups : public algo::Groups {
  public:
-  /// What the phases ran since the last call, e.g. "node: reduce_scatterv shm_direct,
-  /// allgatherv shm_direct; leaders: point-to-point ring" ("" when nothing ran).
-  virtual std::string takePhases() = 0;
+  /// What the phases ran since the last call, e.g. "hierarchical(node: reducescatterv
+  /// shm_direct, allgatherv shm_direct; leaders: point-to-point)", kept in `names` (one entry
+  /// per distinct text, appended when new); nullptr when nothing ran.
+  virtual const char* takePhases(std::deque<std::string>& names) = 0;
   /// Aborts the sub-communicators' transports (Comm::abort of the parent).
   virtual void abort(const std::string& why) = 0;
 };
@@ -117,7 +118,9 @@ struct Comm::Impl {
   // Hierarchies: the node and cross-node sub-communicators, built by the first collective that
   // selects a hierarchical row (core/comm_groups.cpp); null until then.
   std::unique_ptr<core::CommGroups> groups;
-  std::vector<std::string> phasesLogged;  // BRAID_DEBUG=INFO: each phase summary logged once
+  // What a hierarchy's phases ran, one text per distinct combination (CommGroups::takePhases):
+  // the flight recorder names the operation with it; BRAID_DEBUG=INFO logs each once.
+  std::deque<std::string> phaseNames;
   /// A sub-communicator of `members` (this communicator's ranks, including this rank) with id
   /// `childId`, derived like a split (shared connections, the parent's topology and cost
   /// parameters) without the split's agreement: every member must call it with the same list.

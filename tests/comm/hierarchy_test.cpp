@@ -125,7 +125,9 @@ TEST(Hierarchy, OverSharedTcpConnections) {
     }
     c.barrier();
     // The hierarchy's sub-communicators opened no socket of their own (process-wide count).
-    if (c.rank() == 0) EXPECT_EQ(transport::tcpSocketsOpened(), before.load());
+    if (c.rank() == 0) {
+      EXPECT_EQ(transport::tcpSocketsOpened(), before.load());
+    }
   });
   std::remove(file.c_str());
 }
@@ -156,11 +158,11 @@ TEST(Hierarchy, InHostPhasesRunASharedMemoryRow) {
   EXPECT_EQ(built, 4u) << log;
   // ... and the allreduce's in-node phases ran shared-memory rows on it, its network phase
   // posted messages on the cross-node one; the allgather's in-node phase likewise.
-  EXPECT_NE(log.find("phases: hierarchical allreduce(node: reducescatterv shm_"), std::string::npos)
+  EXPECT_NE(log.find("phases: allreduce hierarchical(node: reducescatterv shm_"), std::string::npos)
       << log;
   EXPECT_NE(log.find("allgatherv shm_"), std::string::npos) << log;
   EXPECT_NE(log.find("leaders: point-to-point"), std::string::npos) << log;
-  EXPECT_NE(log.find("phases: hierarchical allgather(node: allgatherv shm_"), std::string::npos)
+  EXPECT_NE(log.find("phases: allgather hierarchical(node: allgatherv shm_"), std::string::npos)
       << log;
   EXPECT_NE(log.find("leaders: allgatherv"), std::string::npos) << log;
 }
@@ -182,7 +184,7 @@ TEST(Hierarchy, RulesSteerThePhasesUnforced) {
   });
   const std::string log = testing::internal::GetCapturedStderr();
   std::remove(file.c_str());
-  EXPECT_NE(log.find("phases: hierarchical allreduce(node: reducescatterv ring, allgatherv ring"),
+  EXPECT_NE(log.find("phases: allreduce hierarchical(node: reducescatterv ring, allgatherv ring"),
             std::string::npos)
       << log;
 }
