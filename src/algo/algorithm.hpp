@@ -14,6 +14,8 @@
 
 namespace braid::algo {
 
+class Groups;  // algo/group.hpp
+
 /// The arguments of one operation, already validated by the communicator. Avg never reaches an
 /// algorithm: the communicator runs Sum and divides afterwards.
 struct CollArgs {
@@ -58,6 +60,10 @@ struct Context {
   /// the cost model's pick for the size (CostModel::hierPieceBytes). The in-node phases of one
   /// piece overlap the network phase of another.
   std::size_t pieceBytes = 512 * 1024;
+  /// The sub-communicators of a hierarchy (algo/group.hpp): the node's ranks and the ranks with
+  /// this local rank on every node; nullptr when the caller has none (then a hierarchical
+  /// algorithm cannot run: its rows need Constraints::subCommunicators).
+  Groups* groups = nullptr;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);
@@ -72,6 +78,9 @@ struct Constraints {
   bool severalNodes = false;
   /// ... and the same number of ranks on every node.
   bool uniformNodes = false;
+  /// Sub-communicators of the node and of the ranks with the same local rank on every node
+  /// (Context::groups), which the phases run on.
+  bool subCommunicators = false;
   /// At most this many bytes (0: no limit) of the operation's nccl-tests size, or of that size
   /// divided by the world size when maxBytesPerRank is set.
   std::size_t maxBytes = 0;
@@ -84,6 +93,7 @@ enum class Constraint : std::uint8_t {
   SharedMemory,
   SeveralNodes,
   UniformNodes,
+  SubCommunicators,
   MaxBytes,
   RankOrdered,  // deterministic mode, a reduction, a row not registered rankOrdered
 };
@@ -107,6 +117,10 @@ struct Setting {
   bool sharedMemory = false;
   const topology::Topology* topo = nullptr;
   bool deterministic = false;
+  /// The caller gives Context::groups to rows that need them: a communicator builds its
+  /// sub-communicators on first use, the simulator and test harnesses give views
+  /// (algo/subgroup.hpp); false for a caller that has none.
+  bool subCommunicators = true;
 };
 
 /// The first constraint of `row` that `s` fails, or Constraint::None. No allocation.

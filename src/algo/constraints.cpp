@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algo/algorithm.hpp"
+#include "algo/group.hpp"
 
 namespace braid::algo {
 namespace {
@@ -33,6 +34,7 @@ Constraint cannotRun(const AlgoInfo& row, const Setting& s) noexcept {
   if (c.sharedMemory && s.worldSize > 1 && !s.sharedMemory) return Constraint::SharedMemory;
   if (c.severalNodes && !severalNodes(s.topo, s.worldSize)) return Constraint::SeveralNodes;
   if (c.uniformNodes && !s.topo->uniform()) return Constraint::UniformNodes;
+  if (c.subCommunicators && !s.subCommunicators) return Constraint::SubCommunicators;
   if (c.maxBytes > 0) {
     const std::size_t ranks = c.maxBytesPerRank && s.worldSize > 1 ? s.worldSize : 1;
     if (s.bytes > c.maxBytes * ranks) return Constraint::MaxBytes;  // per rank: ceil(bytes/N)
@@ -52,6 +54,9 @@ std::string describe(Constraint c, const AlgoInfo& row) {
              "node";
     case Constraint::UniformNodes:
       return "needs the same number of ranks on every node";
+    case Constraint::SubCommunicators:
+      return "needs sub-communicators of the node and of the ranks with the same local rank on "
+             "every node (a communicator builds them; a direct call gives Context::groups)";
     case Constraint::MaxBytes:
       return "needs " + maxBytesText(row.needs);
     case Constraint::RankOrdered:
@@ -68,6 +73,7 @@ std::string describeConstraints(const AlgoInfo& row) {
   if (c.severalNodes)
     add(c.uniformNodes ? ">= 2 nodes, same ranks per node, >= 2 on a node"
                        : ">= 2 nodes, >= 2 ranks on a node");
+  if (c.subCommunicators) add("node and cross-node sub-communicators");
   if (c.maxBytes > 0)
     add("<= " + std::to_string(c.maxBytes) + (c.maxBytesPerRank ? " B per rank" : " B in all"));
   return out.empty() ? "none" : out;
@@ -94,6 +100,11 @@ const topology::Topology& requireNodes(const Context& ctx, Collective coll, cons
   if (!severalNodes(ctx.topo, ctx.size)) violated(ctx, coll, algorithm, Constraint::SeveralNodes);
   if (uniform && !ctx.topo->uniform()) violated(ctx, coll, algorithm, Constraint::UniformNodes);
   return *ctx.topo;
+}
+
+Groups& requireGroups(const Context& ctx, Collective coll, const char* algorithm) {
+  if (ctx.groups == nullptr) violated(ctx, coll, algorithm, Constraint::SubCommunicators);
+  return *ctx.groups;
 }
 
 }  // namespace braid::algo

@@ -62,8 +62,9 @@ constexpr Constraints kShm{.sharedMemory = true};
 constexpr Constraints kShmLine{.sharedMemory = true, .maxBytes = kLine};
 constexpr Constraints kShmLinePerRank{
     .sharedMemory = true, .maxBytes = kLine, .maxBytesPerRank = true};
-constexpr Constraints kNodes{.severalNodes = true};
-constexpr Constraints kUniformNodes{.severalNodes = true, .uniformNodes = true};
+constexpr Constraints kNodes{.severalNodes = true, .subCommunicators = true};
+constexpr Constraints kUniformNodes{
+    .severalNodes = true, .uniformNodes = true, .subCommunicators = true};
 
 constexpr std::array kAlgorithms{
     AlgoInfo{"ring", Collective::Allreduce, ringAllreduce,
@@ -151,9 +152,10 @@ constexpr std::array kAlgorithms{
              "Bruck: ceil(log2 N) steps, each block hops once per set bit of its distance; "
              "~(N/2) log2 N blocks per rank; for small messages"},
     AlgoInfo{"hierarchical", Collective::Allreduce, hierarchicalAllreduce,
-             "several hosts: ring reduce-scatter in the node, ring allreduce of each slice "
-             "across nodes (all local ranks in parallel), ring allgather in the node, "
-             "pipelined by pieces; 2(M-1)/M x bytes per host over the network for M hosts",
+             "several hosts: reduce-scatter in the node (node sub-communicator's selection), "
+             "ring allreduce of each slice across nodes (all local ranks in parallel), "
+             "allgather in the node, pipelined by pieces; 2(M-1)/M x bytes per host over the "
+             "network for M hosts",
              false, kUniformNodes},
     AlgoInfo{"shm_direct", Collective::Alltoall, shmDirectAlltoall,
              "one host: from the single-copy size each rank reads its block straight from every "
@@ -198,25 +200,27 @@ constexpr std::array kAlgorithms{
              "one host, <= 1008 B in all: each rank posts its send buffer in its line, each "
              "copies its block out of every peer's line; no barrier",
              false, kShmLine},
-    // Hierarchical (several hosts): composed from sub-group views of the node and of the ranks
-    // with the same local rank on every node; only with such a topology.
+    // Hierarchical (several hosts): phases run as collectives of the sub-communicators of the
+    // node and of the ranks with the same local rank on every node (algo/group.hpp), each
+    // through its own selection; only with such a topology.
     AlgoInfo{"hierarchical", Collective::Allgather, hierarchicalAllgather,
-             "several hosts: ring allgather of own blocks across nodes (all local ranks in "
-             "parallel), then one ring allgather per node inside the node; (M-1)/M x bytes per "
-             "host over the network",
+             "several hosts: allgather of own blocks across nodes (all local ranks in "
+             "parallel), then one allgather per node inside the node, each phase a collective "
+             "of a sub-communicator; (M-1)/M x bytes per host over the network",
              false, kUniformNodes},
     AlgoInfo{"hierarchical", Collective::ReduceScatter, hierarchicalReduceScatter,
-             "several hosts: one ring reduce-scatter per node inside the node, then ring "
-             "reduce-scatter of the node partials across nodes (all local ranks in parallel); "
-             "(M-1)/M x bytes per host over the network",
+             "several hosts: one reduce-scatter per node inside the node, then reduce-scatter "
+             "of the node partials across nodes (all local ranks in parallel), each phase a "
+             "collective of a sub-communicator; (M-1)/M x bytes per host over the network",
              false, kUniformNodes},
     AlgoInfo{"hierarchical", Collective::Broadcast, hierarchicalBroadcast,
-             "several hosts: root scatters P slices in its node, binomial tree of each slice "
-             "across nodes in parallel, ring allgather in each node; bytes once per host",
+             "several hosts: root scatters P slices in its node, broadcast of each slice "
+             "across nodes in parallel, allgather in each node (sub-communicators); bytes once "
+             "per host",
              false, kNodes},
     AlgoInfo{"hierarchical", Collective::Reduce, hierarchicalReduce,
-             "several hosts: ring reduce-scatter of P slices in each node, binomial tree reduce "
-             "of each slice across nodes in parallel, slices gathered at the root",
+             "several hosts: reduce-scatter of P slices in each node, reduce of each slice "
+             "across nodes in parallel (sub-communicators), slices gathered at the root",
              false, kNodes},
 };
 

@@ -79,6 +79,7 @@ Comm::Impl::~Impl() {
   }
   stopObservability();  // the last straggler exchange and metrics file
   monitor.reset();      // no operation can fail any more
+  groups.reset();       // the sub-communicators view the transport's connections
   transport.reset();
   timeline.reset();  // closes the JSON after the last operation finished
   releaseNamespace();
@@ -175,10 +176,21 @@ void Comm::Impl::run(Op& op) {
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
   ctx.pieceBytes = memo.pieceBytes;
+  // The sub-communicators are built by the first collective that uses them (every rank selects
+  // the same row, so they all get there together); docs/architecture.md, "Hierarchies".
+  if (algorithm->needs.subCommunicators) ctx.groups = groups.get();
   const bool avg = op.args.op == ReduceOp::Avg;
   if (avg) op.args.op = ReduceOp::Sum;
   if (op.args.op == ReduceOp::PremulSum) premultiply(op);
   algorithm->run(ctx, op.args);
+  if (ctx.groups != nullptr) {
+    // The flight recorder names what the phases ran; BRAID_DEBUG=INFO logs each new combination.
+    const std::size_t known = phaseNames.size();
+    if (const char* named = groups->takePhases(phaseNames)) {
+      recorder->rename(op.serial, named);
+      if (phaseNames.size() > known) log(2, std::string("phases: ") + toString(c) + " " + named);
+    }
+  }
   if (avg) {
     if (c == Collective::Allreduce || (c == Collective::Reduce && rank == op.args.root))
       kernels::divideBy(op.args.dtype, op.args.recv, op.args.count, size);
@@ -490,6 +502,7 @@ void Comm::abort() {
   const std::string why =
       "communicator " + impl_->id + " was aborted on rank " + std::to_string(impl_->rank);
   impl_->transport->abort(why);
+  if (impl_->groups) impl_->groups->abort(why);
   std::deque<Op> dropped;
   {
     std::lock_guard<std::mutex> lk(impl_->queueMu);

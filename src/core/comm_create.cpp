@@ -211,6 +211,10 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   const std::vector<int> nodeOf = nodeIndices(hosts);
   impl->topo =
       core::setupTopology(*impl->commStore, rank, size, opts, parentTopology, members, nodeOf);
+  // A topology a hierarchy can run on: the object that builds its sub-communicators on first
+  // use (nothing is built here; core/comm_groups.cpp).
+  if (impl->topo.size() == size && impl->topo.numNodes() >= 2 && impl->topo.maxLocalSize() >= 2)
+    impl->groups = core::makeCommGroups(*impl);
   if (parentParams != nullptr) {
     costParams = *parentParams;  // measured or loaded once, for the world communicator
   } else if (opts.tune && size > 1) {
@@ -294,6 +298,24 @@ std::unique_ptr<Comm::Impl> Comm::Impl::make(std::shared_ptr<Store> store,
   // after failures, whose connections are not to be trusted).
   return makeImpl(std::move(store), std::move(server), rank, size, std::move(id), opts,
                   parentTopology, members, parentParams, nullptr);
+}
+
+std::unique_ptr<Comm::Impl> Comm::Impl::makeChild(std::span<const int> members,
+                                                  std::string childId) {
+  Options o = opts;
+  // The parent's rules apply, but never forced: a rule naming a row that cannot run here (the
+  // hierarchical row itself) is skipped, so "hierarchical;reducescatterv:ring" steers a phase.
+  o.algoForce = false;
+  o.tune = false;
+  o.timeline.clear();
+  o.metricsFile.clear();
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  if (newRank == static_cast<int>(members.size()))
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(rank) + " of communicator " + id +
+                                         " is not a member of its sub-communicator " + childId);
+  return makeImpl(store, storeServer, newRank, static_cast<int>(members.size()), std::move(childId),
+                  o, &topo, members, &model->params(), transport.get());
 }
 
 std::unique_ptr<Comm> Comm::fromEnv(const Options& options) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/algorithm.hpp"
+#include "algo/group.hpp"
 #include "core/diagnosis.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/liveness.hpp"
@@ -30,6 +31,22 @@
 #include "tuning/rules.hpp"
 
 namespace braid {
+
+namespace core {
+/// The sub-communicators a hierarchical algorithm runs its phases on (algo::Groups), built on
+/// the first hierarchical collective (core/comm_groups.cpp, docs/architecture.md "Hierarchies").
+class CommGroups : public algo::Groups {
+ public:
+  /// What the phases ran since the last call, e.g. "hierarchical(node: reducescatterv
+  /// shm_direct, allgatherv shm_direct; leaders: point-to-point)", kept in `names` (one entry
+  /// per distinct text, appended when new); nullptr when nothing ran.
+  virtual const char* takePhases(std::deque<std::string>& names) = 0;
+  /// Aborts the sub-communicators' transports (Comm::abort of the parent).
+  virtual void abort(const std::string& why) = 0;
+};
+/// The holder of the hierarchy's sub-communicators (core/comm_groups.cpp), built empty.
+std::unique_ptr<CommGroups> makeCommGroups(Comm::Impl& parent);
+}  // namespace core
 
 /// One operation as issued: arguments, owned copies of per-rank arrays, and its tag.
 struct Op {
@@ -98,6 +115,21 @@ struct Comm::Impl {
   std::array<SelectionMemo, static_cast<std::size_t>(Collective::Recv) + 1> selectionMemo{};
   int splitSeq = 0;
   std::atomic<bool> aborted{false};
+  // Hierarchies: the node and cross-node sub-communicators, built by the first collective that
+  // selects a hierarchical row (core/comm_groups.cpp); null until then.
+  std::unique_ptr<core::CommGroups> groups;
+  // What a hierarchy's phases ran, one text per distinct combination (CommGroups::takePhases):
+  // the flight recorder names the operation with it; BRAID_DEBUG=INFO logs each once.
+  std::deque<std::string> phaseNames;
+  /// A sub-communicator of `members` (this communicator's ranks, including this rank) with id
+  /// `childId`, derived like a split (shared connections, the parent's topology and cost
+  /// parameters) without the split's agreement: every member must call it with the same list.
+  /// It keeps the parent's options (its rules too, never forced: a rule naming a row that
+  /// cannot run there is skipped) but not its timeline or metrics file.
+  std::unique_ptr<Impl> makeChild(std::span<const int> members, std::string childId);
+  /// The Op of `a` issued internally (a hierarchy's phase): tagged and recorded like a public
+  /// call, without its validation (the caller built the arguments).
+  Op internalOp(const algo::CollArgs& a);
 
   // Diagnosis (docs/troubleshooting.md).
   std::uint64_t commHash = 0;                 // core::commIdHash(id), for tags

@@ -73,6 +73,28 @@ void finish(Comm::Impl& impl, Op& o) {
 
 }  // namespace
 
+Op Comm::Impl::internalOp(const algo::CollArgs& a) {
+  Op o;
+  o.args = a;
+  o.counts.assign(a.counts.begin(), a.counts.end());
+  o.displs.assign(a.displs.begin(), a.displs.end());
+  const std::size_t es = dataTypeSize(a.dtype);
+  switch (a.coll) {
+    case Collective::Allgatherv:
+    case Collective::ReduceScatterv:
+      o.bytes = std::accumulate(o.counts.begin(), o.counts.end(), std::size_t{0}) * es;
+      break;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+      o.bytes = a.count * es * static_cast<std::size_t>(size);
+      break;
+    default:
+      o.bytes = a.count * es;
+  }
+  finish(*this, o);
+  return o;
+}
+
 static Op makeAllreduce(Comm::Impl& impl, const void* send, void* recv, std::size_t count,
                         DataType t, Reduction op) {
   core::Validator v(impl.rank, impl.size, Collective::Allreduce, impl.id);

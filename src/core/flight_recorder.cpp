@@ -104,6 +104,11 @@ void FlightRecorder::started(std::uint64_t serial, const OpDesc& d, const char* 
   markStarted(slot(serial), serial, d, algorithm, at);
 }
 
+void FlightRecorder::rename(std::uint64_t serial, const char* algorithm) {
+  std::lock_guard<SpinLock> lk(mu_);
+  if (FlightEntry* e = slot(serial)) e->algorithm = algorithm;
+}
+
 void FlightRecorder::markStarted(FlightEntry* e, std::uint64_t serial, const OpDesc& d,
                                  const char* algorithm, Clock::time_point at) {
   if (e != nullptr) {  // null: no ring, or overwritten by a newer operation

@@ -53,7 +53,8 @@ struct FlightEntry {
   std::uint64_t serial = 0;  // 1 for the communicator's first operation (any kind); 0 = empty
   OpDesc desc;
   std::uint64_t bytes = 0;
-  const char* algorithm = nullptr;  // static storage (the registry's names)
+  const char* algorithm = nullptr;  // static storage (the registry's names), or the
+                                    // communicator's (a hierarchy's phases: rename())
   OpState state = OpState::Queued;
   Clock::time_point issued{}, started{}, finished{};
   // Straggler attribution (core/straggler.hpp), filled in by an exchange after the operation:
@@ -75,6 +76,9 @@ class FlightRecorder {
   std::uint64_t begin(const OpDesc& d, std::uint64_t bytes, const char* algorithm,
                       Clock::time_point at);
   void started(std::uint64_t serial, const OpDesc& d, const char* algorithm, Clock::time_point at);
+  /// Names what a started operation ran, once known: a hierarchy, what its phases ran
+  /// ("hierarchical(node: reducescatterv shm_direct, ...)", storage the communicator keeps).
+  void rename(std::uint64_t serial, const char* algorithm);
   /// error == nullptr: done.
   void finished(std::uint64_t serial, const OpDesc& d, const char* error, Clock::time_point at);
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string_view>
 
+#include "algo/subgroup.hpp"
+
 namespace braid::sim {
 
 namespace {
@@ -164,6 +166,8 @@ SimResult simulate(const algo::AlgoInfo& algo, const topology::Topology& topo, s
                       /*deterministic=*/false,
                       &topo};
     ctx.pieceBytes = piece;
+    algo::ViewGroups views(ctx);  // hierarchies' phases: fixed algorithms on views
+    ctx.groups = &views;
     algo::CollArgs args;
     args.coll = algo.coll;
     args.count = count;

@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "algo/algorithm.hpp"
+#include "algo/subgroup.hpp"
 #include "topology/traffic_transport.hpp"
 #include "transport/inproc/inproc_transport.hpp"
 
@@ -71,6 +73,13 @@ inline std::vector<std::exception_ptr> runRanks(const RankSetup& setup, const Ra
                           setup.tags.empty() ? setup.tag : setup.tags[ur],
                           /*deterministic=*/false,
                           setup.topo};
+        // A topology's hierarchies run their phases on views of this transport (no
+        // communicator, so no sub-communicators).
+        std::optional<algo::ViewGroups> views;
+        if (setup.topo != nullptr) {
+          views.emplace(ctx);
+          ctx.groups = &*views;
+        }
         body(ctx);
         if (counting) (*setup.traffic)[ur] = counting->traffic();
       } catch (...) {

@@ -16,6 +16,7 @@
 
 #include "algo/patterns/double_tree.hpp"
 #include "algo/patterns/tree.hpp"
+#include "algo/subgroup.hpp"
 #include "sim/simulate.hpp"
 #include "tuning/cost_model.hpp"
 
@@ -538,6 +539,8 @@ TEST(SimData, AllreduceResultsAreRightWithCopiedPayloads) {
         std::vector<std::uint8_t> scratch(64 * 1024);
         algo::Context ctx{tr, r, n, 1024, scratch, {}, kTag, false, &topo};
         ctx.pieceBytes = 4096;
+        algo::ViewGroups views(ctx);
+        ctx.groups = &views;
         algo::CollArgs args;
         args.coll = Collective::Allreduce;
         args.send = in.data();

@@ -70,6 +70,19 @@ core::OpDesc allreduceDesc(std::uint64_t seq, std::uint64_t count) {
   return d;
 }
 
+TEST(FlightRecorder, RenameNamesWhatAHierarchysPhasesRan) {
+  core::FlightRecorder rec(4, Clock::now());
+  const auto d = allreduceDesc(0, 100);
+  const auto s = rec.begin(d, 400, "hierarchical", Clock::now());
+  const std::string name = "hierarchical(node: reducescatterv shm_direct; leaders: point-to-point)";
+  rec.rename(s, name.c_str());
+  rec.finished(s, d, nullptr, Clock::now());
+  rec.rename(s + 7, "never");  // not in the ring: nothing happens
+  const std::string text = rec.dump("rename");
+  EXPECT_NE(text.find(" " + name), std::string::npos) << text;
+  EXPECT_EQ(text.find("never"), std::string::npos) << text;
+}
+
 TEST(FlightRecorder, KeepsTheLastKOperationsWithStateAndTimes) {
   const auto origin = Clock::now();
   core::FlightRecorder rec(4, origin);

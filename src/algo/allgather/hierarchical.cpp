@@ -4,14 +4,15 @@
 // carries 1/L of them in parallel.
 //
 // With M nodes of L ranks each (Context::topo, uniform), rank (m, l) = local rank l of node m:
-//   1. Across nodes: the M ranks with local rank l (one per node) run ring allgatherv of their
-//      own blocks, all L groups in parallel on disjoint rank sets; rank (m, l) then holds the
-//      blocks of (m', l) for every node m'.
-//   2. Inside each node, once per node m' (in node order): ring allgatherv of the blocks of
-//      (m', 0) .. (m', L-1) over the node's ranks, local rank l contributing (m', l).
+//   1. Across nodes: the M ranks with local rank l (one per node) run allgatherv of their own
+//      blocks on their slice group, all L groups in parallel on disjoint rank sets; rank (m, l)
+//      then holds the blocks of (m', l) for every node m'.
+//   2. Inside each node, once per node m' (in node order): allgatherv of the blocks of
+//      (m', 0) .. (m', L-1) on the node group, local rank l contributing (m', l).
 // Every block goes straight to its place in the output (global rank order, any placement of
-// ranks on nodes): no scratch, no staging copy. The phases run the registered ring algorithm on
-// SubgroupTransport views (src/algo/subgroup.hpp); nothing of ring is re-implemented here.
+// ranks on nodes): no scratch, no staging copy. The phases are collectives of the groups
+// (Context::groups, algo/group.hpp): a communicator's sub-communicators select their own
+// algorithms (shm_direct in a node of one host), views run ring.
 // Needs a topology of at least 2 nodes, at least 2 ranks on a node, the same number on every
 // node (the row's constraints; selection runs it only then, a direct call throws).
 // Steps: M-1 across nodes, then M x (L-1) inside the node (N-1 in all, as ring).
@@ -21,15 +22,15 @@
 // flat ring.
 #include <vector>
 
-#include "algo/allgather/ring.hpp"
 #include "algo/exchange.hpp"
-#include "algo/subgroup.hpp"
+#include "algo/group.hpp"
 
 namespace braid::algo {
 
 void hierarchicalAllgather(Context& ctx, const CollArgs& a) {
   const topology::Topology* topo =
       &requireNodes(ctx, Collective::Allgather, "hierarchical", /*uniform=*/true);
+  Groups& groups = requireGroups(ctx, Collective::Allgather, "hierarchical");
   const std::size_t es = dataTypeSize(a.dtype);
   const std::size_t blockBytes = a.count * es;
   std::uint8_t* const out = bytesOf(a.recv);
@@ -38,7 +39,6 @@ void hierarchicalAllgather(Context& ctx, const CollArgs& a) {
   if (a.count == 0) return;
 
   const int numNodes = topo->numNodes();
-  const int node = topo->nodeOf(ctx.rank);
   const int local = topo->localRank(ctx.rank);
   const int perNode = topo->maxLocalSize();
   const auto uM = static_cast<std::size_t>(numNodes);
@@ -56,31 +56,28 @@ void hierarchicalAllgather(Context& ctx, const CollArgs& a) {
       sliceRanks[um] = globalRank(m, ul);
       displs[um] = static_cast<std::size_t>(sliceRanks[um]) * a.count;
     }
-    SubgroupTransport sliceView(ctx.tr, std::move(sliceRanks));
-    Context sub = subgroupContext(ctx, sliceView, nullptr);
     CollArgs ag = a;
     ag.coll = Collective::Allgatherv;
     ag.send = out + static_cast<std::size_t>(ctx.rank) * blockBytes;
     ag.recv = out;
     ag.counts = counts;
     ag.displs = displs;
-    ringAllgatherv(sub, ag);
+    groups.slice()->run(ag);
   }
   // 2. Inside the node, one ring per node m': local rank l contributes the block of (m', l).
-  SubgroupTransport nodeView(ctx.tr, topo->node(node).ranks);
+  Group& nodeGroup = groups.node();
   std::vector<std::size_t> counts(uL, a.count);
   std::vector<std::size_t> displs(uL);
   for (int m = 0; m < numNodes; ++m) {
     for (std::size_t l = 0; l < uL; ++l)
       displs[l] = static_cast<std::size_t>(globalRank(m, l)) * a.count;
-    Context sub = subgroupContext(ctx, nodeView, nullptr);
     CollArgs ag = a;
     ag.coll = Collective::Allgatherv;
     ag.send = out + displs[ul] * es;
     ag.recv = out;
     ag.counts = counts;
     ag.displs = displs;
-    ringAllgatherv(sub, ag);
+    nodeGroup.run(ag);
   }
 }
 

@@ -6,27 +6,30 @@
 // With M nodes of L ranks each (Context::topo, uniform), the buffer is cut into P pieces of at
 // most Context::pieceBytes (BRAID_HIER_PIECE_SIZE), each piece into L balanced slices. For every
 // piece k:
-//   1. Inside each node: ring reduce_scatterv of the piece's L slices (local rank l ends with
-//      slice l reduced over its node), on a sub-group view of the node's ranks.
+//   1. Inside each node: reduce_scatterv of the piece's L slices (local rank l ends with
+//      slice l reduced over its node), a collective of the node's sub-communicator.
 //   2. Across nodes: the M ranks with local rank l (one per node) run the ring allreduce's
 //      2(M-1) steps (patterns/ring.hpp) on slice l, all L slices in parallel on disjoint rank
 //      sets; each step is one message of 1/M of the slice. Between two nodes (M = 2) the pair
 //      instead exchanges the whole slice once and both reduce it: the same bytes as the ring's
 //      two steps, half the latency.
-//   3. Inside each node: ring allgatherv of the piece's slices.
+//   3. Inside each node: allgatherv of the piece's slices, on the node's sub-communicator.
 // The pieces overlap (NCCL-style): step 0 of piece k's network phase is posted, then piece
 // k+1's reduce-scatter and piece k-1's allgather run in shared memory while it crosses (the
 // transports progress posted messages on their own), then piece k's remaining steps run, its
 // last one left in flight until its allgather. On each link the order is fixed (... last step
 // of k-1, step 0 of k, ...), and every rank issues the in-node phases in the same order
 // (RS 0, then RS k+1 and AG k-1 for k = 0 .. P-1, then AG P-1), so messages stay matched.
-// The in-node phases run the registered ring algorithms on SubgroupTransport views (src/algo/
-// subgroup.hpp); the network phase follows ring allreduce's schedule step by step, because the
-// blocking ring call cannot leave a step in flight. The sub-groups get no topology. Each
-// element is reduced once in its node (one ring) and once across nodes (one chain), then
+// The in-node phases are collectives of the node's group (Context::groups, algo/group.hpp):
+// a communicator's node sub-communicator selects its own algorithm for them (shm_direct or
+// shm_ll on one host), a view runs ring. The network phase posts its messages itself on the
+// transport of the slice group (the ranks with this local rank on every node), following ring
+// allreduce's schedule step by step, because a blocking collective cannot leave a step in
+// flight. Each element is reduced once in its node and once across nodes (one chain), then
 // copied, so every rank ends with bitwise the same result.
 // Scratch: the first half (64-byte aligned) receives the network's reduce-scatter messages (so a
-// piece's network segment, ~piece/(L M), is capped by it), the rest serves the in-node rings.
+// piece's network segment, ~piece/(L M), is capped by it); the groups bring their own (a view
+// the rest of this one).
 // Needs a topology of at least 2 nodes, at least 2 ranks on a node, the same number on every
 // node (the row's constraints; selection runs it only then, a direct call throws).
 // Bytes on the wire: per rank, 2(L-1)/L x S over shared memory (phases 1 and 3) and
@@ -39,14 +42,11 @@
 #include <vector>
 
 #include "algo/exchange.hpp"
+#include "algo/group.hpp"
 #include "algo/patterns/ring.hpp"
-#include "algo/subgroup.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::algo {
-
-void ringReduceScatterv(Context&, const CollArgs&);
-void ringAllgatherv(Context&, const CollArgs&);
 
 namespace {
 
@@ -147,8 +147,8 @@ class NetPhase {
 void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
   const topology::Topology* topo =
       &requireNodes(ctx, Collective::Allreduce, "hierarchical", /*uniform=*/true);
+  Groups& groups = requireGroups(ctx, Collective::Allreduce, "hierarchical");
   const std::size_t es = dataTypeSize(a.dtype);
-  const int node = topo->nodeOf(ctx.rank);
   const int local = topo->localRank(ctx.rank);
   const int perNode = topo->maxLocalSize();
   const int nodes = topo->numNodes();
@@ -191,14 +191,17 @@ void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
     return p;
   };
 
-  std::vector<int> sliceRanks;
-  for (int m = 0; m < nodes; ++m) sliceRanks.push_back(topo->node(m).ranks[ul]);
-  SubgroupTransport nodeView(ctx.tr, topo->node(node).ranks);
-  SubgroupTransport sliceView(ctx.tr, std::move(sliceRanks));
-  Context nodeCtx = subgroupContext(ctx, nodeView, nullptr);
-  nodeCtx.scratch = ctx.scratch.subspan(netBytes);
-  Context netCtx = subgroupContext(ctx, sliceView, nullptr);
-  netCtx.scratch = ctx.scratch.first(netBytes);
+  Group& nodeGroup = groups.node();
+  Group& sliceGroup = *groups.slice();  // uniform nodes: every local rank has its slice group
+  Context netCtx{sliceGroup.transport(),
+                 sliceGroup.rank(),
+                 sliceGroup.size(),
+                 ctx.chunkBytes,
+                 ctx.scratch.first(netBytes),
+                 ctx.deadline,
+                 ctx.tag,
+                 ctx.deterministic,
+                 nullptr};
 
   const std::uint8_t* const send = bytesOf(a.send);
   std::uint8_t* const recv = bytesOf(a.recv);
@@ -214,7 +217,7 @@ void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
     rs.displs = p.displs;
     rs.recv = mySlice(p);
     rs.count = p.counts[ul];
-    ringReduceScatterv(nodeCtx, rs);
+    nodeGroup.run(rs);
   };
   // 3. Allgather of a piece's slices inside the node, in place.
   auto allgather = [&](const Piece& p) {
@@ -225,7 +228,7 @@ void hierarchicalAllreduce(Context& ctx, const CollArgs& a) {
     ag.count = p.counts[ul];
     ag.counts = p.counts;
     ag.displs = p.displs;
-    ringAllgatherv(nodeCtx, ag);
+    nodeGroup.run(ag);
   };
 
   InFlight<4> reqs(netCtx);

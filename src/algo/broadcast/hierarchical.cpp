@@ -5,34 +5,33 @@
 // With M nodes (Context::topo; nodes may differ in size), P = the smallest number of ranks on a
 // node, the buffer cut into P balanced slices, the root on node m0:
 //   1. On node m0: the root sends slice l to its local rank l, for every l < P (itself aside).
-//   2. Across nodes: the M ranks with local rank l < P (one per node) run binomial tree
-//      broadcast of slice l from node m0, all P slices in parallel on disjoint rank sets.
-//   3. Inside each node with more than one rank: ring allgatherv of the P slices (local ranks
-//      >= P contribute nothing and receive everything).
-// Phases 2 and 3 run the registered binomial tree and ring algorithms on SubgroupTransport
-// views (src/algo/subgroup.hpp); phase 1 is one message per slice, posted directly.
+//   2. Across nodes: the M ranks with local rank l < P (one per node) broadcast slice l from
+//      node m0 on their slice group, all P slices in parallel on disjoint rank sets.
+//   3. Inside each node with more than one rank: allgatherv of the P slices on the node group
+//      (local ranks >= P contribute nothing and receive everything).
+// Phases 2 and 3 are collectives of the groups (Context::groups, algo/group.hpp): a
+// communicator's sub-communicators select their own algorithms (shm_direct in a node of one
+// host), views run binomial tree and ring; phase 1 is one message per slice, posted directly.
 // Needs a topology of at least 2 nodes and at least 2 ranks on a node (the row's constraints;
 // selection runs it only then, a direct call throws).
 // Bytes on the wire per rank (l its local rank, m its node, s_l the bytes of slice l, s_j = 0
 // for j >= P): the root sends S - s_r over shared memory (phase 1, r the root's local rank if
 // < P); over the network s_l x (children of node m in the binomial tree of the M nodes rooted
-// at m0) (phase 2); over shared memory S - s_((l+1) mod L) (phase 3, L ranks on the node).
+// at m0) (phase 2, with a binomial tree); in the node S - s_l at most (phase 3).
 // All nodes together send (M-1) x S over the network, the least a broadcast can: each host
 // receives the buffer exactly once.
 #include <algorithm>
 #include <vector>
 
 #include "algo/exchange.hpp"
-#include "algo/subgroup.hpp"
+#include "algo/group.hpp"
 
 namespace braid::algo {
-
-void binomialTreeBroadcast(Context&, const CollArgs&);
-void ringAllgatherv(Context&, const CollArgs&);
 
 void hierarchicalBroadcast(Context& ctx, const CollArgs& a) {
   const topology::Topology* topo =
       &requireNodes(ctx, Collective::Broadcast, "hierarchical", /*uniform=*/false);
+  Groups& groups = requireGroups(ctx, Collective::Broadcast, "hierarchical");
   const std::size_t es = dataTypeSize(a.dtype);
   std::uint8_t* const buf = bytesOf(a.recv);
   const bool isRoot = ctx.rank == a.root;
@@ -40,7 +39,6 @@ void hierarchicalBroadcast(Context& ctx, const CollArgs& a) {
   if (isRoot && a.send != nullptr) copyBytes(buf, a.send, a.count * es);
   if (a.count == 0) return;
 
-  const int numNodes = topo->numNodes();
   const int node = topo->nodeOf(ctx.rank);
   const int local = topo->localRank(ctx.rank);
   const int rootNode = topo->nodeOf(a.root);
@@ -70,21 +68,17 @@ void hierarchicalBroadcast(Context& ctx, const CollArgs& a) {
       reqs.wait(0);
     }
   }
-  // 2. Slice `local` from node m0 to every node, binomial tree over the nodes.
+  // 2. Slice `local` from node m0 to every node, on the slice group. (The node group first:
+  // every rank builds its groups in the same order, node then slice.)
+  Group& nodeGroup = groups.node();
   if (local < slices) {
-    std::vector<int> sliceRanks(static_cast<std::size_t>(numNodes));
-    for (int m = 0; m < numNodes; ++m)
-      sliceRanks[static_cast<std::size_t>(m)] =
-          topo->node(m).ranks[static_cast<std::size_t>(local)];
-    SubgroupTransport sliceView(ctx.tr, std::move(sliceRanks));
-    Context sub = subgroupContext(ctx, sliceView, nullptr);
     const patterns::Range s = slice(local);
     CollArgs bc = a;
-    bc.send = nullptr;  // the sub-group root already holds its slice in place
     bc.recv = buf + s.offset * es;
+    bc.send = bc.recv;  // in place, as a communicator passes it
     bc.count = s.count;
     bc.root = rootNode;
-    binomialTreeBroadcast(sub, bc);
+    groups.slice()->run(bc);
   }
   // 3. The slices to every rank of the node.
   if (nodeSize > 1) {
@@ -95,15 +89,13 @@ void hierarchicalBroadcast(Context& ctx, const CollArgs& a) {
       counts[static_cast<std::size_t>(l)] = slice(l).count;
       displs[static_cast<std::size_t>(l)] = slice(l).offset;
     }
-    SubgroupTransport nodeView(ctx.tr, nodeRanks);
-    Context sub = subgroupContext(ctx, nodeView, nullptr);
     CollArgs ag = a;
     ag.coll = Collective::Allgatherv;
     ag.send = buf + displs[static_cast<std::size_t>(local)] * es;
     ag.recv = buf;
     ag.counts = counts;
     ag.displs = displs;
-    ringAllgatherv(sub, ag);
+    nodeGroup.run(ag);
   }
 }
 

@@ -5,17 +5,19 @@
 //
 // With M nodes (Context::topo; nodes may differ in size), P = the smallest number of ranks on a
 // node, the buffer cut into P balanced slices, the root on node m0:
-//   1. Inside each node with more than one rank: ring reduce_scatterv of the P slices; local
-//      rank l < P ends with slice l reduced over its node (ranks >= P keep nothing).
-//   2. Across nodes: the M ranks with local rank l < P (one per node) run binomial tree reduce
-//      of slice l to node m0, all P slices in parallel on disjoint rank sets.
+//   1. Inside each node with more than one rank: reduce_scatterv of the P slices on the node
+//      group; local rank l < P ends with slice l reduced over its node (ranks >= P keep
+//      nothing).
+//   2. Across nodes: the M ranks with local rank l < P (one per node) reduce slice l to node
+//      m0 on their slice group, all P slices in parallel on disjoint rank sets.
 //   3. On node m0: local rank l < P sends its slice, now reduced over every rank, to the root
 //      (the root's own slice, if it has one, was reduced straight into its output).
-// Phases 1 and 2 run the registered ring and binomial tree algorithms on SubgroupTransport
-// views (src/algo/subgroup.hpp); phase 3 is one message per slice, posted directly.
+// Phases 1 and 2 are collectives of the groups (Context::groups, algo/group.hpp): a
+// communicator's sub-communicators select their own algorithms (shm_direct in a node of one
+// host), views run ring and binomial tree; phase 3 is one message per slice, posted directly.
 // Memory: no allocation. The partial of a rank's slice lives in the first half of the scratch
-// (g elements), the sub-algorithms use the other half; slices longer than g run the three
-// phases once per segment of g elements. Non-root ranks never touch recv (it may be null); in
+// (g elements), the groups bring their own (a view the other half); slices longer than g run the
+// three phases once per segment of g elements. Non-root ranks never touch recv (it may be null); in
 // place at the root works since each segment's output is written after that segment of the
 // input was read, and later segments read other elements.
 // Needs a topology of at least 2 nodes and at least 2 ranks on a node (the row's constraints;
@@ -30,20 +32,17 @@
 #include <vector>
 
 #include "algo/exchange.hpp"
-#include "algo/subgroup.hpp"
+#include "algo/group.hpp"
 
 namespace braid::algo {
-
-void binomialTreeReduce(Context&, const CollArgs&);
-void ringReduceScatterv(Context&, const CollArgs&);
 
 void hierarchicalReduce(Context& ctx, const CollArgs& a) {
   const topology::Topology* topo =
       &requireNodes(ctx, Collective::Reduce, "hierarchical", /*uniform=*/false);
+  Groups& groups = requireGroups(ctx, Collective::Reduce, "hierarchical");
   if (a.count == 0) return;
   const std::size_t es = dataTypeSize(a.dtype);
   const bool isRoot = ctx.rank == a.root;
-  const int numNodes = topo->numNodes();
   const int node = topo->nodeOf(ctx.rank);
   const int local = topo->localRank(ctx.rank);
   const int rootNode = topo->nodeOf(a.root);
@@ -57,8 +56,8 @@ void hierarchicalReduce(Context& ctx, const CollArgs& a) {
   const bool carries = local < slices;
 
   // This rank's part of its slice, reduced over its node, lives in the first half of the
-  // scratch (g elements); the sub-algorithms get the second half. Slices longer than g go
-  // segment by segment: round j covers elements [j g, (j+1) g) of every slice.
+  // scratch (g elements). Slices longer than g go segment by segment: round j covers elements [j g,
+  // (j+1) g) of every slice.
   const std::size_t half = ctx.scratch.size() / 2;
   const std::size_t longest = slice(0).count;  // evenSplit: slice 0 is the longest
   const std::size_t g = std::min(longest, half / es);
@@ -68,15 +67,8 @@ void hierarchicalReduce(Context& ctx, const CollArgs& a) {
                     std::to_string(ctx.scratch.size()) + " bytes cannot hold 2 elements of " +
                     std::to_string(es) + " bytes (raise BRAID_BUFFSIZE)");
   std::uint8_t* const partial = ctx.scratch.data();
-  const std::span<std::uint8_t> subScratch = ctx.scratch.subspan(half);
-
-  SubgroupTransport nodeView(ctx.tr, nodeRanks);
-  std::vector<int> sliceRanks(static_cast<std::size_t>(numNodes));
-  for (int m = 0; m < numNodes; ++m)
-    sliceRanks[static_cast<std::size_t>(m)] =
-        topo->node(m).ranks[static_cast<std::size_t>(carries ? local : 0)];
-  // Ranks that carry no slice never use the view; it names local rank 0's group to stay valid.
-  SubgroupTransport sliceView(ctx.tr, carries ? std::move(sliceRanks) : std::vector<int>{ctx.rank});
+  Group& nodeGroup = groups.node();
+  Group* const sliceGroup = groups.slice();  // ranks that carry a slice have one
   const auto uL = static_cast<std::size_t>(nodeSize);
   std::vector<std::size_t> counts(uL, 0);
   std::vector<std::size_t> displs(uL, 0);
@@ -97,23 +89,19 @@ void hierarchicalReduce(Context& ctx, const CollArgs& a) {
 
     // 1. Reduce-scatter of the slices' parts inside the node.
     if (nodeSize > 1) {
-      Context sub = subgroupContext(ctx, nodeView, nullptr);
-      sub.scratch = subScratch;
       CollArgs rs = a;
       rs.coll = Collective::ReduceScatterv;
       rs.recv = partial;
       rs.count = n;
       rs.counts = counts;
       rs.displs = displs;
-      ringReduceScatterv(sub, rs);
+      nodeGroup.run(rs);
       sliceIn = partial;
     }
     // 2. The part of slice `local` of every node to node m0, binomial tree over the nodes. On
     // node m0 the result goes to the root's output (the root's own slice) or back into the
     // partial (nodeSize > 1 there: the root is another rank of this node).
     if (carries && n > 0) {
-      Context sub = subgroupContext(ctx, sliceView, nullptr);
-      sub.scratch = subScratch;
       CollArgs rd = a;
       rd.send = sliceIn;
       rd.recv = nullptr;
@@ -123,7 +111,7 @@ void hierarchicalReduce(Context& ctx, const CollArgs& a) {
         rd.recv = partial;
       rd.count = n;
       rd.root = rootNode;
-      binomialTreeReduce(sub, rd);
+      sliceGroup->run(rd);
     }
     // 3. The round's reduced parts on node m0 to the root.
     if (node == rootNode && nodeSize > 1) {
