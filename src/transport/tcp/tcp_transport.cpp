@@ -230,613 +230,613 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void stopDials();  // dialSocketMu_ not held
 };
 
-  TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
-                             std::function<void(const Error&)> onFailure,
-                             std::size_t backgroundRecvBytes)
-      : rank_(rank),
-        size_(size),
-        spin_(options.spin),
-        busyPoll_(options.busyPoll ? options.spin : std::chrono::microseconds(0)),
-        onFailure_(std::move(onFailure)),
-        backgroundRecvBytes_(backgroundRecvBytes),
-        engine_(rank),
-        mu_(engine_.mutex()) {
-    epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-    if (!epoll_)
-      throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
-    wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    if (!wake_)
-      throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
-    epoll_event wakeEvent{};
-    wakeEvent.events = EPOLLIN;
-    wakeEvent.data.u64 = kWakeId;
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &wakeEvent) != 0)
-      throw Error(ErrorCode::Internal, "tcp transport: epoll_ctl: " + tcp::errnoText(errno));
-    tcp::CompletionSink& sink = *this;
-    connections_.reserve(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r) {
-      tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
-      if (link.fd) {
-        connected_.fetch_add(1, std::memory_order_relaxed);
-        socketsOpened.fetch_add(1, std::memory_order_relaxed);
-      }
-      connections_.emplace_back(rank, r,
-                                link.address.empty()
-                                    ? "rank " + std::to_string(r)
-                                    : "rank " + std::to_string(r) + " (" + link.address + ")",
-                                std::move(link.fd), epoll_.get(), sink);
+TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
+                           std::function<void(const Error&)> onFailure,
+                           std::size_t backgroundRecvBytes)
+    : rank_(rank),
+      size_(size),
+      spin_(options.spin),
+      busyPoll_(options.busyPoll ? options.spin : std::chrono::microseconds(0)),
+      onFailure_(std::move(onFailure)),
+      backgroundRecvBytes_(backgroundRecvBytes),
+      engine_(rank),
+      mu_(engine_.mutex()) {
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_)
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
+  wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  epoll_event wakeEvent{};
+  wakeEvent.events = EPOLLIN;
+  wakeEvent.data.u64 = kWakeId;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &wakeEvent) != 0)
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_ctl: " + tcp::errnoText(errno));
+  tcp::CompletionSink& sink = *this;
+  connections_.reserve(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    tcp::PeerLink& link = mesh.links[static_cast<std::size_t>(r)];
+    if (link.fd) {
+      connected_.fetch_add(1, std::memory_order_relaxed);
+      socketsOpened.fetch_add(1, std::memory_order_relaxed);
     }
-    progress_ = std::thread([this] { progressLoop(); });
+    connections_.emplace_back(rank, r,
+                              link.address.empty()
+                                  ? "rank " + std::to_string(r)
+                                  : "rank " + std::to_string(r) + " (" + link.address + ")",
+                              std::move(link.fd), epoll_.get(), sink);
   }
+  progress_ = std::thread([this] { progressLoop(); });
+}
 
-  TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
-                             Lazy lazy, std::function<void(const Error&)> onFailure,
-                             std::size_t backgroundRecvBytes)
-      : TcpTransport(rank, size, options, std::move(mesh), std::move(onFailure),
-                     backgroundRecvBytes) {
-    options_ = options;
-    try {
-      startLazy(std::move(lazy));
-    } catch (...) {
-      stopLazy();
-      throw;  // the delegated constructor's destructor stops the progress thread
-    }
-  }
-
-  TcpTransport::~TcpTransport() {
+TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
+                           std::function<void(const Error&)> onFailure,
+                           std::size_t backgroundRecvBytes)
+    : TcpTransport(rank, size, options, std::move(mesh), std::move(onFailure),
+                   backgroundRecvBytes) {
+  options_ = options;
+  try {
+    startLazy(std::move(lazy));
+  } catch (...) {
     stopLazy();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
-      backgroundCv_.notify_all();
-    }
-    kick();
-    progress_.join();
-    // The sockets close with connections_: peers still running read EOF and report PeerLost.
+    throw;  // the delegated constructor's destructor stops the progress thread
   }
+}
 
-  std::string TcpTransport::describePeer(int peer) const {
-    if (peer < 0 || peer >= size_) return "rank " + std::to_string(peer);
-    return connections_[static_cast<std::size_t>(peer)].description();
-  }
-
-  std::string TcpTransport::tagText(std::uint64_t tag) const { return describeTag(tag); }
-
-  // ---- posting ----
-
-  void TcpTransport::post(Request& req) {
-    if (req.lane != 0) {
-      const auto it = lanes_.find(req.lane);
-      if (it != lanes_.end() && it->second) {  // the lane was aborted
-        finish(req, State::Failed, false);
-        notifyCompletions();
-        return;
-      }
-    }
-    if (lazy_) startConnecting(req.peer);
-    engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
-    // Still pending after the attempt on the caller's thread: may need the background thread.
-    if (req.state.load(std::memory_order_relaxed) == State::Pending &&
-        (req.isSend || req.bytes >= backgroundRecvBytes_)) {
-      req.aux |= kAuxBackground;
-      ++backgroundWork_;
-      wakeBackground();
-    }
-    notifyCompletions();
-  }
-
-  void TcpTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
-                              Request& req) {
-    prepare("postSend", peer, data, bytes, tag, true, req);
+TcpTransport::~TcpTransport() {
+  stopLazy();
+  {
     std::lock_guard<std::mutex> lk(mu_);
-    post(req);
-  }
-
-  void TcpTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
-                              Request& req) {
-    prepare("postRecv", peer, data, bytes, tag, false, req);
-    std::lock_guard<std::mutex> lk(mu_);
-    post(req);
-  }
-
-  // ---- completion and failure ----
-
-  void TcpTransport::finish(Request& req, State state, bool connectionError) {
-    if ((req.aux & kAuxBackground) != 0) --backgroundWork_;
-    if (&req == sleeperRequest_) kickSleeper_ = true;
-    engine_.publish(req, state, connectionError);  // the last touch
-  }
-
-  void TcpTransport::notifyCompletions() {
-    if (!engine_.takeCompleted()) return;
-    if (cvWaiters_ > 0) waitCv_.notify_all();
-    if (kickSleeper_) {
-      kickSleeper_ = false;
-      kick();
-    }
-  }
-
-  void TcpTransport::kick() const {
-    const std::uint64_t one = 1;
-    // EAGAIN means the counter is already non-zero: the wake-up is pending anyway.
-    [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
-  }
-
-  void TcpTransport::failTransport(Error error) {
-    if (!engine_.fail(std::move(error))) return;
-    // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
-    for (Connection& c : connections_) c.abandon();
-    if (lazy_) {
-      // No more connections: the listener closes (a peer that dials now is refused and sees
-      // this rank lost) and a dial in progress stops.
-      stopSetup_ = true;
-      dialCv_.notify_all();
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
-      stopDials();
-    }
-    if (onFailure_) onFailure_(*engine_.failure());
-    kickSleeper_ = true;
+    stopping_ = true;
     backgroundCv_.notify_all();
   }
+  kick();
+  progress_.join();
+  // The sockets close with connections_: peers still running read EOF and report PeerLost.
+}
 
-  void TcpTransport::abort(const std::string& why) {
-    std::lock_guard<std::mutex> lk(mu_);
+std::string TcpTransport::describePeer(int peer) const {
+  if (peer < 0 || peer >= size_) return "rank " + std::to_string(peer);
+  return connections_[static_cast<std::size_t>(peer)].description();
+}
+
+std::string TcpTransport::tagText(std::uint64_t tag) const {
+  return describeTag(tag);
+}
+
+// ---- posting ----
+
+void TcpTransport::post(Request& req) {
+  if (req.lane != 0) {
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) {  // the lane was aborted
+      finish(req, State::Failed, false);
+      notifyCompletions();
+      return;
+    }
+  }
+  if (lazy_) startConnecting(req.peer);
+  engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
+  // Still pending after the attempt on the caller's thread: may need the background thread.
+  if (req.state.load(std::memory_order_relaxed) == State::Pending &&
+      (req.isSend || req.bytes >= backgroundRecvBytes_)) {
+    req.aux |= kAuxBackground;
+    ++backgroundWork_;
+    wakeBackground();
+  }
+  notifyCompletions();
+}
+
+void TcpTransport::postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
+                            Request& req) {
+  prepare("postSend", peer, data, bytes, tag, true, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+void TcpTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag,
+                            Request& req) {
+  prepare("postRecv", peer, data, bytes, tag, false, req);
+  std::lock_guard<std::mutex> lk(mu_);
+  post(req);
+}
+
+// ---- completion and failure ----
+
+void TcpTransport::finish(Request& req, State state, bool connectionError) {
+  if ((req.aux & kAuxBackground) != 0) --backgroundWork_;
+  if (&req == sleeperRequest_) kickSleeper_ = true;
+  engine_.publish(req, state, connectionError);  // the last touch
+}
+
+void TcpTransport::notifyCompletions() {
+  if (!engine_.takeCompleted()) return;
+  if (cvWaiters_ > 0) waitCv_.notify_all();
+  if (kickSleeper_) {
+    kickSleeper_ = false;
+    kick();
+  }
+}
+
+void TcpTransport::kick() const {
+  const std::uint64_t one = 1;
+  // EAGAIN means the counter is already non-zero: the wake-up is pending anyway.
+  [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof one);
+}
+
+void TcpTransport::failTransport(Error error) {
+  if (!engine_.fail(std::move(error))) return;
+  // Closing every socket also tells the peers: they see this rank as lost instead of hanging.
+  for (Connection& c : connections_) c.abandon();
+  if (lazy_) {
+    // No more connections: the listener closes (a peer that dials now is refused and sees
+    // this rank lost) and a dial in progress stops.
+    stopSetup_ = true;
+    dialCv_.notify_all();
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
+    stopDials();
+  }
+  if (onFailure_) onFailure_(*engine_.failure());
+  kickSleeper_ = true;
+  backgroundCv_.notify_all();
+}
+
+void TcpTransport::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  failTransport(Error(ErrorCode::Aborted, why));
+  notifyCompletions();
+}
+
+void TcpTransport::throwFailure(const Request& req) const {
+  if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) throw *it->second;
+  }
+  const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
+  engine_.throwFailure(req, c.error(), c.description());
+}
+
+// ---- lanes ----
+
+void TcpTransport::openLane(std::uint64_t lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
+    throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
+                                         std::to_string(lane) +
+                                         " is open already on this rank's connections (two "
+                                         "communicators whose ids hash alike)");
+  closedLanes_.erase(lane);
+}
+
+void TcpTransport::closeLane(std::uint64_t lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  lanes_.erase(lane);
+  closedLanes_.insert(lane);
+  // Nothing of the lane may stay queued: its requests belong to a communicator that is going
+  // away. A frame of it half moved cannot be finished without them: that connection closes.
+  for (Connection& c : connections_) {
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its connection to " + c.description() +
+                                                ": a communicator sharing it was destroyed in "
+                                                "the middle of a message"));
+    c.dropLane(lane);
+  }
+  kickSleeper_ = true;
+  engine_.markCompleted();
+  notifyCompletions();
+}
+
+void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lanes_.size() <= 1 && (lanes_.empty() || lanes_.count(lane) != 0)) {
+    // No other communicator uses these connections: close them, as abort() does, so that the
+    // peers see this rank lost at once.
     failTransport(Error(ErrorCode::Aborted, why));
     notifyCompletions();
+    return;
   }
+  auto& failure = lanes_[lane];
+  if (!failure) failure = Error(ErrorCode::Aborted, why);
+  for (Connection& c : connections_)
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its connection to " + c.description() +
+                                                ": a communicator sharing it was aborted (" + why +
+                                                ") in the middle of a message"));
+  kickSleeper_ = true;
+  engine_.markCompleted();
+  notifyCompletions();
+}
 
-  void TcpTransport::throwFailure(const Request& req) const {
-    if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
-      const auto it = lanes_.find(req.lane);
-      if (it != lanes_.end() && it->second) throw *it->second;
+// ---- driving ----
+
+// One round of epoll: timeout 0 polls with mu_ held; otherwise sleeps without it. The caller
+// holds driving_.
+void TcpTransport::drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper) {
+  std::array<epoll_event, kMaxEvents> events;
+  int n;
+  int err = 0;
+  if (timeoutMs == 0) {
+    n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, 0);
+    err = errno;
+  } else {
+    sleeperRequest_ = sleeper;
+    lk.unlock();
+    n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, timeoutMs);
+    err = errno;
+    lk.lock();
+    sleeperRequest_ = nullptr;
+    kickSleeper_ = false;
+  }
+  if (n < 0) {
+    if (err == EINTR) return;
+    failTransport(Error(ErrorCode::Internal,
+                        "rank " + std::to_string(rank_) + ": epoll_wait: " + tcp::errnoText(err)));
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (events[static_cast<std::size_t>(i)].data.u64 == kWakeId) {
+      std::uint64_t value;
+      [[maybe_unused]] const ssize_t r = ::read(wake_.get(), &value, sizeof value);
+      continue;
     }
-    const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
-    engine_.throwFailure(req, c.error(), c.description());
+    connections_[events[static_cast<std::size_t>(i)].data.u64].handleEvents(
+        events[static_cast<std::size_t>(i)].events);
   }
+}
 
-  // ---- lanes ----
-
-  void TcpTransport::openLane(std::uint64_t lane) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
-      throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
-                                           std::to_string(lane) +
-                                           " is open already on this rank's connections (two "
-                                           "communicators whose ids hash alike)");
-    closedLanes_.erase(lane);
-  }
-
-  void TcpTransport::closeLane(std::uint64_t lane) {
-    std::lock_guard<std::mutex> lk(mu_);
-    lanes_.erase(lane);
-    closedLanes_.insert(lane);
-    // Nothing of the lane may stay queued: its requests belong to a communicator that is going
-    // away. A frame of it half moved cannot be finished without them: that connection closes.
-    for (Connection& c : connections_) {
-      if (!c.failLane(lane))
-        c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
-                                                  " closed its connection to " + c.description() +
-                                                  ": a communicator sharing it was destroyed in "
-                                                  "the middle of a message"));
-      c.dropLane(lane);
-    }
-    kickSleeper_ = true;
-    engine_.markCompleted();
-    notifyCompletions();
-  }
-
-  void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (lanes_.size() <= 1 && (lanes_.empty() || lanes_.count(lane) != 0)) {
-      // No other communicator uses these connections: close them, as abort() does, so that the
-      // peers see this rank lost at once.
-      failTransport(Error(ErrorCode::Aborted, why));
-      notifyCompletions();
-      return;
-    }
-    auto& failure = lanes_[lane];
-    if (!failure) failure = Error(ErrorCode::Aborted, why);
-    for (Connection& c : connections_)
-      if (!c.failLane(lane))
-        c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
-                                                  " closed its connection to " + c.description() +
-                                                  ": a communicator sharing it was aborted (" +
-                                                  why + ") in the middle of a message"));
-    kickSleeper_ = true;
-    engine_.markCompleted();
-    notifyCompletions();
-  }
-
-  // ---- driving ----
-
-  // One round of epoll: timeout 0 polls with mu_ held; otherwise sleeps without it. The caller
-  // holds driving_.
-  void TcpTransport::drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper) {
-    std::array<epoll_event, kMaxEvents> events;
-    int n;
-    int err = 0;
-    if (timeoutMs == 0) {
-      n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, 0);
-      err = errno;
-    } else {
-      sleeperRequest_ = sleeper;
-      lk.unlock();
-      n = ::epoll_wait(epoll_.get(), events.data(), kMaxEvents, timeoutMs);
-      err = errno;
-      lk.lock();
-      sleeperRequest_ = nullptr;
-      kickSleeper_ = false;
-    }
-    if (n < 0) {
-      if (err == EINTR) return;
-      failTransport(Error(ErrorCode::Internal, "rank " + std::to_string(rank_) +
-                                                   ": epoll_wait: " + tcp::errnoText(err)));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      if (events[static_cast<std::size_t>(i)].data.u64 == kWakeId) {
-        std::uint64_t value;
-        [[maybe_unused]] const ssize_t r = ::read(wake_.get(), &value, sizeof value);
-        continue;
-      }
-      connections_[events[static_cast<std::size_t>(i)].data.u64].handleEvents(
-          events[static_cast<std::size_t>(i)].events);
-    }
-  }
-
-  bool TcpTransport::test(Request& req) {
-    State s = req.state.load(std::memory_order_acquire);
-    if (s == State::Done || s == State::Idle) return true;
-    std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
-    if (lk.owns_lock() && s == State::Pending && !driving_) {
-      {
-        const DrivingToken token(driving_);
-        drive(lk, 0, nullptr);
-      }
-      notifyCompletions();
-      wakeBackground();
-    }
-    s = req.state.load(std::memory_order_acquire);
-    if (s == State::Failed) {
-      if (!lk.owns_lock()) lk.lock();
-      throwFailure(req);
-    }
-    return s == State::Done;
-  }
-
-  void TcpTransport::leaveWait() {
-    --waiters_;
-    // Hand the driving over: to another waiter, or to the background thread for leftover work.
-    if (cvWaiters_ > 0) waitCv_.notify_all();
-    wakeBackground();
-  }
-
-  void TcpTransport::wakeBackground() {
-    if (backgroundIdle_ && backgroundWork_ > 0 && waiters_ == 0 && !engine_.failure())
-      backgroundCv_.notify_one();
-  }
-
-  void TcpTransport::wait(Request& req, Deadline deadline) {
-    State s = req.state.load(std::memory_order_acquire);
-    if (s == State::Done || s == State::Idle) return;
-    std::unique_lock<std::mutex> lk(mu_);
-    ++waiters_;
-    struct Leave {
-      TcpTransport* self;
-      ~Leave() { self->leaveWait(); }
-    } leave{this};
-    engine::waitLoop(
-        lk, req, deadline, engine::WaitPolicy{spin_, busyPoll_},
-        [&] {  // poll
-          if (!driving_) {
-            {
-              const DrivingToken token(driving_);
-              drive(lk, 0, nullptr);
-            }
-            notifyCompletions();
-          } else if (backgroundDriving_) {
-            kick();  // take over from the background thread
-          }
-        },
-        [&](Deadline until) {  // sleep: in epoll_wait when nobody drives, else until notified
-          if (!driving_) {
-            {
-              const DrivingToken token(driving_);
-              drive(lk, std::max(1, tcp::millisecondsUntil(until, kMaxSleepMs)), &req);
-            }
-            notifyCompletions();
-            return;
-          }
-          if (backgroundDriving_) kick();
-          ++cvWaiters_;
-          waitCv_.wait_until(
-              lk, std::min(until, Clock::now() + std::chrono::milliseconds(kMaxSleepMs)));
-          --cvWaiters_;
-        },
-        [&](const Request& r) { throwFailure(r); },
-        [&](const Request& r) {
-          const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
-          // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
-          failTransport(engine::timeoutError(rank_, r, c.description(), stallText(r)));
-          notifyCompletions();
-          throwFailure(r);
-        });
-  }
-
-  void TcpTransport::progressLoop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    bool graceGiven = false;
-    while (!stopping_) {
-      if (backgroundWork_ == 0 || waiters_ > 0 || engine_.failure()) {
-        graceGiven = false;
-        backgroundIdle_ = true;
-        backgroundCv_.wait(lk);
-        backgroundIdle_ = false;
-        continue;
-      }
-      if (!graceGiven || driving_) {
-        // Leave fresh work to its owner for a moment (a blocking caller is about to wait on it),
-        // then look again from the top.
-        graceGiven = true;
-        backgroundCv_.wait_for(lk, kBackgroundGrace);
-        continue;
-      }
-      driving_ = true;
-      backgroundDriving_ = true;
-      try {
-        drive(lk, kBackgroundSleepMs, nullptr);
-      } catch (const std::exception& e) {  // never let an exception end the thread
-        failTransport(Error(ErrorCode::Internal, "rank " + std::to_string(rank_) +
-                                                     ": tcp progress thread: " + e.what()));
-      }
-      backgroundDriving_ = false;
-      driving_ = false;
-      notifyCompletions();
-      if (cvWaiters_ > 0) waitCv_.notify_all();
-    }
-  }
-
-  // ---- lazy connection setup ----
-  //
-  // A pair connects when a request to the peer is first posted on either side: the poster's
-  // dialer threads dial (started on demand, up to kMaxDialers at once, so a slow peer holds up
-  // only its own pair), the other side's acceptor thread
-  // (always polling the listener, independent of who waits) takes it. When both dial at once
-  // the higher rank's dial wins: a rank refuses a lower rank's dial while its own dial to that
-  // rank is in progress, and always takes a higher rank's, so exactly one connection is made.
-  // The lower rank, refused, waits for the higher rank's dial (Link::Awaiting).
-
-  void TcpTransport::startLazy(Lazy lazy) {
-    lazy_ = true;
-    addresses_ = std::move(lazy.addresses);
-    listener_ = std::move(lazy.listener);
-    link_.assign(static_cast<std::size_t>(size_), Link::None);
-    link_[static_cast<std::size_t>(rank_)] = Link::Connected;
-    lastDialError_.assign(static_cast<std::size_t>(size_), std::string());
-    acceptWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-    if (!acceptWake_)
-      throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
-    acceptor_ = std::thread([this] { acceptLoop(); });
-  }
-
-  void TcpTransport::stopDials() {
-    std::lock_guard<std::mutex> g(dialSocketMu_);
-    for (int s : dialSockets_) ::shutdown(s, SHUT_RDWR);
-  }
-
-  void TcpTransport::stopLazy() {
-    if (!lazy_) return;
+bool TcpTransport::test(Request& req) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return true;
+  std::unique_lock<std::mutex> lk(mu_, std::try_to_lock);
+  if (lk.owns_lock() && s == State::Pending && !driving_) {
     {
-      std::lock_guard<std::mutex> lk(mu_);
-      stopSetup_ = true;
-      dialCv_.notify_all();
+      const DrivingToken token(driving_);
+      drive(lk, 0, nullptr);
     }
-    stopDials();
-    if (acceptWake_) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
-    }
-    if (acceptor_.joinable()) acceptor_.join();
-    // No dialer is added once stopSetup_ is set (startConnecting checks it under mu_).
-    for (std::thread& d : dialers_)
-      if (d.joinable()) d.join();
-    lazy_ = false;
-  }
-
-  void TcpTransport::startConnecting(int peer) {
-    Link& link = link_[static_cast<std::size_t>(peer)];
-    if (link != Link::None || engine_.failure() || stopSetup_) return;
-    link = Link::Dialing;
-    dialQueue_.push_back(peer);
-    if (idleDialers_ == 0 && dialers_.size() < kMaxDialers)
-      dialers_.emplace_back([this] { dialLoop(); });
-    else
-      dialCv_.notify_one();
-  }
-
-  std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds timeout) {
-    const Deadline until = Clock::now() + timeout;
-    for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-      try {
-        return addresses_->of(
-            peer, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::Timeout) throw;
-        if (stopSetup_ || Clock::now() >= until)
-          throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + " timed out after " +
-                                              std::to_string(timeout.count()) +
-                                              " ms waiting for rank " + std::to_string(peer) +
-                                              " to publish its address (" + e.detail() + ")");
-      }
-    }
-  }
-
-  void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
-    link_[static_cast<std::size_t>(peer)] = Link::Connected;
-    connected_.fetch_add(1, std::memory_order_relaxed);
-    socketsOpened.fetch_add(1, std::memory_order_relaxed);
-    connections_[static_cast<std::size_t>(peer)].attach(
-        std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
     notifyCompletions();
     wakeBackground();
-    kick();  // a driver asleep in epoll_wait picks up the new socket's queued work
   }
+  s = req.state.load(std::memory_order_acquire);
+  if (s == State::Failed) {
+    if (!lk.owns_lock()) lk.lock();
+    throwFailure(req);
+  }
+  return s == State::Done;
+}
 
-  void TcpTransport::dialLoop() {
-    std::unique_lock<std::mutex> lk(mu_);
-    while (!stopSetup_) {
-      if (dialQueue_.empty()) {
-        ++idleDialers_;
-        dialCv_.wait(lk);
-        --idleDialers_;
-        continue;
-      }
-      const int peer = dialQueue_.front();
-      dialQueue_.pop_front();
-      if (link_[static_cast<std::size_t>(peer)] != Link::Dialing) continue;
-      lk.unlock();
-      Fd fd;
-      std::string address = "?";
-      std::string refused;
-      std::optional<Error> error;
-      try {
-        address = lookupAddress(peer, options_.connectTimeout);
-        tcp::DialHooks hooks;
-        hooks.cancelled = [this] { return stopSetup_.load(); };
-        int mine = -1;
-        hooks.socket = [this, &mine](int s) {
-          std::lock_guard<std::mutex> g(dialSocketMu_);
-          if (mine >= 0) dialSockets_.erase(mine);
-          mine = s;
-          if (s < 0) return;
-          dialSockets_.insert(s);
-          if (stopSetup_) ::shutdown(s, SHUT_RDWR);
-        };
-        hooks.peerListened = true;
-        hooks.refused = &refused;
-        fd = tcp::dialRank(rank_, size_, peer, address, options_,
-                           Clock::now() + options_.connectTimeout, hooks);
-      } catch (const Error& e) {
-        error = e;
-      } catch (const std::exception& e) {
-        error = Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": dialing rank " +
-                                               std::to_string(peer) + ": " + e.what());
-      }
-      lk.lock();
-      if (stopSetup_ || engine_.failure()) break;
-      Link& link = link_[static_cast<std::size_t>(peer)];
-      if (link == Link::Connected || link == Link::Accepting) continue;  // its dial won
-      if (error) {
-        link = Link::Failed;
-        connections_[static_cast<std::size_t>(peer)].attach(
-            Fd(), "rank " + std::to_string(peer) + " (" + address + ")");
-        connections_[static_cast<std::size_t>(peer)].failUnconnected(*error);
+void TcpTransport::leaveWait() {
+  --waiters_;
+  // Hand the driving over: to another waiter, or to the background thread for leftover work.
+  if (cvWaiters_ > 0) waitCv_.notify_all();
+  wakeBackground();
+}
+
+void TcpTransport::wakeBackground() {
+  if (backgroundIdle_ && backgroundWork_ > 0 && waiters_ == 0 && !engine_.failure())
+    backgroundCv_.notify_one();
+}
+
+void TcpTransport::wait(Request& req, Deadline deadline) {
+  State s = req.state.load(std::memory_order_acquire);
+  if (s == State::Done || s == State::Idle) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  ++waiters_;
+  struct Leave {
+    TcpTransport* self;
+    ~Leave() { self->leaveWait(); }
+  } leave{this};
+  engine::waitLoop(
+      lk, req, deadline, engine::WaitPolicy{spin_, busyPoll_},
+      [&] {  // poll
+        if (!driving_) {
+          {
+            const DrivingToken token(driving_);
+            drive(lk, 0, nullptr);
+          }
+          notifyCompletions();
+        } else if (backgroundDriving_) {
+          kick();  // take over from the background thread
+        }
+      },
+      [&](Deadline until) {  // sleep: in epoll_wait when nobody drives, else until notified
+        if (!driving_) {
+          {
+            const DrivingToken token(driving_);
+            drive(lk, std::max(1, tcp::millisecondsUntil(until, kMaxSleepMs)), &req);
+          }
+          notifyCompletions();
+          return;
+        }
+        if (backgroundDriving_) kick();
+        ++cvWaiters_;
+        waitCv_.wait_until(lk,
+                           std::min(until, Clock::now() + std::chrono::milliseconds(kMaxSleepMs)));
+        --cvWaiters_;
+      },
+      [&](const Request& r) { throwFailure(r); },
+      [&](const Request& r) {
+        const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
+        // The stream may stop mid-frame now, so nothing later on this transport can be trusted.
+        failTransport(engine::timeoutError(rank_, r, c.description(), stallText(r)));
         notifyCompletions();
-      } else if (fd) {
-        attachPeer(peer, std::move(fd), address);
-      } else if (!refused.empty()) {
-        // A crossing dial: the higher rank's wins, so it will connect here.
-        link = Link::Awaiting;
-        lastDialError_[static_cast<std::size_t>(peer)] = refused;
-      }
-    }
-  }
+        throwFailure(r);
+      });
+}
 
-  std::string TcpTransport::acceptDecision(int peer) {
-    std::lock_guard<std::mutex> lk(mu_);
-    Link& link = link_[static_cast<std::size_t>(peer)];
-    if (engine_.failure() || stopSetup_)
-      return "the transport of rank " + std::to_string(rank_) + " failed";
-    switch (link) {
-      case Link::Connected:
-      case Link::Accepting:
-        return "rank " + std::to_string(rank_) + " is already connected to rank " +
-               std::to_string(peer);
-      case Link::Failed:
-        return "the connection of rank " + std::to_string(rank_) + " to rank " +
-               std::to_string(peer) + " failed";
-      case Link::Dialing:
-        if (peer < rank_)
-          return "rank " + std::to_string(rank_) + " dials rank " + std::to_string(peer) +
-                 " itself (the higher rank's dial wins)";
-        break;
-      case Link::None:
-      case Link::Awaiting:
-        break;
+void TcpTransport::progressLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  bool graceGiven = false;
+  while (!stopping_) {
+    if (backgroundWork_ == 0 || waiters_ > 0 || engine_.failure()) {
+      graceGiven = false;
+      backgroundIdle_ = true;
+      backgroundCv_.wait(lk);
+      backgroundIdle_ = false;
+      continue;
     }
-    link = Link::Accepting;
-    return {};
-  }
-
-  void TcpTransport::acceptTake(int peer, Fd fd) {
-    std::string address = "?";
-    if (fd) {
-      try {  // published before the peer dialed: at once
-        address = lookupAddress(peer, std::chrono::milliseconds(1000));
-      } catch (const Error&) {
-      }
+    if (!graceGiven || driving_) {
+      // Leave fresh work to its owner for a moment (a blocking caller is about to wait on it),
+      // then look again from the top.
+      graceGiven = true;
+      backgroundCv_.wait_for(lk, kBackgroundGrace);
+      continue;
     }
-    std::lock_guard<std::mutex> lk(mu_);
-    Link& link = link_[static_cast<std::size_t>(peer)];
-    if (!fd || engine_.failure() || stopSetup_) {
-      if (link == Link::Accepting) {
-        link = Link::None;
-        if (connections_[static_cast<std::size_t>(peer)].hasPending()) startConnecting(peer);
-      }
-      return;
-    }
-    attachPeer(peer, std::move(fd), address);
-  }
-
-  void TcpTransport::acceptLoop() {
+    driving_ = true;
+    backgroundDriving_ = true;
     try {
-      const std::string self = connections_[static_cast<std::size_t>(rank_)].description();
-      tcp::Acceptor acceptor(
-          rank_, size_, options_, self, listener_.get(),
-          [this](int peer) { return acceptDecision(peer); },
-          [this](int peer, Fd fd) { acceptTake(peer, std::move(fd)); }, nullptr, Deadline::max());
-      acceptor.serve(acceptWake_.get(), stopSetup_);
-    } catch (const Error& e) {
-      std::lock_guard<std::mutex> lk(mu_);
-      failTransport(e);
-      notifyCompletions();
-    } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lk(mu_);
+      drive(lk, kBackgroundSleepMs, nullptr);
+    } catch (const std::exception& e) {  // never let an exception end the thread
       failTransport(Error(ErrorCode::Internal,
-                          "rank " + std::to_string(rank_) + ": tcp acceptor: " + e.what()));
+                          "rank " + std::to_string(rank_) + ": tcp progress thread: " + e.what()));
+    }
+    backgroundDriving_ = false;
+    driving_ = false;
+    notifyCompletions();
+    if (cvWaiters_ > 0) waitCv_.notify_all();
+  }
+}
+
+// ---- lazy connection setup ----
+//
+// A pair connects when a request to the peer is first posted on either side: the poster's
+// dialer threads dial (started on demand, up to kMaxDialers at once, so a slow peer holds up
+// only its own pair), the other side's acceptor thread
+// (always polling the listener, independent of who waits) takes it. When both dial at once
+// the higher rank's dial wins: a rank refuses a lower rank's dial while its own dial to that
+// rank is in progress, and always takes a higher rank's, so exactly one connection is made.
+// The lower rank, refused, waits for the higher rank's dial (Link::Awaiting).
+
+void TcpTransport::startLazy(Lazy lazy) {
+  lazy_ = true;
+  addresses_ = std::move(lazy.addresses);
+  listener_ = std::move(lazy.listener);
+  link_.assign(static_cast<std::size_t>(size_), Link::None);
+  link_[static_cast<std::size_t>(rank_)] = Link::Connected;
+  lastDialError_.assign(static_cast<std::size_t>(size_), std::string());
+  acceptWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!acceptWake_)
+    throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  acceptor_ = std::thread([this] { acceptLoop(); });
+}
+
+void TcpTransport::stopDials() {
+  std::lock_guard<std::mutex> g(dialSocketMu_);
+  for (int s : dialSockets_) ::shutdown(s, SHUT_RDWR);
+}
+
+void TcpTransport::stopLazy() {
+  if (!lazy_) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopSetup_ = true;
+    dialCv_.notify_all();
+  }
+  stopDials();
+  if (acceptWake_) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  // No dialer is added once stopSetup_ is set (startConnecting checks it under mu_).
+  for (std::thread& d : dialers_)
+    if (d.joinable()) d.join();
+  lazy_ = false;
+}
+
+void TcpTransport::startConnecting(int peer) {
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (link != Link::None || engine_.failure() || stopSetup_) return;
+  link = Link::Dialing;
+  dialQueue_.push_back(peer);
+  if (idleDialers_ == 0 && dialers_.size() < kMaxDialers)
+    dialers_.emplace_back([this] { dialLoop(); });
+  else
+    dialCv_.notify_one();
+}
+
+std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds timeout) {
+  const Deadline until = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+    try {
+      return addresses_->of(
+          peer, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      if (stopSetup_ || Clock::now() >= until)
+        throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + " timed out after " +
+                                            std::to_string(timeout.count()) +
+                                            " ms waiting for rank " + std::to_string(peer) +
+                                            " to publish its address (" + e.detail() + ")");
+    }
+  }
+}
+
+void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
+  link_[static_cast<std::size_t>(peer)] = Link::Connected;
+  connected_.fetch_add(1, std::memory_order_relaxed);
+  socketsOpened.fetch_add(1, std::memory_order_relaxed);
+  connections_[static_cast<std::size_t>(peer)].attach(
+      std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
+  notifyCompletions();
+  wakeBackground();
+  kick();  // a driver asleep in epoll_wait picks up the new socket's queued work
+}
+
+void TcpTransport::dialLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!stopSetup_) {
+    if (dialQueue_.empty()) {
+      ++idleDialers_;
+      dialCv_.wait(lk);
+      --idleDialers_;
+      continue;
+    }
+    const int peer = dialQueue_.front();
+    dialQueue_.pop_front();
+    if (link_[static_cast<std::size_t>(peer)] != Link::Dialing) continue;
+    lk.unlock();
+    Fd fd;
+    std::string address = "?";
+    std::string refused;
+    std::optional<Error> error;
+    try {
+      address = lookupAddress(peer, options_.connectTimeout);
+      tcp::DialHooks hooks;
+      hooks.cancelled = [this] { return stopSetup_.load(); };
+      int mine = -1;
+      hooks.socket = [this, &mine](int s) {
+        std::lock_guard<std::mutex> g(dialSocketMu_);
+        if (mine >= 0) dialSockets_.erase(mine);
+        mine = s;
+        if (s < 0) return;
+        dialSockets_.insert(s);
+        if (stopSetup_) ::shutdown(s, SHUT_RDWR);
+      };
+      hooks.peerListened = true;
+      hooks.refused = &refused;
+      fd = tcp::dialRank(rank_, size_, peer, address, options_,
+                         Clock::now() + options_.connectTimeout, hooks);
+    } catch (const Error& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      error = Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": dialing rank " +
+                                             std::to_string(peer) + ": " + e.what());
+    }
+    lk.lock();
+    if (stopSetup_ || engine_.failure()) break;
+    Link& link = link_[static_cast<std::size_t>(peer)];
+    if (link == Link::Connected || link == Link::Accepting) continue;  // its dial won
+    if (error) {
+      link = Link::Failed;
+      connections_[static_cast<std::size_t>(peer)].attach(
+          Fd(), "rank " + std::to_string(peer) + " (" + address + ")");
+      connections_[static_cast<std::size_t>(peer)].failUnconnected(*error);
       notifyCompletions();
-    }
-    listener_.reset();  // peers that dial from now on are refused: this rank is gone for them
-  }
-
-  std::string TcpTransport::connectReason(int peer) const {
-    const std::string p = "rank " + std::to_string(peer);
-    switch (link_[static_cast<std::size_t>(peer)]) {
-      case Link::Dialing:
-        return "this rank's connection to " + p + " is not made yet (" + p +
-               " has not answered the dial)";
-      case Link::Awaiting:
-        return p + " never connected to this rank (it refused this rank's dial: " +
-               lastDialError_[static_cast<std::size_t>(peer)] + ")";
-      case Link::Accepting:
-        return p + " is connecting to this rank (handshake in progress)";
-      default:
-        return "no connection to " + p + " was made";
+    } else if (fd) {
+      attachPeer(peer, std::move(fd), address);
+    } else if (!refused.empty()) {
+      // A crossing dial: the higher rank's wins, so it will connect here.
+      link = Link::Awaiting;
+      lastDialError_[static_cast<std::size_t>(peer)] = refused;
     }
   }
+}
 
-  std::string TcpTransport::stallText(const Request& r) const {
-    const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
-    if (lazy_ && !c.connected() && !c.error()) return connectReason(r.peer);
-    return c.stallReason(r);
+std::string TcpTransport::acceptDecision(int peer) {
+  std::lock_guard<std::mutex> lk(mu_);
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (engine_.failure() || stopSetup_)
+    return "the transport of rank " + std::to_string(rank_) + " failed";
+  switch (link) {
+    case Link::Connected:
+    case Link::Accepting:
+      return "rank " + std::to_string(rank_) + " is already connected to rank " +
+             std::to_string(peer);
+    case Link::Failed:
+      return "the connection of rank " + std::to_string(rank_) + " to rank " +
+             std::to_string(peer) + " failed";
+    case Link::Dialing:
+      if (peer < rank_)
+        return "rank " + std::to_string(rank_) + " dials rank " + std::to_string(peer) +
+               " itself (the higher rank's dial wins)";
+      break;
+    case Link::None:
+    case Link::Awaiting:
+      break;
   }
+  link = Link::Accepting;
+  return {};
+}
+
+void TcpTransport::acceptTake(int peer, Fd fd) {
+  std::string address = "?";
+  if (fd) {
+    try {  // published before the peer dialed: at once
+      address = lookupAddress(peer, std::chrono::milliseconds(1000));
+    } catch (const Error&) {
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  Link& link = link_[static_cast<std::size_t>(peer)];
+  if (!fd || engine_.failure() || stopSetup_) {
+    if (link == Link::Accepting) {
+      link = Link::None;
+      if (connections_[static_cast<std::size_t>(peer)].hasPending()) startConnecting(peer);
+    }
+    return;
+  }
+  attachPeer(peer, std::move(fd), address);
+}
+
+void TcpTransport::acceptLoop() {
+  try {
+    const std::string self = connections_[static_cast<std::size_t>(rank_)].description();
+    tcp::Acceptor acceptor(
+        rank_, size_, options_, self, listener_.get(),
+        [this](int peer) { return acceptDecision(peer); },
+        [this](int peer, Fd fd) { acceptTake(peer, std::move(fd)); }, nullptr, Deadline::max());
+    acceptor.serve(acceptWake_.get(), stopSetup_);
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    failTransport(e);
+    notifyCompletions();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lk(mu_);
+    failTransport(Error(ErrorCode::Internal,
+                        "rank " + std::to_string(rank_) + ": tcp acceptor: " + e.what()));
+    notifyCompletions();
+  }
+  listener_.reset();  // peers that dial from now on are refused: this rank is gone for them
+}
+
+std::string TcpTransport::connectReason(int peer) const {
+  const std::string p = "rank " + std::to_string(peer);
+  switch (link_[static_cast<std::size_t>(peer)]) {
+    case Link::Dialing:
+      return "this rank's connection to " + p + " is not made yet (" + p +
+             " has not answered the dial)";
+    case Link::Awaiting:
+      return p + " never connected to this rank (it refused this rank's dial: " +
+             lastDialError_[static_cast<std::size_t>(peer)] + ")";
+    case Link::Accepting:
+      return p + " is connecting to this rank (handshake in progress)";
+    default:
+      return "no connection to " + p + " was made";
+  }
+}
+
+std::string TcpTransport::stallText(const Request& r) const {
+  const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
+  if (lazy_ && !c.connected() && !c.error()) return connectReason(r.peer);
+  return c.stallReason(r);
+}
 
 }  // namespace
 
-std::size_t
-tcpSocketsOpened() noexcept {
+std::size_t tcpSocketsOpened() noexcept {
   return socketsOpened.load(std::memory_order_relaxed);
 }
 
