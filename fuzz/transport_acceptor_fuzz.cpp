@@ -52,6 +52,16 @@ int connectStranger(const std::string& address) {
 
 }  // namespace
 
+// The standalone setup of one rank's mesh over the store: listen, publish, connect.
+tcp::Mesh meshOverStore(braid::MemoryStore& store, int rank,
+                        const braid::transport::TcpOptions& options) {
+  tcp::Listener listener = tcp::listen(rank, 2, options);
+  store.setString(tcp::addressKey(rank), listener.address);
+  const auto peers = tcp::addressesInStore(
+      std::shared_ptr<braid::Store>(&store, [](braid::Store*) {}));  // borrowed
+  return tcp::connectMesh(std::move(listener), *peers, rank, 2, options);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::uint8_t mode = data[0];
@@ -71,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   tcp::Mesh mesh0;
   std::thread rank0([&] {
     try {
-      mesh0 = tcp::connectMesh(store, 0, 2, options);
+      mesh0 = meshOverStore(store, 0, options);
       rank0Done = true;
     } catch (const braid::Error& e) {
       rank0Error = e.what();
@@ -97,7 +107,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Without a key an impersonated rank 1 makes the real one wait for its timeout: keep it short.
     braid::transport::TcpOptions rank1Options = options;
     if (!keyed) rank1Options.connectTimeout = 300ms;
-    mesh1 = tcp::connectMesh(store, 1, 2, rank1Options);
+    mesh1 = meshOverStore(store, 1, rank1Options);
   } catch (const braid::Error& e) {
     rank1Error = e.what();
   }

@@ -169,8 +169,15 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   // none (the condition mirrors the one below).
   const bool sharesParent =
       parent != nullptr && options.shareConnections && parent->laneLeg() != nullptr;
+  // A sub-communicator whose members the parent reaches over shared memory (a hierarchy's node
+  // group) needs no inter-host kind either: nothing to open.
+  bool allLocal = parent != nullptr && toParent.size() == static_cast<std::size_t>(size);
+  for (int r = 0; allLocal && r < size; ++r)
+    if (r != rank && !parent->pathTo(toParent[static_cast<std::size_t>(r)]).starts_with("shm"))
+      allLocal = false;
   std::unique_ptr<PreparedKind> prepared;
-  if (between.prepare && !sharesParent) prepared = between.prepare(rank, size, options);
+  if (between.prepare && !sharesParent && !allLocal)
+    prepared = between.prepare(rank, size, options);
   // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1),
   // what it may run on and the prepared entry: "host\ngroup\ncpus\nentry".
   const std::string host = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;

@@ -306,6 +306,49 @@ TEST_P(UcxThreads, APeerThatClosesFailsReceivesWithPeerLostAtOnce) {
   });
 }
 
+// The factory's two steps (openUcx, then createUcxTransport with every rank's entry), and an
+// opened worker dropped without connecting (what the factory does with one it turns out not to
+// need): it tears down without touching endpoints it never made.
+TEST_P(UcxThreads, TwoStepSetupAndAnOpenedWorkerDroppedUnconnected) {
+  { auto dropped = openUcx(0, 3, quick()); }
+  constexpr int kSize = 3;
+  std::unique_ptr<UcxListening> opened[kSize];
+  std::vector<std::string> entries;
+  for (int r = 0; r < kSize; ++r) {
+    opened[r] = openUcx(r, kSize, quick());
+    entries.push_back(opened[r]->entry());
+    EXPECT_FALSE(entries.back().empty());
+  }
+  std::unique_ptr<Transport> t[kSize];
+  std::thread ranks[kSize];
+  for (int r = 0; r < kSize; ++r)
+    ranks[r] = std::thread(
+        [&, r] { t[r] = createUcxTransport(std::move(opened[r]), entries, r, kSize, quick()); });
+  for (auto& th : ranks) th.join();
+  for (int r = 0; r < kSize; ++r) ASSERT_TRUE(t[r]) << "rank " << r;
+  for (int r = 0; r < kSize; ++r)
+    ranks[r] = std::thread([&, r] {
+      const int to = (r + 1) % kSize, from = (r + kSize - 1) % kSize;
+      std::vector<std::uint8_t> out(3001, static_cast<std::uint8_t>(r)), in(3001);
+      Request send, recv;
+      t[r]->postRecv(from, in.data(), in.size(), 7, recv);
+      t[r]->postSend(to, out.data(), out.size(), 7, send);
+      t[r]->wait(recv, Clock::now() + 20s);
+      t[r]->wait(send, Clock::now() + 20s);
+      EXPECT_EQ(in, std::vector<std::uint8_t>(3001, static_cast<std::uint8_t>(from)));
+    });
+  for (auto& th : ranks) th.join();
+  // A malformed entry is an error naming the rank that published it.
+  auto lone = openUcx(0, 2, quick());
+  std::string message;
+  try {
+    createUcxTransport(std::move(lone), {"00", "127.0.0.1:5"}, 0, 2, quick());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("rank 1 published no UCX worker address"), std::string::npos) << message;
+}
+
 TEST_P(UcxThreads, BadInputIsAnError) {
   run(2, [](int rank, Transport& t) {
     Bytes buf(8);

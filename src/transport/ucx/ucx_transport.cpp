@@ -144,6 +144,10 @@ UcxTransport::UcxTransport(int rank, int size, const UcxOptions& options)
                     " is more than the UCX transport's " + std::to_string(kMaxRanks) + " ranks");
   self_ = "rank " + std::to_string(rank) + " (host " + hostName() + ", pid " +
           std::to_string(::getpid()) + ")";
+  // Every peer's state exists from the start (no endpoint yet), so a transport destroyed before
+  // connect() (the factory drops an opened worker it turns out not to need) tears down cleanly.
+  peers_.resize(static_cast<std::size_t>(size_));
+  endpointArgs_.resize(static_cast<std::size_t>(size_));
   std::unique_lock<std::mutex> lk(mu_);
   try {
     open();
@@ -218,8 +222,6 @@ void UcxTransport::open() {
 void UcxTransport::connect(const Lookup& lookup) {
   std::unique_lock<std::mutex> lk(mu_);
   const Deadline deadline = Clock::now() + options_.connectTimeout;
-  peers_.resize(static_cast<std::size_t>(size_));
-  endpointArgs_.resize(static_cast<std::size_t>(size_));
   for (int p = 0; p < size_; ++p) {
     PeerState& ps = peers_[static_cast<std::size_t>(p)];
     ps.description = "rank " + std::to_string(p);
