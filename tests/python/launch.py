@@ -5,6 +5,7 @@ deadline: ranks still running then are killed and the launch fails naming them.
 """
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -20,6 +21,24 @@ PYTHON = sys.executable if sys.executable else "/usr/bin/python3"
 
 
 def free_port():
+    """A free port for torch's store, from below the kernel's ephemeral range: a port bind(0)
+    handed out would be free again once released, and the many listeners that other tests
+    open with bind(0) meanwhile could take it (torch's store then fails with EADDRINUSE)."""
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    if low > 12000:
+        for _ in range(50):
+            port = rng.randrange(10000, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -71,7 +90,18 @@ class Result:
 
 def launch(nranks, script, args=(), init="env", timeout=120, env=None):
     """Runs `script` as ranks 0..nranks-1 with torchrun-style variables (RANK, WORLD_SIZE,
-    MASTER_ADDR, MASTER_PORT) and BRAID_TEST_INIT_METHOD set for `init` in env/tcp/file."""
+    MASTER_ADDR, MASTER_PORT) and BRAID_TEST_INIT_METHOD set for `init` in env/tcp/file.
+    A launch whose store port was taken between choosing it and binding it (EADDRINUSE in a
+    rank's output) runs again on another port, up to twice more."""
+    for attempt in range(3):
+        result = _launch_once(nranks, script, args, init, timeout, env)
+        if result.ok or not any("EADDRINUSE" in out for out in result.outputs) or attempt == 2:
+            return result
+        print("launch: the store port was taken (EADDRINUSE); launching again", file=sys.stderr)
+    return result
+
+
+def _launch_once(nranks, script, args, init, timeout, env):
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="braid_torch_test_")
     if init == "env":
