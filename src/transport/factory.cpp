@@ -16,17 +16,28 @@ namespace braid::transport {
 
 namespace {
 
-struct TcpPrepared final : PreparedKind {
-  explicit TcpPrepared(std::unique_ptr<TcpListening> l) : listening(std::move(l)) {}
-  std::string entry() const override { return listening->entry(); }
-  std::unique_ptr<TcpListening> listening;
+// A kind's prepared state (TcpListening, UcxListening) behind the registry's interface.
+template <class T>
+struct Prepared final : PreparedKind {
+  explicit Prepared(std::unique_ptr<T> p) : held(std::move(p)) {}
+  std::string entry() const override { return held->entry(); }
+  std::unique_ptr<T> held;
 };
 
-struct UcxPrepared final : PreparedKind {
-  explicit UcxPrepared(std::unique_ptr<UcxListening> o) : opened(std::move(o)) {}
-  std::string entry() const override { return opened->entry(); }
-  std::unique_ptr<UcxListening> opened;
-};
+template <class T>
+std::unique_ptr<PreparedKind> hold(std::unique_ptr<T> p) {
+  return std::make_unique<Prepared<T>>(std::move(p));
+}
+
+// What prepare() returned on this rank, back from createTransport.
+template <class T>
+std::unique_ptr<T> takePrepared(std::unique_ptr<PreparedKind>& p, int rank, const char* kind) {
+  auto* mine = dynamic_cast<Prepared<T>*>(p.get());
+  if (mine == nullptr)
+    throw Error(ErrorCode::Internal, "createTransport: rank " + std::to_string(rank) + ": " + kind +
+                                         " was not prepared");
+  return std::move(mine->held);
+}
 
 UcxOptions ucxOptionsOf(const TransportOptions& options) {
   UcxOptions ucxOptions;
@@ -71,21 +82,17 @@ std::vector<TransportKind> makeKinds() {
   };
   // The worker is opened before the hosts are known; its address travels with the host entries.
   ucx.prepare = [](int rank, int size, const TransportOptions& options) {
-    return std::unique_ptr<PreparedKind>(
-        std::make_unique<UcxPrepared>(openUcx(rank, size, ucxOptionsOf(options))));
+    return hold(openUcx(rank, size, ucxOptionsOf(options)));
   };
   ucx.create = [](Store&, int rank, int size, std::span<const int> peers,
                   const TransportOptions& options, std::vector<std::string>& paths,
                   std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
     // Like TCP, UCX connects the whole world; the routing uses it for the other hosts.
     (void)peers;
-    auto* opened = dynamic_cast<UcxPrepared*>(prepared.get());
-    if (opened == nullptr)
-      throw Error(ErrorCode::Internal,
-                  "createTransport: rank " + std::to_string(rank) + ": ucx was not prepared");
+    auto opened = takePrepared<UcxListening>(prepared, rank, "ucx");
     for (int p = 0; p < size; ++p)
       if (p != rank) paths[static_cast<std::size_t>(p)] = "ucx";
-    return createUcxTransport(std::move(opened->opened), std::move(entries), rank, size,
+    return createUcxTransport(std::move(opened), std::move(entries), rank, size,
                               ucxOptionsOf(options));
   };
   kinds.push_back(std::move(ucx));
@@ -97,22 +104,17 @@ std::vector<TransportKind> makeKinds() {
   tcp.autoPick = [](const TransportOptions&) { return true; };
   // Listening needs no peer: the listeners' addresses travel with the host entries.
   tcp.prepare = [](int rank, int size, const TransportOptions& options) {
-    return std::unique_ptr<PreparedKind>(
-        std::make_unique<TcpPrepared>(listenTcp(rank, size, options.tcp)));
+    return hold(listenTcp(rank, size, options.tcp));
   };
   tcp.create = [](Store&, int rank, int size, std::span<const int> peers,
                   const TransportOptions& options, std::vector<std::string>& paths,
                   std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
     // TCP connects every rank (peers is the whole world); the routing uses it for the others.
     (void)peers;
-    auto* listening = dynamic_cast<TcpPrepared*>(prepared.get());
-    if (listening == nullptr)
-      throw Error(ErrorCode::Internal,
-                  "createTransport: rank " + std::to_string(rank) + ": tcp was not prepared");
+    auto listening = takePrepared<TcpListening>(prepared, rank, "tcp");
     for (int p = 0; p < size; ++p)
       if (p != rank) paths[static_cast<std::size_t>(p)] = "tcp";
-    return createTcpTransport(std::move(listening->listening), std::move(entries), rank, size,
-                              options.tcp);
+    return createTcpTransport(std::move(listening), std::move(entries), rank, size, options.tcp);
   };
   kinds.push_back(std::move(tcp));
 

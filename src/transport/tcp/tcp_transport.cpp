@@ -870,23 +870,23 @@ struct StreamSetup {
 // only keeps the listeners; more than one stream is striped (tcp_streams.hpp).
 std::unique_ptr<Transport> build(int rank, int size, const TcpOptions& options,
                                  std::vector<StreamSetup> setups) {
-  auto lazyMesh = [&](tcp::Listener& listener) {
-    tcp::Mesh mesh;
-    mesh.links.resize(static_cast<std::size_t>(std::max(size, 0)));
-    mesh.links[static_cast<std::size_t>(rank)].address = listener.address;
-    return mesh;
-  };
-  if (setups.size() == 1) {
-    StreamSetup& one = setups.front();
-    if (options.lazyConnect) {
-      tcp::Mesh mesh = lazyMesh(one.listener);
-      TcpTransport::Lazy lazy{std::move(one.listener.fd), std::move(one.peers)};
-      return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh), std::move(lazy),
-                                            nullptr);
+  // One stream's transport: lazy keeps the listener, eager connects the mesh now.
+  auto stream = [&](StreamSetup& setup, const TcpOptions& o,
+                    std::function<void(const Error&)> onFailure,
+                    std::size_t background) -> std::unique_ptr<Transport> {
+    if (o.lazyConnect) {
+      tcp::Mesh mesh;
+      mesh.links.resize(static_cast<std::size_t>(std::max(size, 0)));
+      mesh.links[static_cast<std::size_t>(rank)].address = setup.listener.address;
+      TcpTransport::Lazy lazy{std::move(setup.listener.fd), std::move(setup.peers)};
+      return std::make_unique<TcpTransport>(rank, size, o, std::move(mesh), std::move(lazy),
+                                            std::move(onFailure), background);
     }
-    tcp::Mesh mesh = tcp::connectMesh(std::move(one.listener), *one.peers, rank, size, options);
-    return std::make_unique<TcpTransport>(rank, size, options, std::move(mesh));
-  }
+    tcp::Mesh mesh = tcp::connectMesh(std::move(setup.listener), *setup.peers, rank, size, o);
+    return std::make_unique<TcpTransport>(rank, size, o, std::move(mesh), std::move(onFailure),
+                                          background);
+  };
+  if (setups.size() == 1) return stream(setups.front(), options, nullptr, kBackgroundRecvBytes);
   const Deadline deadline = Clock::now() + options.connectTimeout;
   auto failures = std::make_shared<tcp::StreamFailures>();
   auto report = [failures](const Error& e) { failures->report(e); };
@@ -901,18 +901,7 @@ std::unique_ptr<Transport> build(int rank, int size, const TcpOptions& options,
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));
     // Streams > 0 carry only pieces of large messages: their background threads move every
     // pending piece, so pieces arrive in parallel and a broken stream is noticed at once.
-    const std::size_t background = s == 0 ? kBackgroundRecvBytes : 0;
-    StreamSetup& setup = setups[s];
-    if (options.lazyConnect) {
-      tcp::Mesh mesh = lazyMesh(setup.listener);
-      TcpTransport::Lazy lazy{std::move(setup.listener.fd), std::move(setup.peers)};
-      engines.push_back(std::make_unique<TcpTransport>(rank, size, one, std::move(mesh),
-                                                       std::move(lazy), report, background));
-      continue;
-    }
-    tcp::Mesh mesh = tcp::connectMesh(std::move(setup.listener), *setup.peers, rank, size, one);
-    engines.push_back(
-        std::make_unique<TcpTransport>(rank, size, one, std::move(mesh), report, background));
+    engines.push_back(stream(setups[s], one, report, s == 0 ? kBackgroundRecvBytes : 0));
   }
   return tcp::createStripedTransport(rank, size, std::move(engines), options.stripeMinBytes,
                                      std::move(failures));
