@@ -130,6 +130,30 @@ TEST(Errors, MismatchedCollectivesFailInsteadOfHanging) {
   EXPECT_GE(mismatches.load(), 1);
 }
 
+TEST(Errors, APeerThatFinishesAndLeavesFailsNoOne) {
+  // Rank 1 arrives late at the last step and destroys its communicator at once; rank 0, still
+  // waiting for that step, must complete from what rank 1 left in the segment instead of calling
+  // its departure a lost peer. Rank 0 loses that race only when it is preempted between looking
+  // for the step and looking for the peer, so six pairs run at once (12 threads on the CPUs
+  // this test may have) for many rounds.
+  std::vector<std::thread> pairs;
+  for (int pair = 0; pair < 6; ++pair)
+    pairs.emplace_back([] {
+      for (int round = 0; round < 60; ++round)
+        runThreads(2, testOptions(), [round](Comm& c) {
+          const auto late = std::chrono::microseconds(50 + round * 10);
+          if (c.rank() == 1) std::this_thread::sleep_for(late);
+          float v = 1.0f + static_cast<float>(c.rank());
+          c.allreduce(&v, &v, 1, DataType::Float32, ReduceOp::Sum);
+          EXPECT_EQ(v, 3.0f) << "round " << round;
+          if (round % 2 == 0) return;
+          if (c.rank() == 1) std::this_thread::sleep_for(late);
+          c.barrier();
+        });
+    });
+  for (auto& t : pairs) t.join();
+}
+
 TEST(Errors, AbortFailsPendingWorkPromptly) {
   runThreads(2, testOptions(), [](Comm& c) {
     if (c.rank() == 0) {

@@ -171,6 +171,12 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
     const auto now = Clock::now();
     const bool probe = now - lastLiveness >= liveness_;
     if (probe) lastLiveness = now;
+    // A peer may post what this rank waits for, finish and leave (destroy its communicator, or
+    // exit) between ready() above and the check below: its data stays in the segment, so look
+    // once more before calling its absence a failure.
+    const bool left = seg_.groupLine(next).gone.load(std::memory_order_seq_cst) != 0 ||
+                      (probe && pids_[next] != ::getpid() && ::kill(pids_[next], 0) != 0);
+    if (left && ready(next)) continue;
     checkPeer(next, probe);
     const std::string other = otherSequence(next, inLines_);
     if (!other.empty()) {
