@@ -575,6 +575,14 @@ std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std
   if (position < 0)
     throw Error(ErrorCode::InvalidArgument,
                 where + ": this rank is not in ranks (only the members call memberSubgroup)");
+  {
+    std::lock_guard<std::mutex> lk(impl_->subgroupNamesMu);
+    if (!impl_->subgroupNames.insert(name).second)
+      throw Error(ErrorCode::InvalidArgument,
+                  where +
+                      ": name was used already on this communicator (a name is used once, "
+                      "by the call that made the group or failed to)");
+  }
   // The id is the name's, so the members agree on it (and on the lane: its hash) without
   // talking; the split ids ("/s...") never start with "/g".
   std::string id = impl_->id + "/g" + name;
@@ -583,6 +591,12 @@ std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std
   PrefixStore ns(impl_->store, "braid/" + id + "/");
   const std::string mine = std::to_string(rankListHash(ranks));
   if (position == 0) {
+    // Members that listed different ranks first would each publish here; the second learns it.
+    if (ns.add("boot/first", 1) != 1)
+      throw Error(ErrorCode::InvalidArgument,
+                  where +
+                      ": another member also listed itself first (every member must pass "
+                      "the same list)");
     ns.setString("boot/members", mine);
   } else {
     std::string theirs;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +115,9 @@ struct Comm::Impl {
   };
   std::array<SelectionMemo, static_cast<std::size_t>(Collective::Recv) + 1> selectionMemo{};
   int splitSeq = 0;
+  // The names memberSubgroup() has used on this communicator (each once).
+  std::mutex subgroupNamesMu;
+  std::set<std::string> subgroupNames;
   std::atomic<bool> aborted{false};
   // Hierarchies: the node and cross-node sub-communicators, built by the first collective that
   // selects a hierarchical row (core/comm_groups.cpp); null until then.

@@ -295,6 +295,8 @@ TEST(SharedConnections, MemberSubgroupRejectsBadArguments) {
     if (c.rank() == 0) {
       auto solo = c.memberSubgroup(std::vector<int>{0}, "y");
       EXPECT_EQ(solo->size(), 1);
+      EXPECT_EQ(bad({0}, "y"), ErrorCode::InvalidArgument);  // a name is used once
+      EXPECT_NE(m.find("name was used already"), std::string::npos) << m;
     } else {
       EXPECT_EQ(bad({0, 1, 2}, "y"), ErrorCode::InvalidArgument);
       EXPECT_NE(m.find("the first listed rank (0) passed a different rank list"), std::string::npos)
@@ -302,6 +304,29 @@ TEST(SharedConnections, MemberSubgroupRejectsBadArguments) {
     }
     c.barrier();  // the parent is untouched by all of it
   });
+}
+
+// Ranks 1 and 2 each list themselves first: the second to publish learns it at once, the
+// other one's creation times out (its partner never joins); rank 0 is not involved.
+TEST(SharedConnections, MemberSubgroupWithTwoFirstRanksFailsOnBoth) {
+  Options o = tcpOptions(true);
+  o.connectTimeout = std::chrono::milliseconds(1500);
+  std::atomic<int> invalid{0}, timedOut{0};
+  runThreads(3, o, [&](Comm& c) {
+    if (c.rank() == 0) return;
+    std::string m;
+    const std::vector<int> ranks = c.rank() == 1 ? std::vector<int>{1, 2} : std::vector<int>{2, 1};
+    const ErrorCode code = codeOf([&] { (void)c.memberSubgroup(ranks, "z"); }, m);
+    if (code == ErrorCode::InvalidArgument) {
+      EXPECT_NE(m.find("another member also listed itself first"), std::string::npos) << m;
+      ++invalid;
+    } else {
+      EXPECT_EQ(code, ErrorCode::Timeout) << m;
+      ++timedOut;
+    }
+  });
+  EXPECT_EQ(invalid.load(), 1);
+  EXPECT_EQ(timedOut.load(), 1);
 }
 
 // Rank 3's process ends: every survivor sees PeerLost within the timeouts, in the parent and in
