@@ -126,10 +126,10 @@ TEST(ShmDirectProcessesExtended, AddedDtypesAndOps) {
     runProcesses(3, testOptions(algo), [](Comm& c) { checkExtendedReductions(c); });
 }
 
-// Large messages between processes with the default chunk size: allgather, alltoall, broadcast
-// and reduce single-copy (process_vm_readv between processes, testOptions' 64 KiB threshold)
-// where the kernel allows it, staged otherwise (always for allreduce, reduce-scatter and the v
-// variants: several staging rounds).
+// Large messages between processes with the default chunk size: allgather, alltoall and
+// broadcast single-copy (process_vm_readv between processes, testOptions' 64 KiB threshold)
+// where the kernel allows it, staged otherwise (always for allreduce, reduce, reduce-scatter
+// and the v variants: several staging rounds).
 TEST_P(ShmDirectProcesses, LargeMessages) {
   Options o = testOptions("shm_direct");
   o.chunkBytes = std::size_t{256} << 10;

@@ -1,12 +1,6 @@
 // Direct shared-memory reduce (transport::SharedMemoryGroup; all ranks on one host, the
 // row's constraint).
 //
-// Single copy, from SharedMemoryGroup::singleCopyBytes() (algo/single_copy.hpp): every rank
-//   publishes its input's address; barrier; the root reduces piece by piece (kPieceBytes): it
-//   reads every peer's piece of the input into scratch (process_vm_readv) and reduces the N
-//   pieces in rank order (algo/rank_order.hpp, so deterministic mode holds too) into its output;
-//   barrier (no input changes before the root has read it). 2 barriers; the root reads (N-1) x
-//   bytes once out of the peers' inputs, nothing is staged, the other ranks only wait.
 // Small (bytes <= kSmallBytes): every rank copies its input into its staging half, barrier,
 //   the root reduces all N in rank order into its output. 1 barrier.
 // Large: chunks of C = min(chunkBytes, staging half) bytes; per chunk:
@@ -21,12 +15,17 @@
 // reads the peers' (N-1)/N of the result once. Deterministic mode stages the whole chunk.
 // Deterministic mode (Context::deterministic): step 3 reduces in rank order
 // (algo/rank_order.hpp), and without a shared group the rank_ordered reduce replaces the tree.
+//
+// No single copy (algo/single_copy.hpp): a root that reads every peer's input itself does the
+// whole reduction alone, (N-1) x bytes through process_vm_readv, while the staged chunks share
+// it among the ranks. Measured both ways (docs/benchmarks.md, "Reduce without single copy"),
+// the root's single copy lost on a quiet machine from 512 KiB and on a crowded one everywhere.
 #include <algorithm>
+#include <cstring>
 
 #include "algo/exchange.hpp"
 #include "algo/patterns/segments.hpp"
 #include "algo/rank_order.hpp"
-#include "algo/single_copy.hpp"
 #include "kernels/reduce.hpp"
 
 namespace braid::algo {
@@ -34,47 +33,6 @@ namespace braid::algo {
 namespace {
 
 constexpr std::size_t kSmallBytes = 4096;
-// Single copy: the root's pieces (three in scratch, or on the stack when scratch is smaller).
-constexpr std::size_t kPieceBytes = 64 * 1024;
-
-/// The root's side of the single-copy reduce (see above): out = in(0) op ... op in(N-1).
-void reduceReadingPeers(Context& ctx, const CollArgs& a, PeerBuffers& peers, bool stream) {
-  const std::size_t es = dataTypeSize(a.dtype);
-  const int n = ctx.size;
-  const int me = ctx.rank;
-  const std::uint8_t* in = bytesOf(a.send);
-  std::uint8_t* out = bytesOf(a.recv);
-  alignas(64) std::uint8_t stackRoom[3 * 64];
-  std::uint8_t* room = ctx.scratch.size() >= sizeof stackRoom ? ctx.scratch.data() : stackRoom;
-  const std::size_t roomBytes = std::max(ctx.scratch.size(), sizeof stackRoom);
-  const std::size_t piece = std::max<std::size_t>(1, std::min(kPieceBytes, roomBytes / 3) / es);
-  // Slot 0 and 1: the operands of the first kernel call (then slot 0 for every later peer's
-  // piece); slot 2: this rank's own piece when the output overwrites it before its turn (in
-  // place, a root after rank 1: the accumulator may alias only the first two operands).
-  auto slot = [&](int i) { return room + static_cast<std::size_t>(i) * piece * es; };
-  for (std::size_t i = 0; i < a.count; i += piece) {
-    const std::size_t k = std::min(piece, a.count - i);
-    const std::size_t at = i * es;
-    const std::uint8_t* own = in + at;
-    if (out == in && me >= 2) {
-      std::memcpy(slot(2), own, k * es);
-      own = slot(2);
-    }
-    auto operand = [&](int p, int into) -> const std::uint8_t* {
-      if (p == me) return own;
-      peers.read(p, at, slot(into), k * es);
-      return slot(into);
-    };
-    const std::uint8_t* x0 = operand(0, 0);
-    const std::uint8_t* x1 = operand(1, 1);
-    if (n == 2 && stream) {
-      kernels::reduce3(a.dtype, a.op, out + at, x0, x1, k, kernels::StoreMode::Streaming);
-      continue;
-    }
-    kernels::reduce3(a.dtype, a.op, out + at, x0, x1, k);
-    for (int p = 2; p < n; ++p) kernels::reduceInto(a.dtype, a.op, out + at, operand(p, 0), k);
-  }
-}
 
 }  // namespace
 
@@ -93,14 +51,6 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
   const std::size_t half = g->stagingBytes() / 2;
   const std::uint8_t* in = bytesOf(a.send);
   std::uint8_t* out = bytesOf(a.recv);
-
-  if (singleCopy(*g, bytes)) {
-    PeerBuffers peers(ctx, *g, in);
-    peers.ready();
-    if (isRoot) reduceReadingPeers(ctx, a, peers, streamsOutput(bytes, n) && out != in);
-    peers.done();
-    return;
-  }
 
   if (bytes <= kSmallBytes && bytes <= half) {
     const std::size_t h = g->beginStep();
