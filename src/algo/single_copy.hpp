@@ -1,8 +1,7 @@
 // Single copy for the direct shared-memory collectives: ranks read each other's user buffers
 // with process_vm_readv (SharedMemoryGroup::readPeer) instead of copying through the staging
 // areas twice. A collective goes this way for blocks of at least
-// SharedMemoryGroup::singleCopyBytes() and below singleCopyBelow(), which the shared-memory
-// transport chose at creation
+// SharedMemoryGroup::singleCopyBytes(), which the shared-memory transport chose at creation
 // (measured on the machine unless BRAID_SHM_CMA_* overrides it; never where the kernel refuses
 // the reads: src/transport/shm/shm_single_copy.hpp); the same answer on every rank, so every
 // rank takes the same path.
@@ -44,7 +43,7 @@ class PeerBuffers {
 
 /// Whether a direct collective moving blocks of `bytes` from peers goes single copy.
 inline bool singleCopy(const transport::SharedMemoryGroup& g, std::size_t bytes) {
-  return bytes > 0 && bytes >= g.singleCopyBytes() && bytes < g.singleCopyBelow();
+  return bytes > 0 && bytes >= g.singleCopyBytes();
 }
 
 }  // namespace braid::algo

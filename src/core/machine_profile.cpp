@@ -156,18 +156,8 @@ std::string tuneReport(const Options& opts) {
       const std::string prefix = "shm_single_copy.";
       if (name.rfind(prefix, 0) != 0) continue;
       any = true;
-      // The band's upper bound (shm_single_copy_below.<N>ranks); without it the transport
-      // measures again at the next creation.
-      const std::string ranks = name.substr(prefix.size());
-      const machine::TuneEntry* upper = c.find("shm_single_copy_below." + ranks);
-      std::string value = e.value == machine::kTuneNever ? "never" : "from " + bytesText(e.value);
-      if (e.value != machine::kTuneNever && upper != nullptr && upper->value != machine::kTuneNever)
-        value += " below " + bytesText(upper->value);
-      line({single + ", " + ranks, value,
-            upper != nullptr ? "cached in " + path + " (measured " + e.date + ")"
-                             : "cached in " + path + " (measured " + e.date +
-                                   ") without its upper bound: measured again at creation",
-            e.detail});
+      line({single + ", " + name.substr(prefix.size()), bytesText(e.value),
+            "cached in " + path + " (measured " + e.date + ")", e.detail});
     }
     if (!any)
       line({single, "at creation",

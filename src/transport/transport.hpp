@@ -109,13 +109,10 @@ class SharedMemoryGroup {
   /// True when the group's ranks outnumber the CPUs their affinity masks allow together, so
   /// that they take turns on a CPU: the same answer on every rank.
   virtual bool crowded() const = 0;
-  /// Blocks of at least singleCopyBytes() and below singleCopyBelow() bytes are read
-  /// single-copy out of peers' user buffers (readPeer) by the direct collectives;
-  /// singleCopyBytes() SIZE_MAX: never (no canReadPeers, or staging was measured faster at
-  /// every size); singleCopyBelow() SIZE_MAX: no upper bound. The same answers on every rank
-  /// (shm_single_copy.hpp says how they are chosen).
+  /// Blocks of at least this many bytes are read single-copy out of peers' user buffers
+  /// (readPeer) by the direct collectives; SIZE_MAX: never (no canReadPeers, or staging was
+  /// measured faster). The same answer on every rank (shm_single_copy.hpp says how it is chosen).
   virtual std::size_t singleCopyBytes() const = 0;
-  virtual std::size_t singleCopyBelow() const = 0;
   /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
   /// keeps that memory unchanged until a barrier that follows this call. Throws
   /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is

@@ -6,8 +6,6 @@
 // the choice as Comm::singleCopy() reports it (override, measured, disabled); and a process
 // whose kernel refuses process_vm_readv (a seccomp filter, as a container or Yama would), which
 // must fall back to staging and say why.
-#include "transport/shm/shm_single_copy.hpp"
-
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -83,9 +81,9 @@ TEST_P(SingleCopyProcesses, EveryBlock) {
 }
 
 // Large messages between processes, with a 4 KiB buffer (the smallest staging area: many
-// chunks) and the default one: reduce (staged whatever the
-// threshold), in place and not, every root; allgather, broadcast, alltoall, gather and
-// scatter with blocks of more than a staging half.
+// chunks) and the default one: reduce (staged whatever the threshold), in place and not, every
+// root; allgather, broadcast, alltoall, gather and scatter with blocks of more than a staging
+// half.
 TEST_P(SingleCopyProcesses, LargeMessages) {
   for (std::size_t buffer : {std::size_t{4096}, std::size_t{4} << 20}) {
     Options o = forced(4096);
@@ -130,28 +128,6 @@ TEST(SingleCopy, DeterministicReduceMatchesStaged) {
   }
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(), kCount * sizeof(float)), 0);
-}
-
-// The band from measured winners (sizes 4K, 16K, 64K, 256K, 1M): single copy where most
-// measured sizes agree, an upper bound where staging wins again, never when nothing wins more
-// than it loses, the narrowest band on ties; one stray size does not decide.
-TEST(SingleCopy, BandAgreesWithMostMeasuredSizes) {
-  using transport::shm::chooseSingleCopyBand;
-  auto band = [](std::vector<bool> won) {
-    return transport::shm::bandText(chooseSingleCopyBand(won));
-  };
-  EXPECT_EQ(band({false, false, false, false, false}), "never");
-  EXPECT_EQ(band({true, true, true, true, true}), "from 4096 B");
-  EXPECT_EQ(band({false, true, true, true, true}), "from 16384 B");
-  EXPECT_EQ(band({false, false, true, true, false}), "from 65536 B below 1048576 B");
-  EXPECT_EQ(band({false, false, true, false, false}), "from 65536 B below 262144 B");
-  // A stray loss inside a run of wins does not split it; a stray win alone is one size wide.
-  EXPECT_EQ(band({false, true, false, true, true}), "from 262144 B");
-  EXPECT_EQ(band({false, true, true, false, true}), "from 16384 B below 262144 B");
-  EXPECT_EQ(band({true, false, false, false, false}), "from 4096 B below 16384 B");
-  // Fewer sizes measured (a small staging area): the last one measured bounds nothing.
-  EXPECT_EQ(band({false, true}), "from 16384 B");
-  EXPECT_EQ(band({}), "never");
 }
 
 // The default: a CPU per rank (the test's host of 2 CPUs, 2 ranks) measures; more ranks than
@@ -206,47 +182,26 @@ TEST(SingleCopy, ThresholdKeptInTheProfileFile) {
   machine::TuneCache file = machine::readTuneCache(path, key);
   ASSERT_EQ(file.state, machine::TuneCache::State::Loaded) << file.problem;
   ASSERT_NE(file.find("shm_single_copy.2ranks"), nullptr);
-  ASSERT_NE(file.find("shm_single_copy_below.2ranks"), nullptr);
   runThreads(2, o, [&](Comm& c) {
     const std::string got = c.singleCopy();
     if (got.find(": cached in " + path + " (measured ") == std::string::npos)
       throw Error(ErrorCode::Internal, "second: singleCopy() = '" + got + "'");
   });
-  // Planted bands, on both sides of the sweep's block sizes (28 B, 4124 B, 20012 B as floats):
-  // the collectives stay correct on each side of each bound.
-  struct Band {
-    std::uint64_t from, below;
-    const char* text;
-  };
-  for (const Band& band : {Band{4096, machine::kTuneNever, "from 4096 B"},
-                           Band{4096, 8192, "from 4096 B below 8192 B"},
-                           Band{machine::kTuneNever, machine::kTuneNever, "never"}}) {
-    ASSERT_EQ(machine::writeTuneCache(
-                  path, key,
-                  {{"shm_single_copy.2ranks", {band.from, "2026-01-02T03:04:05Z", "planted"}},
-                   {"shm_single_copy_below.2ranks", {band.below, "2026-01-02T03:04:05Z", "p"}}}),
-              "");
-    const std::string want = std::string(band.text) + ": cached in " + path +
-                             " (measured 2026-01-02T03:04:05Z, 2 ranks)";
+  // Planted values, both sides of the sweep's block sizes: the collectives stay correct.
+  for (std::uint64_t planted : {std::uint64_t{4096}, machine::kTuneNever}) {
+    ASSERT_EQ(
+        machine::writeTuneCache(
+            path, key, {{"shm_single_copy.2ranks", {planted, "2026-01-02T03:04:05Z", "planted"}}}),
+        "");
+    const std::string want =
+        (planted == machine::kTuneNever ? std::string("never") : "from 4096 B") + ": cached in " +
+        path + " (measured 2026-01-02T03:04:05Z, 2 ranks)";
     runThreads(2, o, [&](Comm& c) {
       expectChoice(c, want);
-      const std::size_t counts[] = {7, 1031, 5003};
+      const std::size_t counts[] = {7, 5003};
       sweepCollectives(c, counts);
     });
   }
-  // A file written before the band has no upper bound: measured over, and both kept.
-  machine::TuneCache old = machine::readTuneCache(path, key);
-  old.entries.erase("shm_single_copy_below.2ranks");
-  ASSERT_EQ(::unlink(path.c_str()), 0);
-  ASSERT_EQ(machine::writeTuneCache(path, key, old.entries), "");
-  ASSERT_EQ(machine::readTuneCache(path, key).find("shm_single_copy_below.2ranks"), nullptr);
-  runThreads(2, o, [&](Comm& c) {
-    const std::string got = c.singleCopy();
-    if (got.find("measured at creation in ") == std::string::npos ||
-        (c.rank() == 0 && got.find("had no shm_single_copy_below.2ranks") == std::string::npos))
-      throw Error(ErrorCode::Internal, "old file: singleCopy() = '" + got + "'");
-  });
-  ASSERT_NE(machine::readTuneCache(path, key).find("shm_single_copy_below.2ranks"), nullptr);
   Options over = o;
   over.shmCmaThresholdBytes = std::size_t{1} << 20;
   runThreads(2, over, [](Comm& c) { expectChoice(c, "from 1048576 B: BRAID_SHM_CMA_THRESHOLD"); });

@@ -18,8 +18,7 @@
 //
 // No single copy (algo/single_copy.hpp): a root that reads every peer's input itself does the
 // whole reduction alone, (N-1) x bytes through process_vm_readv, while the staged chunks share
-// it among the ranks. Measured both ways (docs/benchmarks.md, "Reduce without single copy"),
-// the root's single copy lost on a quiet machine from 512 KiB and on a crowded one everywhere.
+// it among the ranks (docs/benchmarks.md, "Reduce staged; single copy in a band tried").
 #include <algorithm>
 #include <cstring>
 

@@ -57,13 +57,8 @@ class ShmGroup final : public SharedMemoryGroup {
   bool canReadPeers() const override { return canReadPeers_; }
   bool crowded() const override { return crowded_; }
   std::size_t singleCopyBytes() const override { return singleCopyBytes_; }
-  std::size_t singleCopyBelow() const override { return singleCopyBelow_; }
-  /// Set once, right after construction, the same on every rank (shm_single_copy.hpp): single
-  /// copy for blocks in [from, below).
-  void setSingleCopy(std::size_t from, std::size_t below) {
-    singleCopyBytes_ = from;
-    singleCopyBelow_ = below;
-  }
+  /// Set once, right after construction, the same on every rank (shm_single_copy.hpp).
+  void setSingleCopyBytes(std::size_t bytes) { singleCopyBytes_ = bytes; }
   /// Which pair's probe failed when !canReadPeers() (CMA disabled: ""), in words.
   const std::string& unreadablePair() const { return unreadable_; }
   void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
@@ -111,7 +106,6 @@ class ShmGroup final : public SharedMemoryGroup {
   bool canReadPeers_ = false;
   std::string unreadable_;
   std::size_t singleCopyBytes_ = SIZE_MAX;
-  std::size_t singleCopyBelow_ = SIZE_MAX;
   std::uint64_t epoch_ = 0;         // barriers entered
   std::uint64_t tag_ = 0;           // the tag of the current barrier
   std::uint64_t lineSeq_ = 0;       // line exchanges entered

@@ -19,34 +19,6 @@ std::string sizeText(std::size_t b) {
 
 }  // namespace
 
-std::string bandText(const SingleCopyChoice& c) {
-  if (c.bytes == SIZE_MAX) return "never";
-  std::string t = "from " + std::to_string(c.bytes) + " B";
-  if (c.below != SIZE_MAX) t += " below " + std::to_string(c.below) + " B";
-  return t;
-}
-
-SingleCopyChoice chooseSingleCopyBand(const std::vector<bool>& singleWon) {
-  const std::size_t sizes = std::min(singleWon.size(), std::size(kSingleCopyProbeSizes));
-  SingleCopyChoice c;
-  int best = 0;
-  std::size_t bestWidth = 0;
-  for (std::size_t from = 0; from < sizes; ++from) {
-    int score = 0;
-    for (std::size_t end = from; end < sizes; ++end) {  // the band [from, end]
-      score += singleWon[end] ? 1 : -1;
-      const std::size_t width = end - from + 1;
-      if (score > best || (score == best && best > 0 && width < bestWidth)) {
-        best = score;
-        bestWidth = width;
-        c.bytes = kSingleCopyProbeSizes[from];
-        c.below = end + 1 < sizes ? kSingleCopyProbeSizes[end + 1] : SIZE_MAX;
-      }
-    }
-  }
-  return c;
-}
-
 SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline) {
   const auto start = Clock::now();
   const int me = g.rank();
@@ -98,9 +70,18 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
     std::memcpy(theirs.data(), g.staging(p) + h, theirs.size() * sizeof(std::uint64_t));
     for (std::size_t k = 0; k < theirs.size(); ++k) slowest[k] = std::max(slowest[k], theirs[k]);
   }
-  std::vector<bool> singleWon(sizes);
-  for (std::size_t i = 0; i < sizes; ++i) singleWon[i] = slowest[2 * i + 1] < slowest[2 * i];
-  SingleCopyChoice c = chooseSingleCopyBand(singleWon);
+  // The step that most measured sizes agree with: single copy from size k on scores one per
+  // size >= k where it won, minus one where it lost; the lowest score wins, never (score 0) on
+  // ties. A size whose every round lost its CPU to another process misleads one vote only.
+  SingleCopyChoice c;
+  int score = 0, best = 0;
+  for (std::size_t i = sizes; i-- > 0;) {
+    score += slowest[2 * i + 1] < slowest[2 * i] ? -1 : 1;
+    if (score < best) {
+      best = score;
+      c.bytes = kSingleCopyProbeSizes[i];
+    }
+  }
   std::string figures;
   for (std::size_t i = 0; i < sizes; ++i) {
     char buf[96];
@@ -121,22 +102,16 @@ std::string singleCopyEntry(std::size_t ranks) {
   return "shm_single_copy." + std::to_string(ranks) + "ranks";
 }
 
-std::string singleCopyBelowEntry(std::size_t ranks) {
-  return "shm_single_copy_below." + std::to_string(ranks) + "ranks";
-}
-
 SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t tag,
                                             Deadline deadline, const std::string& path,
                                             const machine::TuneKey& key) {
   const std::string name = singleCopyEntry(static_cast<std::size_t>(g.size()));
-  const std::string belowName = singleCopyBelowEntry(static_cast<std::size_t>(g.size()));
   // What group rank 0 found, through its staging half: every rank must reach the same answer,
   // since measuring is collective, and only one reading of a file that another job may be
   // rewriting is the same for all.
   struct Found {
     std::uint64_t present = 0;
     std::uint64_t bytes = 0;
-    std::uint64_t below = 0;
     char date[24] = {};
   };
   static_assert(sizeof(Found) <= 4096);
@@ -145,15 +120,10 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
   if (g.rank() == 0) {
     Found f;
     const machine::TuneCache c = machine::readTuneCache(path, key);
-    const machine::TuneEntry* e = c.find(name);
-    const machine::TuneEntry* upper = c.find(belowName);
-    if (e != nullptr && upper != nullptr) {
+    if (const machine::TuneEntry* e = c.find(name)) {
       f.present = 1;
       f.bytes = e->value;
-      f.below = upper->value;
       std::snprintf(f.date, sizeof f.date, "%s", e->date.c_str());
-    } else if (e != nullptr) {
-      problem = "; " + path + " had no " + belowName + " (written before the band), measured over";
     } else if (c.state == machine::TuneCache::State::Corrupt) {
       problem = "; " + path + " was corrupt (" + c.problem + "), measured over";
     } else if (c.state == machine::TuneCache::State::OtherMachine) {
@@ -167,7 +137,6 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
   SingleCopyChoice c;
   if (f.present != 0) {
     c.bytes = f.bytes == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.bytes);
-    c.below = f.below == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.below);
     c.why = "cached in " + path + " (measured " + std::string(f.date) + ", " +
             std::to_string(g.size()) + " ranks)";
     return c;
@@ -178,13 +147,10 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
     e.value = c.bytes == SIZE_MAX ? machine::kTuneNever : c.bytes;
     e.date = machine::tuneDateNow();
     e.detail = c.why;
-    machine::TuneEntry upper = e;
-    upper.value = c.below == SIZE_MAX ? machine::kTuneNever : c.below;
-    upper.detail = "the upper bound of " + name + " (" + bandText(c) + ")";
     // Under the file's lock: a process measuring the copy profile at the same time rewrites
     // the file too, and each writer merges into what it read.
     const machine::TuneCacheLock lock(path, 1000);
-    const std::string failed = machine::writeTuneCache(path, key, {{name, e}, {belowName, upper}});
+    const std::string failed = machine::writeTuneCache(path, key, {{name, e}});
     c.why += failed.empty() ? "; kept in " + path : "; not kept: " + failed;
   }
   c.why += problem;

@@ -1,9 +1,6 @@
-// Single copy or staging, decided on the machine: the block sizes for which a host's direct
-// collectives (SharedMemoryGroup::singleCopyBytes, singleCopyBelow) read peers' user buffers
-// with process_vm_readv (CMA) instead of copying through the staging areas twice: from one
-// size, and below another where staging was measured faster again at large blocks (a machine
-// whose cores copy faster than the kernel moves pages: docs/benchmarks.md, "Single copy in a
-// band"). Messages keep the
+// Single copy or staging, decided on the machine: the block size from which a host's direct
+// collectives (SharedMemoryGroup::singleCopyBytes) read peers' user buffers with
+// process_vm_readv (CMA) instead of copying through the staging areas twice. Messages keep the
 // transport's own rule (ShmOptions::cmaThresholdBytes: BRAID_SHM_CMA_THRESHOLD, else 64 KiB on
 // a crowded host, else never), since their rings' two copies overlap.
 //
@@ -12,9 +9,8 @@
 //   2. some rank cannot read some other's memory (the setup probe failed: Yama's ptrace_scope,
 //      a seccomp filter, a container without CAP_SYS_PTRACE across its processes): never, naming
 //      the first such pair;
-//   3. BRAID_SHM_CMA_THRESHOLD (ShmOptions::cmaThresholdBytes): from that size, no upper bound;
-//   4. a crowded host (ranks outnumber CPUs): from kCrowdedCmaThreshold, no upper bound, since
-//   ranks that take turns
+//   3. BRAID_SHM_CMA_THRESHOLD (ShmOptions::cmaThresholdBytes): that size;
+//   4. a crowded host (ranks outnumber CPUs): kCrowdedCmaThreshold, since ranks that take turns
 //      on a CPU cannot be timed against each other and a barrier per chunk costs a turn each
 //      (docs/benchmarks.md, "Point-to-point");
 //   5. the machine profile's file (ShmOptions::tuneCachePath, BRAID_TUNE_CACHE) holds a
@@ -26,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "common/tune_cache.hpp"
 #include "transport/transport.hpp"
@@ -35,24 +30,11 @@ namespace braid::transport::shm {
 
 struct SingleCopyChoice {
   std::size_t bytes = SIZE_MAX;  // blocks of at least this size go single copy; SIZE_MAX: none
-  std::size_t below = SIZE_MAX;  // ... and below this size; SIZE_MAX: no upper bound
   std::string why;               // in words, for braid-info and the debug log
 };
 
 /// The block sizes measureSingleCopy() compares, ascending (those that fit a staging half).
 inline constexpr std::size_t kSingleCopyProbeSizes[] = {4096, 16384, 65536, 262144, 1048576};
-
-/// "never", "from 16384 B" or "from 16384 B below 1048576 B": the choice's sizes in words.
-std::string bandText(const SingleCopyChoice& c);
-
-/// The band of kSingleCopyProbeSizes that agrees with the most measured sizes: `singleWon[i]`
-/// says whether single copy was faster at kSingleCopyProbeSizes[i] (the sizes measured: a
-/// prefix). Single copy for the sizes [from, below) scores one per size inside where it won
-/// and minus one where it lost; the highest positive score wins (none: never), the narrowest
-/// band on ties, so that one size whose rounds all lost their CPU to another process cannot
-/// decide alone. A band that reaches the largest size measured has no upper bound (below =
-/// SIZE_MAX); `why` is left empty.
-SingleCopyChoice chooseSingleCopyBand(const std::vector<bool>& singleWon);
 
 /// Collective over the group (every rank calls it at the same point, with the same tag): times
 /// the two ways a direct collective moves a block out of a peer, every rank at once reading the
@@ -63,16 +45,16 @@ SingleCopyChoice chooseSingleCopyBand(const std::vector<bool>& singleWon);
 ///                block, barrier (1 copy, 2 barriers).
 /// One warm-up round, then 5 rounds alternating the two; each rank keeps its fastest of
 /// each and publishes them in its staging half; every rank then takes, per size, the slowest
-/// rank's figures, so all reach the same answer: chooseSingleCopyBand over the sizes where
-/// single copy was faster. A few milliseconds at 2 ranks. Requires g.canReadPeers(); errors as
-/// the group's barrier.
+/// rank's figures, so all reach the same answer: the step (single copy from size k on) that
+/// agrees with the most measured sizes, counting +1 for each size >= k where single copy was
+/// faster and -1 where it was slower (never when no step has more wins than losses; the larger
+/// size on ties), so that a size whose rounds all lost their CPU to another process cannot
+/// decide alone. A few milliseconds at 2 ranks. Requires g.canReadPeers(); errors as the
+/// group's barrier.
 SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline);
 
-/// The file's entry names for a group of `ranks` ranks: the band's lower size
-/// ("shm_single_copy.2ranks") and its upper one ("shm_single_copy_below.2ranks"; a file with
-/// only the first was written before the band existed and is measured over).
+/// The file's entry name for a group of `ranks` ranks ("shm_single_copy.2ranks").
 std::string singleCopyEntry(std::size_t ranks);
-std::string singleCopyBelowEntry(std::size_t ranks);
 
 /// Steps 5 and 6: collective over the group like measureSingleCopy (same requirements). Group
 /// rank 0 reads `path` for `key`; an entry for this group size is taken by every rank; else

@@ -249,8 +249,10 @@ void ShmTransportImpl::chooseSingleCopy(bool crowded) {
     c = shm::cachedOrMeasuredSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout,
                                         options_.tuneCachePath, options_.tuneKey);
   }
-  group_->setSingleCopy(c.bytes, c.below);
-  singleCopy_ = shm::bandText(c) + ": " + c.why;
+  group_->setSingleCopyBytes(c.bytes);
+  singleCopy_ =
+      (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
+      ": " + c.why;
   // Messages keep their own rule (the constructor's cmaThreshold): with a CPU per rank the
   // rings' copies on both sides overlap, which the measured staged step does not
   // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB).
