@@ -23,6 +23,12 @@ class Store {
                                         std::chrono::milliseconds timeout) = 0;
   /// Atomically adds delta to the integer stored at key (0 if absent); returns the new value.
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  /// add() for best-effort work that must not hold a process up (a communicator's cleanup when
+  /// it is destroyed, after the rank that served the store may have exited): throws Error after
+  /// at most `timeout`, and at once (PeerLost) when the store's server refuses connections,
+  /// instead of retrying for the whole connect timeout. The default calls add().
+  virtual std::int64_t addIfReachable(const std::string& key, std::int64_t delta,
+                                      std::chrono::milliseconds timeout);
   /// Waits until every key exists, at most `timeout`.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   /// True when every key exists right now.
@@ -87,6 +93,8 @@ class TcpStore : public Store {
   void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
   std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::int64_t addIfReachable(const std::string& key, std::int64_t delta,
+                              std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   std::int64_t deleteKeys(const std::vector<std::string>& keys) override;
@@ -122,6 +130,8 @@ class PrefixStore : public Store {
   void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
   std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
+  std::int64_t addIfReachable(const std::string& key, std::int64_t delta,
+                              std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   std::int64_t deleteKeys(const std::vector<std::string>& keys) override;

@@ -279,7 +279,11 @@ void Comm::Impl::finishBootstrap() {
 void Comm::Impl::releaseNamespace() {
   if (!opts.storeCleanup || !commStore || !commStore->supportsDelete()) return;
   try {
-    if (commStore->add("left", 1) != size) return;
+    // Best effort, and quick: the rank that served the store may have exited already (its
+    // process finished first); a refused connection gives up at once.
+    const auto bound =
+        std::min<std::chrono::milliseconds>(opts.connectTimeout, std::chrono::seconds(10));
+    if (commStore->addIfReachable("left", 1, bound) != size) return;
     const std::int64_t removed = commStore->deletePrefix("");
     log(2,
         "every rank left: deleted the communicator's " + std::to_string(removed) + " store keys");

@@ -36,6 +36,11 @@ std::int64_t PrefixStore::add(const std::string& key, std::int64_t delta) {
   return base_->add(prefix_ + "/" + key, delta);
 }
 
+std::int64_t PrefixStore::addIfReachable(const std::string& key, std::int64_t delta,
+                                         std::chrono::milliseconds timeout) {
+  return base_->addIfReachable(prefix_ + "/" + key, delta, timeout);
+}
+
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   base_->wait(prefixed(prefix_, keys), timeout);
 }

@@ -28,6 +28,12 @@ std::int64_t Store::numKeys() {
                   ") cannot count its keys (supportsDelete() is false)");
 }
 
+std::int64_t Store::addIfReachable(const std::string& key, std::int64_t delta,
+                                   std::chrono::milliseconds timeout) {
+  (void)timeout;
+  return add(key, delta);
+}
+
 std::string Store::getString(const std::string& key, std::chrono::milliseconds timeout) {
   const std::vector<std::uint8_t> v = get(key, timeout);
   return std::string(v.begin(), v.end());

@@ -101,6 +101,7 @@ std::string boundBroken(const proto::Request& req) {
 struct Attempt {
   Fd fd;
   std::string error;
+  bool refused = false;  // ECONNREFUSED: nothing listens there (any more)
 };
 
 // One non-blocking connect to one address, bounded by deadline.
@@ -113,6 +114,7 @@ Attempt connectOnce(const addrinfo& ai, Clock::time_point deadline) {
   }
   if (::connect(s.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
     if (errno != EINPROGRESS) {
+      a.refused = errno == ECONNREFUSED;
       a.error = errnoText(errno);
       return a;
     }
@@ -131,6 +133,7 @@ Attempt connectOnce(const addrinfo& ai, Clock::time_point deadline) {
     else if (::getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
       err = errno;
     if (err != 0) {
+      a.refused = err == ECONNREFUSED;
       a.error = errnoText(err);
       return a;
     }
@@ -162,9 +165,12 @@ struct TcpStore::Impl {
         opTimeout_(clampTimeout(opTimeout)),
         authKey_(std::move(authKey)) {}
 
-  void connect();
+  /// Connects, retrying until the connect timeout (or `cap`, if sooner); `giveUpWhenRefused`:
+  /// throws Error(PeerLost) as soon as every address refused the connection.
+  void connect(Clock::time_point cap = Clock::time_point::max(), bool giveUpWhenRefused = false);
   void finishHandshake(const proto::Request& req, Clock::time_point deadline);
-  proto::Response request(const proto::Request& req, Clock::time_point deadline);
+  proto::Response request(const proto::Request& req, Clock::time_point deadline,
+                          bool giveUpWhenRefused = false);
   void sendAll(const std::vector<std::uint8_t>& bytes, const proto::Request& req,
                Clock::time_point deadline);
   void recvExactly(std::uint8_t* data, std::size_t n, const proto::Request& req,
@@ -193,9 +199,9 @@ struct TcpStore::Impl {
   std::optional<security::Initiator> pendingHandshake_;
 };
 
-void TcpStore::Impl::connect() {
+void TcpStore::Impl::connect(Clock::time_point cap, bool giveUpWhenRefused) {
   const auto start = Clock::now();
-  const auto deadline = start + connectTimeout_;
+  const auto deadline = std::min(start + connectTimeout_, cap);
   const std::string service = std::to_string(port_);
   auto delay = kFirstRetryDelay;
   std::string lastError = "no attempt";
@@ -211,10 +217,12 @@ void TcpStore::Impl::connect() {
       lastError = std::string("cannot resolve the host: ") + ::gai_strerror(rc);
     } else {
       std::unique_ptr<addrinfo, void (*)(addrinfo*)> list(found, ::freeaddrinfo);
+      bool allRefused = true;
       for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
         Attempt a = connectOnce(*ai, deadline);
         if (!a.fd.valid()) {
           lastError = a.error;
+          allRefused = allRefused && a.refused;
           continue;
         }
         security::Initiator initiator(authKey_, security::Service::Store, {});
@@ -250,14 +258,18 @@ void TcpStore::Impl::connect() {
         }
         return;
       }
+      if (giveUpWhenRefused && allRefused)
+        throw Error(ErrorCode::PeerLost, "store at " + address_ + " refused the connection (" +
+                                             lastError + "): its server is gone");
     }
     const auto now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(delay, deadline - now));
     delay = std::min(delay * 2, kMaxRetryDelay);
   }
+  const auto waited = std::chrono::duration_cast<milliseconds>(deadline - start);
   throw Error(ErrorCode::Timeout, "cannot reach the store at " + address_ + " within " +
-                                      std::to_string(connectTimeout_.count()) +
+                                      std::to_string(waited.count()) +
                                       " ms (last error: " + lastError + ")");
 }
 
@@ -347,7 +359,8 @@ void TcpStore::Impl::finishHandshake(const proto::Request& req, Clock::time_poin
   pendingHandshake_.reset();
 }
 
-proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_point deadline) {
+proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_point deadline,
+                                        bool giveUpWhenRefused) {
   std::vector<std::uint8_t> frame;
   if (!proto::appendRequest(req, frame))
     throw Error(ErrorCode::InvalidArgument, "store " + describe(req).substr(0, 256) + " at " +
@@ -357,7 +370,8 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
       throw Error(ErrorCode::PeerLost, "store " + describe(req).substr(0, 256) + " at " + address_ +
                                            ": this client's connection (which carries an ONCLOSE "
                                            "registration) is closed and is not re-established");
-    connect();
+    // Only a best-effort request (addIfReachable) bounds reconnecting by its own deadline.
+    connect(giveUpWhenRefused ? deadline : Clock::time_point::max(), giveUpWhenRefused);
   }
   if (!pendingHandshake_) {
     sendAll(frame, req, deadline);
@@ -445,6 +459,19 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   req.delta = delta;
   std::lock_guard<std::mutex> lk(impl_->mu_);
   const auto resp = impl_->request(req, impl_->opDeadline());
+  if (resp.type != proto::ResponseType::Integer) unexpectedReply(impl_->address_, req, resp);
+  return resp.integer;
+}
+
+std::int64_t TcpStore::addIfReachable(const std::string& key, std::int64_t delta,
+                                      milliseconds timeout) {
+  proto::Request req;
+  req.type = proto::RequestType::Add;
+  req.keys = {key};
+  req.delta = delta;
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, std::min(impl_->opDeadline(), Clock::now() + timeout),
+                                   /*giveUpWhenRefused=*/true);
   if (resp.type != proto::ResponseType::Integer) unexpectedReply(impl_->address_, req, resp);
   return resp.integer;
 }

@@ -417,6 +417,48 @@ TEST(TcpStore, AddSemantics) {
   EXPECT_EQ(store->add("n", 1), 3);  // the connection survives a refused ADD
 }
 
+// addIfReachable (a communicator's cleanup at destroy): with the server up it is add(), also
+// when it has to reconnect; once the server is gone it fails at once
+// with PeerLost instead of retrying for the client's 30 s connect timeout; a server that is
+// there but never answers costs at most the call's own bound.
+TEST(TcpStore, AddIfReachableGivesUpWhenTheServerIsGone) {
+  auto server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+  const std::uint16_t port = server->port();
+  TcpStore store("127.0.0.1", port, milliseconds(30000), milliseconds(30000));
+  EXPECT_EQ(store.add("left", 1), 1);
+  EXPECT_EQ(store.addIfReachable("left", 1, milliseconds(5000)), 2);
+  // A dropped connection fails the request in flight once; the next one reconnects.
+  store.disconnect();
+  EXPECT_EQ(thrownBy([&] { store.add("other", 1); }).code(), ErrorCode::PeerLost);
+  EXPECT_EQ(store.addIfReachable("left", 1, milliseconds(5000)), 3);
+  store.disconnect();
+  EXPECT_EQ(thrownBy([&] { store.add("other", 1); }).code(), ErrorCode::PeerLost);
+  server.reset();
+  auto t0 = Clock::now();
+  Error e = thrownBy([&] { store.addIfReachable("left", 1, milliseconds(20000)); });
+  EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+  EXPECT_NE(e.detail().find("refused"), std::string::npos) << e.what();
+  EXPECT_LT(since(t0).count(), 5000);
+  // A listener that never answers: bounded by the call's timeout, not the connect timeout.
+  const int mute = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(mute, 0);
+  const int one = 1;
+  ::setsockopt(mute, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(port);
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(mute, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0 || ::listen(mute, 4) != 0) {
+    ::close(mute);
+    GTEST_SKIP() << "the port was taken meanwhile";
+  }
+  t0 = Clock::now();
+  e = thrownBy([&] { store.addIfReachable("left", 1, milliseconds(500)); });
+  EXPECT_NE(e.code(), ErrorCode::Internal) << e.what();
+  EXPECT_LT(since(t0).count(), 5000);
+  ::close(mute);
+}
+
 TEST(TcpStore, WaitAndCheck) {
   TcpStoreServer server("127.0.0.1", 0);
   auto store = connectTo(server);
