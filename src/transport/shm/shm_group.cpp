@@ -172,12 +172,19 @@ void ShmGroup::await(std::size_t first, std::size_t last, Ready&& ready, Deadlin
     const bool probe = now - lastLiveness >= liveness_;
     if (probe) lastLiveness = now;
     // A peer may post what this rank waits for, finish and leave (destroy its communicator, or
-    // exit) between ready() above and the check below: its data stays in the segment, so look
-    // once more before calling its absence a failure.
+    // exit) at any moment after ready() above: its data stays in the segment. So the peer's
+    // departure is read once, here, and only then is ready() asked again: a peer that posted
+    // before it left is seen to have posted (it sets `gone` after its post, and this load is
+    // seq_cst). Reading `gone` a second time (checkPeer(next)) after deciding the peer was
+    // still there would call a peer that posted and left in between lost.
     const bool left = seg_.groupLine(next).gone.load(std::memory_order_seq_cst) != 0 ||
                       (probe && pids_[next] != ::getpid() && ::kill(pids_[next], 0) != 0);
-    if (left && ready(next)) continue;
-    checkPeer(next, probe);
+    if (left) {
+      if (ready(next)) continue;
+      checkPeer(next, probe);  // it left without posting: PeerLost
+    } else {
+      checkPeer(local_, false);  // aborted, or this rank's own transport failed
+    }
     const std::string other = otherSequence(next, inLines_);
     if (!other.empty()) {
       // The peer may have finished the awaited step and moved on since ready() was asked.
