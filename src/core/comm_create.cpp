@@ -264,6 +264,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
 // Each is read only while the communicator is created (a lazy TCP transport dials from the
 // gathered table it keeps).
 void Comm::Impl::finishBootstrap() {
+  formed = true;
   if (!opts.storeCleanup || !commStore->supportsDelete()) return;
   try {
     if (commStore->add("boot/done", 1) != size) return;
@@ -277,7 +278,7 @@ void Comm::Impl::finishBootstrap() {
 }
 
 void Comm::Impl::releaseNamespace() {
-  if (!opts.storeCleanup || !commStore || !commStore->supportsDelete()) return;
+  if (!formed || !opts.storeCleanup || !commStore || !commStore->supportsDelete()) return;
   try {
     // Best effort, and quick: the rank that served the store may have exited already (its
     // process finished first); a refused connection gives up at once.

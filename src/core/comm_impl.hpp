@@ -187,9 +187,12 @@ struct Comm::Impl {
   /// rank has read the bootstrap keys it needs; the last to get here deletes them (all but the
   /// TCP addresses of a lazy transport, which dials later). releaseNamespace (destructor, after
   /// the transport is gone): the last rank to leave deletes every key of the namespace.
-  /// Best effort: a store that cannot delete keeps them; a failure is logged at level 2.
+  /// Best effort: a store that cannot delete keeps them; a failure is logged at level 2. A
+  /// communicator whose creation failed deletes nothing (`formed` false): its ranks may not even
+  /// agree on the size, and a rank still joining must find the keys that tell it why it cannot.
   void finishBootstrap();
   void releaseNamespace();
+  bool formed = false;  // creation finished on this rank (finishBootstrap ran)
 
   static std::unique_ptr<Impl> make(std::shared_ptr<Store> store,
                                     std::shared_ptr<TcpStoreServer> server, int rank, int size,
