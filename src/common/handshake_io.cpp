@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fd.hpp"
+
 namespace braid::security {
 
 namespace {
@@ -15,11 +17,6 @@ int pollMs(HandshakeClock::time_point deadline) {
   const auto left =
       std::chrono::ceil<std::chrono::milliseconds>(deadline - HandshakeClock::now()).count();
   return static_cast<int>(std::clamp<std::int64_t>(left, 0, 1000));
-}
-
-std::string errnoText(int err) {
-  char buf[256];
-  return ::strerror_r(err, buf, sizeof buf);  // GNU variant: returns the text
 }
 
 // Moves `n` bytes with one send or recv per call of `io`, polling for `events` in between.

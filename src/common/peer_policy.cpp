@@ -10,6 +10,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/fd.hpp"
+
 namespace braid::security {
 
 std::string readAuthKeyFile(const std::string& path) {
@@ -17,12 +19,9 @@ std::string readAuthKeyFile(const std::string& path) {
     return Error(ErrorCode::InvalidArgument, "BRAID_AUTH_KEY_FILE='" + path + "': " + why);
   };
   // O_NOFOLLOW: the checks below are on the file itself, not on a link someone else may own.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw bad(std::string("cannot open: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!file) throw bad("cannot open: " + errnoText(errno));
+  const int fd = file.get();
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw bad(std::string("cannot stat: ") + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw bad("not a regular file");

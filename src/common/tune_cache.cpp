@@ -192,21 +192,24 @@ std::string writeTuneCache(const std::string& path, const TuneKey& key,
   static std::atomic<unsigned> written{0};  // threads of one process write files of their own
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                           std::to_string(written.fetch_add(1, std::memory_order_relaxed));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + tmp + ": " + std::strerror(errno);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return "cannot create " + tmp + ": " + std::strerror(errno);
   std::size_t done = 0;
   while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    const ssize_t w = ::write(fd.get(), text.data() + done, text.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       const std::string why = std::strerror(errno);
-      ::close(fd);
+      fd.reset();
       ::unlink(tmp.c_str());
       return "cannot write " + tmp + ": " + why;
     }
     done += static_cast<std::size_t>(w);
   }
-  ::close(fd);
+  if (const int err = fd.close(); err != 0) {
+    ::unlink(tmp.c_str());
+    return "cannot write " + tmp + ": " + errnoText(err);
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
@@ -230,24 +233,20 @@ TuneCacheLock::TuneCacheLock(const std::string& path, int timeoutMs) {
   std::error_code ec;
   const fs::path p(path);
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
-  fd_ = ::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) return;
+  fd_.reset(::open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!fd_) return;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   for (;;) {
-    if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+    if (::flock(fd_.get(), LOCK_EX | LOCK_NB) == 0) return;
     if ((errno != EWOULDBLOCK && errno != EINTR) || std::chrono::steady_clock::now() >= until)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
-  ::close(fd_);
-  fd_ = -1;
+  fd_.reset();
 }
 
 TuneCacheLock::~TuneCacheLock() {
-  if (fd_ >= 0) {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
+  if (fd_) ::flock(fd_.get(), LOCK_UN);
 }
 
 }  // namespace braid::machine

@@ -19,6 +19,8 @@
 #include <map>
 #include <string>
 
+#include "common/fd.hpp"
+
 namespace braid::machine {
 
 /// What a cached measurement is valid for.
@@ -82,10 +84,10 @@ class TuneCacheLock {
   ~TuneCacheLock();
   TuneCacheLock(const TuneCacheLock&) = delete;
   TuneCacheLock& operator=(const TuneCacheLock&) = delete;
-  bool locked() const noexcept { return fd_ >= 0; }
+  bool locked() const noexcept { return static_cast<bool>(fd_); }
 
  private:
-  int fd_ = -1;
+  Fd fd_;
 };
 
 }  // namespace braid::machine

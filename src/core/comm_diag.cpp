@@ -9,6 +9,7 @@
 #include <braid/comm.hpp>
 #include <cstdio>
 
+#include "common/fd.hpp"
 #include "core/comm_impl.hpp"
 #include "core/signal_dump.hpp"
 #include "core/tag.hpp"
@@ -327,15 +328,13 @@ void Comm::Impl::dumpFlightRecorder(const std::string& reason) {
       if (ch == '/') ch = '-';
     const std::string path = opts.flightDir + "/braid-flight.comm" + file + ".rank" +
                              std::to_string(rank) + ".pid" + std::to_string(::getpid()) + ".txt";
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
+    if (const Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)); fd) {
       std::size_t done = 0;
       while (done < text.size()) {
-        const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+        const ssize_t w = ::write(fd.get(), text.data() + done, text.size() - done);
         if (w <= 0) break;
         done += static_cast<std::size_t>(w);
       }
-      ::close(fd);
       if (opts.logLevel >= 1)
         std::fprintf(stderr, "[braid rank %d comm %s] flight recorder dumped to %s\n", rank,
                      id.c_str(), path.c_str());

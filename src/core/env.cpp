@@ -17,6 +17,7 @@
 #include "bootstrap/slurm.hpp"
 #include "common/address_filter.hpp"
 #include "common/peer_policy.hpp"
+#include "common/socket_address.hpp"
 #include "kernels/reduce.hpp"
 #include "tuning/rules.hpp"
 
@@ -246,20 +247,6 @@ std::chrono::microseconds millisecondsVar(const char* name, std::chrono::microse
   if (ec != std::errc() || p != sv.data() + sv.size() || !(ms >= 0) || ms > 3.6e6)
     throw badValue(name, v, "a number of milliseconds between 0 and 3600000");
   return std::chrono::microseconds(static_cast<long long>(ms * 1000.0 + 0.5));
-}
-
-bool parseHostPort(std::string_view s, std::string& host, std::uint16_t& port) {
-  auto colon = s.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return false;
-  std::string_view h = s.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  unsigned p = 0;
-  auto ps = s.substr(colon + 1);
-  auto [e, ec] = std::from_chars(ps.data(), ps.data() + ps.size(), p);
-  if (ec != std::errc() || e != ps.data() + ps.size() || p > 65535) return false;
-  host = std::string(h);
-  port = static_cast<std::uint16_t>(p);
-  return true;
 }
 
 // Slurm gives every task the step's node list and the job and step ids, so every task derives
@@ -571,8 +558,10 @@ LaunchInfo LaunchInfo::fromEnv() {
                     " is outside world size " + std::to_string(li.size));
   // Store address: BRAID_STORE, then torchrun's, then what the rank convention's launcher gives.
   if (const char* s = get("BRAID_STORE")) {
-    if (!parseHostPort(s, li.storeHost, li.storePort))
-      throw badValue("BRAID_STORE", s, "HOST:PORT");
+    const std::optional<HostPort> store = parseHostPort(s);
+    if (!store) throw badValue("BRAID_STORE", s, "HOST:PORT");
+    li.storeHost = store->host;
+    li.storePort = store->port;
     li.storeSource = "BRAID_STORE";
   } else if (get("MASTER_ADDR") != nullptr && get("MASTER_PORT") != nullptr) {
     li.storeHost = get("MASTER_ADDR");

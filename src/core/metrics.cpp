@@ -17,6 +17,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/fd.hpp"
 #include "core/flight_recorder.hpp"
 
 namespace braid::core {
@@ -296,20 +297,20 @@ std::string Metrics::render(const std::vector<const Metrics*>& comms) {
 
 bool writeMetricsFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) return false;
   std::size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      ::close(fd);
+      fd.reset();
       ::unlink(tmp.c_str());
       return false;
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (fd.close() != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     return false;
   }
@@ -323,8 +324,8 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::vector<const Metrics*> comms;
-  int listenFd = -1;
-  int stopPipe[2] = {-1, -1};
+  Fd listen;
+  Fd stopRead, stopWrite;  // a pipe: a byte written stops serveLoop
   int port = -1;
   std::thread thread;
 };
@@ -391,11 +392,10 @@ void serveLoop(int listenFd, int stopFd) {
     }
     if (p[1].revents != 0) return;
     if ((p[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    answer(fd);
-    ::shutdown(fd, SHUT_WR);
-    ::close(fd);
+    const Fd fd(::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) continue;
+    answer(fd.get());
+    ::shutdown(fd.get(), SHUT_WR);
   }
 }
 
@@ -409,22 +409,21 @@ void MetricsServer::add(const Metrics* m) {
 void MetricsServer::remove(const Metrics* m) {
   Registry& r = registry();
   std::thread stopped;
-  int fds[3] = {-1, -1, -1};
+  Fd fds[3];
   {
     std::lock_guard<std::mutex> lk(r.mu);
     r.comms.erase(std::remove(r.comms.begin(), r.comms.end(), m), r.comms.end());
     if (!r.comms.empty() || !r.thread.joinable()) return;
     // The last communicator left: the server stops (the next one with a port starts it again).
     const char x = 0;
-    (void)!::write(r.stopPipe[1], &x, 1);
+    (void)!::write(r.stopWrite.get(), &x, 1);
     stopped = std::move(r.thread);
-    fds[0] = r.listenFd;
-    fds[1] = r.stopPipe[0];
-    fds[2] = r.stopPipe[1];
-    r.listenFd = r.stopPipe[0] = r.stopPipe[1] = r.port = -1;
+    fds[0] = std::move(r.listen);  // closed once the thread that polls them has stopped
+    fds[1] = std::move(r.stopRead);
+    fds[2] = std::move(r.stopWrite);
+    r.port = -1;
   }
   stopped.join();
-  for (int fd : fds) ::close(fd);
 }
 
 int MetricsServer::serve(const std::string& address, int port, std::string* error) {
@@ -442,12 +441,12 @@ int MetricsServer::serve(const std::string& address, int port, std::string* erro
     return -1;
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, ::freeaddrinfo);
-  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  Fd listenFd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const int fd = listenFd.get();
   const int one = 1;
   if (fd < 0 || ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
       ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
     *error = "cannot listen on " + address + " port " + service + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
     return -1;
   }
   sockaddr_storage bound{};
@@ -456,14 +455,16 @@ int MetricsServer::serve(const std::string& address, int port, std::string* erro
   const int boundPort = bound.ss_family == AF_INET6
                             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (::pipe2(r.stopPipe, O_CLOEXEC) != 0) {
+  int stopPipe[2];
+  if (::pipe2(stopPipe, O_CLOEXEC) != 0) {
     *error = std::string("pipe2: ") + std::strerror(errno);
-    ::close(fd);
     return -1;
   }
-  r.listenFd = fd;
+  r.stopRead.reset(stopPipe[0]);
+  r.stopWrite.reset(stopPipe[1]);
+  r.listen = std::move(listenFd);
   r.port = boundPort;
-  r.thread = std::thread(serveLoop, fd, r.stopPipe[0]);
+  r.thread = std::thread(serveLoop, fd, r.stopRead.get());
   return boundPort;
 }
 

@@ -74,8 +74,8 @@ std::string Timeline::expandPath(const std::string& pattern, int rank, const std
 Timeline::Timeline(const std::string& path, int rank, const std::string& commId,
                    Clock::time_point origin)
     : rank_(rank), origin_(origin) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0)
+  fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd_)
     throw Error(ErrorCode::InvalidArgument, "BRAID_TIMELINE: cannot create '" + path +
                                                 "' on rank " + std::to_string(rank) + ": " +
                                                 std::strerror(errno));
@@ -99,7 +99,6 @@ Timeline::~Timeline() {
   static constexpr char kEnd[] = "\n]\n";
   append(kEnd, sizeof kEnd - 1);
   flush();
-  ::close(fd_);
 }
 
 double Timeline::micros(Clock::time_point t) const {
@@ -114,7 +113,7 @@ void Timeline::append(const char* text, std::size_t n) {
 void Timeline::flush() {
   std::size_t done = 0;
   while (done < buffer_.size()) {
-    const ssize_t w = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    const ssize_t w = ::write(fd_.get(), buffer_.data() + done, buffer_.size() - done);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) break;  // a full disk loses timeline events, never the operation
     done += static_cast<std::size_t>(w);

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/fd.hpp"
 #include "core/flight_recorder.hpp"
 
 namespace braid::core {
@@ -50,7 +51,7 @@ class Timeline {
   static constexpr std::size_t kBufferBytes = 64 * 1024;
   static constexpr int kLanes = 32;
   std::mutex mu_;
-  int fd_ = -1;
+  Fd fd_;
   int rank_;
   std::string buffer_;  // reserved once
   bool first_ = true;

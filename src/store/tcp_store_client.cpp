@@ -33,15 +33,14 @@
 #include <thread>
 #include <vector>
 
+#include "common/fd.hpp"
 #include "common/handshake_io.hpp"
+#include "common/socket_address.hpp"
 #include "store/store_protocol.hpp"
-#include "store/tcp_socket.hpp"
 
 namespace braid {
 
 namespace proto = store_protocol;
-using store_socket::errnoText;
-using store_socket::Fd;
 
 namespace {
 
@@ -108,7 +107,7 @@ struct Attempt {
 Attempt connectOnce(const addrinfo& ai, Clock::time_point deadline) {
   Attempt a;
   Fd s(::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
-  if (!s.valid()) {
+  if (!s) {
     a.error = "socket: " + errnoText(errno);
     return a;
   }
@@ -148,7 +147,7 @@ Attempt connectOnce(const addrinfo& ai, Clock::time_point deadline) {
     a.error = errnoText(ECONNREFUSED) + ", self-connect";
     return a;
   }
-  store_socket::setNoDelay(s.get());
+  setNoDelay(s.get());
   a.fd = std::move(s);
   return a;
 }
@@ -160,7 +159,7 @@ struct TcpStore::Impl {
        std::string authKey)
       : host_(std::move(host)),
         port_(port),
-        address_(store_socket::formatHostPort(host_, port)),
+        address_(formatHostPort(host_, port)),
         connectTimeout_(clampTimeout(connectTimeout)),
         opTimeout_(clampTimeout(opTimeout)),
         authKey_(std::move(authKey)) {}
@@ -220,7 +219,7 @@ void TcpStore::Impl::connect(Clock::time_point cap, bool giveUpWhenRefused) {
       bool allRefused = true;
       for (const addrinfo* ai = list.get(); ai != nullptr; ai = ai->ai_next) {
         Attempt a = connectOnce(*ai, deadline);
-        if (!a.fd.valid()) {
+        if (!a.fd) {
           lastError = a.error;
           allRefused = allRefused && a.refused;
           continue;
@@ -251,7 +250,7 @@ void TcpStore::Impl::connect(Clock::time_point cap, bool giveUpWhenRefused) {
         sockaddr_storage local{};
         socklen_t len = sizeof local;
         if (::getsockname(a.fd.get(), reinterpret_cast<sockaddr*>(&local), &len) == 0)
-          localAddress_ = store_socket::numericHost(reinterpret_cast<sockaddr*>(&local), len);
+          localAddress_ = numericHost(reinterpret_cast<sockaddr*>(&local), len);
         {
           std::lock_guard<std::mutex> g(fdMu_);
           fd_ = std::move(a.fd);
@@ -365,7 +364,7 @@ proto::Response TcpStore::Impl::request(const proto::Request& req, Clock::time_p
   if (!proto::appendRequest(req, frame))
     throw Error(ErrorCode::InvalidArgument, "store " + describe(req).substr(0, 256) + " at " +
                                                 address_ + ": " + boundBroken(req));
-  if (!fd_.valid()) {
+  if (!fd_) {
     if (pinned_)
       throw Error(ErrorCode::PeerLost, "store " + describe(req).substr(0, 256) + " at " + address_ +
                                            ": this client's connection (which carries an ONCLOSE "
@@ -561,7 +560,7 @@ std::unique_ptr<TcpStore> TcpStore::connectAgain() const {
 void TcpStore::disconnect() {
   std::lock_guard<std::mutex> g(impl_->fdMu_);
   // shutdown, not close: a thread in a request keeps a valid fd, and its recv returns at once.
-  if (impl_->fd_.valid()) ::shutdown(impl_->fd_.get(), SHUT_RDWR);
+  if (impl_->fd_) ::shutdown(impl_->fd_.get(), SHUT_RDWR);
 }
 
 std::string TcpStore::localAddress() const {

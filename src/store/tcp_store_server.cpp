@@ -48,16 +48,15 @@
 #include <utility>
 #include <vector>
 
+#include "common/fd.hpp"
 #include "common/handshake_io.hpp"
 #include "common/peer_policy.hpp"
+#include "common/socket_address.hpp"
 #include "store/store_protocol.hpp"
-#include "store/tcp_socket.hpp"
 
 namespace braid {
 
 namespace proto = store_protocol;
-using store_socket::errnoText;
-using store_socket::Fd;
 
 namespace {
 
@@ -221,7 +220,7 @@ TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port,
     : policy_(security),
       maxBytes_(security.storeMaxBytes),
       maxPeerBytes_(security.storeMaxPeerBytes) {
-  address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port);
+  address_ = formatHostPort(host.empty() ? "*" : host, port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -237,9 +236,9 @@ TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port,
 
   int lastErr = 0;
   const char* lastCall = "socket";
-  for (const addrinfo* ai = list.get(); ai != nullptr && !listen_.valid(); ai = ai->ai_next) {
+  for (const addrinfo* ai = list.get(); ai != nullptr && !listen_; ai = ai->ai_next) {
     Fd s(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!s.valid()) {
+    if (!s) {
       lastErr = errno;
       lastCall = "socket";
       continue;
@@ -262,25 +261,25 @@ TcpStoreServer::Impl::Impl(const std::string& host, std::uint16_t port,
     }
     listen_ = std::move(s);
   }
-  if (!listen_.valid())
+  if (!listen_)
     throw Error(ErrorCode::Internal, std::string("store server: ") + lastCall + " on " + address_ +
                                          " failed: " + errnoText(lastErr));
-  store_socket::setNoDelay(listen_.get());  // inherited by accepted sockets on Linux
+  setNoDelay(listen_.get());  // inherited by accepted sockets on Linux
 
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   if (::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0)
     throw Error(ErrorCode::Internal,
                 "store server: getsockname on " + address_ + " failed: " + errnoText(errno));
-  port_ = store_socket::portOf(reinterpret_cast<sockaddr*>(&bound));
-  address_ = store_socket::formatHostPort(host.empty() ? "*" : host, port_);
+  port_ = portOf(reinterpret_cast<sockaddr*>(&bound));
+  address_ = formatHostPort(host.empty() ? "*" : host, port_);
 
   epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
-  if (!epoll_.valid())
+  if (!epoll_)
     throw Error(ErrorCode::Internal,
                 "store server " + address_ + ": epoll_create1 failed: " + errnoText(errno));
   wake_ = Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_.valid())
+  if (!wake_)
     throw Error(ErrorCode::Internal,
                 "store server " + address_ + ": eventfd failed: " + errnoText(errno));
   for (auto [fd, id] : {std::pair{listen_.get(), kListenId}, std::pair{wake_.get(), kWakeId}}) {
@@ -365,19 +364,18 @@ void TcpStoreServer::Impl::accept() {
     socklen_t fromLen = sizeof from;
     Fd fd(::accept4(listen_.get(), reinterpret_cast<sockaddr*>(&from), &fromLen,
                     SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd.valid()) return;  // EAGAIN, or a failure (EMFILE, ECONNABORTED) the next round retries
+    if (!fd) return;  // EAGAIN, or a failure (EMFILE, ECONNABORTED) the next round retries
     const auto* fromAddr = reinterpret_cast<const sockaddr*>(&from);
-    std::string peer = store_socket::formatHostPort(store_socket::numericHost(fromAddr, fromLen),
-                                                    store_socket::portOf(fromAddr));
+    std::string peer = formatHostPort(numericHost(fromAddr, fromLen), portOf(fromAddr));
     if (!policy_.filter().allows(fromAddr, fromLen)) {
       policy_.reportDropped("store server " + address_, peer, "address not in BRAID_WHITELIST");
       continue;  // fd closes here
     }
-    store_socket::setNoDelay(fd.get());
+    setNoDelay(fd.get());
     auto c = std::make_unique<Connection>();
     c->id = nextId_++;
     c->peer = std::move(peer);
-    c->host = store_socket::numericHost(fromAddr, fromLen);
+    c->host = numericHost(fromAddr, fromLen);
     const auto deadline = Clock::now() + policy_.handshakeTimeout();
     c->handshake = std::make_unique<security::ResponderSession>(
         fd.get(), security::Responder(policy_.key(), security::Service::Store, {}), deadline);

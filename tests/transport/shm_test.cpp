@@ -376,7 +376,7 @@ TEST(ShmTransport, ADecoyFileIsNeverMappedInsteadOfTheSegment) {
       if (kind != "memfd") return value;
       // The decoy: a memfd of the same size whose header is the real one's with another nonce.
       const std::string real = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-      shm::UniqueFd realFd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
+      braid::Fd realFd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
       shm::SegmentHeader header{};
       EXPECT_EQ(::pread(realFd.get(), &header, sizeof header, 0),
                 static_cast<ssize_t>(sizeof header));

@@ -266,7 +266,7 @@ TEST(TcpLazy, PeerGoneBeforeFirstUseIsPeerLost) {
 TEST(TcpLazy, PeerThatNeverAnswersTimesOutNamingIt) {
   MemoryStore store;
   std::uint16_t port = 0;
-  tcp::Fd silent = tcp::listenOn("127.0.0.1", 0, port, 0, 0);
+  braid::Fd silent = tcp::listenOn("127.0.0.1", 0, port, 0, 0);
   store.setString("tcp/addr/1", "127.0.0.1:" + std::to_string(port));
   auto t = createTcpTransport(store, 0, 2, lazyOptions());
   Bytes buf(64);
@@ -286,7 +286,7 @@ TEST(TcpLazy, PeerThatNeverAnswersTimesOutNamingIt) {
 TEST(TcpLazy, ASilentPeerDelaysOnlyItsOwnDial) {
   MemoryStore store;
   std::uint16_t port = 0;
-  tcp::Fd silent = tcp::listenOn("127.0.0.1", 0, port, 0, 0);
+  braid::Fd silent = tcp::listenOn("127.0.0.1", 0, port, 0, 0);
   store.setString("tcp/addr/1", "127.0.0.1:" + std::to_string(port));
   TcpOptions o = lazyOptions();
   o.connectTimeout = 60s;

@@ -159,7 +159,7 @@ TEST(TcpTransport, UnreachableRankTimesOutNamingItsAddress) {
   EXPECT_GE(took, 400ms);
   EXPECT_LT(took, 2s);
   EXPECT_NE(message.find("rank 1 could not connect to rank 0 at " + address +
-                         " within 400 ms (last error: Connection refused)"),
+                         " within 400 ms (last error: ECONNREFUSED (Connection refused))"),
             std::string::npos)
       << message;
 }
@@ -313,10 +313,10 @@ double pingPongMicros(std::chrono::microseconds spin) {
 // The floor: the same exchange on a bare loopback TCP connection, busy-polling recv.
 double rawSocketPingPongMicros() {
   std::uint16_t port = 0;
-  tcp::Fd listener = tcp::listenOn("127.0.0.1", 0, port);
+  braid::Fd listener = tcp::listenOn("127.0.0.1", 0, port);
   std::string error;
-  tcp::Fd client = tcp::connectTo({"127.0.0.1", port}, 0, after(5s), error);
-  tcp::Fd server = tcp::acceptFrom(listener.get(), after(5s));
+  braid::Fd client = tcp::connectTo({"127.0.0.1", port}, 0, after(5s), error);
+  braid::Fd server = tcp::acceptFrom(listener.get(), after(5s));
   if (!client || !server) {
     ADD_FAILURE() << "raw loopback connection: " << error;
     return 0;

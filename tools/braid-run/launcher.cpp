@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "common/fd.hpp"
 #include "line_relay.hpp"
 
 namespace braid::run {
@@ -33,46 +34,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.release();
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 [[noreturn]] void fail(const std::string& what) {
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
-void makePipe(UniqueFd& readEnd, UniqueFd& writeEnd) {
+void makePipe(Fd& readEnd, Fd& writeEnd) {
   std::array<int, 2> fds{};
   if (::pipe2(fds.data(), O_CLOEXEC) != 0) fail("pipe2");
-  readEnd = UniqueFd(fds[0]);
-  writeEnd = UniqueFd(fds[1]);
+  readEnd = Fd(fds[0]);
+  writeEnd = Fd(fds[1]);
 }
 
 std::string signalName(int sig) {
@@ -104,7 +74,7 @@ void say(const std::string& message) {
 
 /// One output stream of one rank: the read end of its pipe and where its lines go.
 struct Stream {
-  UniqueFd fd;
+  Fd fd;
   std::unique_ptr<LineRelay> relay;
 };
 
@@ -124,7 +94,7 @@ class SignalRouting {
     sigemptyset(&handled_);
     for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled_, sig);
     if (::sigprocmask(SIG_BLOCK, &handled_, &previousMask_) != 0) fail("sigprocmask");
-    fd_ = UniqueFd(::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK));
+    fd_ = Fd(::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!fd_) fail("signalfd");
     // A closed stdout (braid-run ... | head) must not kill the launcher; writes just fail.
     struct sigaction ignore {};
@@ -145,7 +115,7 @@ class SignalRouting {
   sigset_t handled_{};
   sigset_t previousMask_{};
   struct sigaction previousPipe_ {};
-  UniqueFd fd_;
+  Fd fd_;
 };
 
 class Supervisor {
@@ -169,7 +139,7 @@ class Supervisor {
 
   const LaunchSettings& settings_;
   SignalRouting signals_;
-  UniqueFd devNull_;
+  Fd devNull_;
   std::vector<Rank> ranks_;
   bool stopping_ = false;
   std::optional<Clock::time_point> killAt_;      // SIGKILL whatever still runs at this time
@@ -183,7 +153,7 @@ class Supervisor {
 
 void Supervisor::spawn(const RankSpec& spec, Rank& rank) {
   rank.rank = spec.rank;
-  std::array<UniqueFd, 2> writeEnds;
+  std::array<Fd, 2> writeEnds;
   for (int s = 0; s < 2; ++s) makePipe(rank.streams[s].fd, writeEnds[s]);
 
   // Everything the child needs is prepared before fork(): after it, only async-signal-safe calls.
@@ -358,7 +328,7 @@ void Supervisor::drain(Stream& stream) {
 }
 
 int Supervisor::run(const std::vector<RankSpec>& specs) {
-  devNull_ = UniqueFd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  devNull_ = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (!devNull_) fail("open /dev/null");
   if (settings_.timeout) timeoutAt_ = Clock::now() + *settings_.timeout;
   ranks_.resize(specs.size());

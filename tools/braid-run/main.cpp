@@ -38,6 +38,7 @@
 
 #include "binding.hpp"
 #include "common/crypto.hpp"
+#include "common/fd.hpp"
 #include "launcher.hpp"
 
 extern char** environ;
@@ -232,20 +233,16 @@ Args parseArgs(int argc, char** argv) {
 /// A port nobody listens on right now: bind port 0, read what the kernel picked, close. Another
 /// process could take it before rank 0 binds it; the window is short and the failure loud.
 int pickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  const Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error("socket: " + errnoText(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = 0;
   socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw std::runtime_error(std::string("cannot pick a free port: ") + std::strerror(err));
-  }
-  ::close(fd);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw std::runtime_error("cannot pick a free port: " + errnoText(errno));
   return ntohs(addr.sin_port);
 }
 

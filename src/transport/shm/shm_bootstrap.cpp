@@ -106,7 +106,7 @@ class Setup {
   std::size_t hostCpus();
   void waitForAll(const std::string& name, const std::string& step);
 
-  void createMemfd(Attachment& a, UniqueFd& fd);
+  void createMemfd(Attachment& a, Fd& fd);
   bool openMemfd(Attachment& a, const std::string& published);
   void createNamed(Attachment& a, NameGuard& guard, std::string& name);
   void openNamed(Attachment& a, const std::string& name, std::size_t bytes, std::uint64_t nonce);
@@ -162,7 +162,7 @@ void Setup::registerRank(Attachment& a) const {
   slot.attached.store(1, std::memory_order_release);
 }
 
-void Setup::createMemfd(Attachment& a, UniqueFd& fd) {
+void Setup::createMemfd(Attachment& a, Fd& fd) {
   fd.reset(::memfd_create("braid-shm", MFD_CLOEXEC));
   if (!fd) return;  // no memfd (very old kernel, seccomp): the named path follows
   if (::ftruncate(fd.get(), static_cast<off_t>(a.geometry.totalBytes)) != 0)
@@ -182,7 +182,7 @@ bool Setup::openMemfd(Attachment& a, const std::string& published) {
   std::uint64_t nonce = 0;
   if (!(in >> kind >> pid >> fd >> bytes >> nonce) || kind != "memfd") return false;
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  UniqueFd opened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  Fd opened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!opened) return false;
   struct stat st {};
   if (::fstat(opened.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) return false;
@@ -199,7 +199,7 @@ void Setup::createNamed(Attachment& a, NameGuard& guard, std::string& name) {
   std::snprintf(buf, sizeof buf, "/braid-shm-%d-%016llx", static_cast<int>(::getpid()),
                 static_cast<unsigned long long>(randomU64()));
   name = buf;
-  UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd)
     throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
   guard = NameGuard(name);
@@ -215,7 +215,7 @@ void Setup::createNamed(Attachment& a, NameGuard& guard, std::string& name) {
 void Setup::openNamed(Attachment& a, const std::string& name, std::size_t bytes,
                       std::uint64_t nonce) {
   a.segment = Segment();
-  UniqueFd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
+  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
   if (!fd)
     throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
   a.segment = Segment(fd.get(), bytes, what());
@@ -267,7 +267,7 @@ Attachment Setup::run() {
   NameGuard guard;  // the creator's: unlinks the name if setup fails before every rank mapped it
   bool named = false;
   if (local_ == 0) {
-    UniqueFd memfd;
+    Fd memfd;
     if (!options_.forceNamedSegment) createMemfd(a, memfd);
     store_.setString(key("segment"), memfd ? "memfd " + std::to_string(::getpid()) + " " +
                                                  std::to_string(memfd.get()) + " " +

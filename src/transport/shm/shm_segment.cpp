@@ -51,17 +51,6 @@ void addGroup(Geometry& g, std::size_t stagingBytes, std::size_t maxSegmentBytes
 
 }  // namespace
 
-std::string errnoText(int err) {
-  char buf[256];
-  const char* text = ::strerror_r(err, buf, sizeof buf);  // GNU: may or may not return buf
-  return text;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
                       std::size_t maxSegmentBytes, std::size_t stagingBytes) {
   if (slots < kMinSlots || slots > kMaxSlots)

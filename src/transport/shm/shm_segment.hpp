@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/fd.hpp"
 #include "transport/engine.hpp"
 
 namespace braid::transport::shm {
@@ -211,32 +212,6 @@ struct Geometry {
 Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
                       std::size_t maxSegmentBytes, std::size_t stagingBytes = 0);
 
-/// Owns one file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
-
 /// Owns one shared mapping of a whole segment.
 class Segment {
  public:
@@ -285,9 +260,6 @@ class Segment {
   std::size_t bytes_ = 0;
   Geometry geometry_;
 };
-
-/// strerror text.
-std::string errnoText(int err);
 
 /// Sleeps while `word` == expected, at most `timeout`; returns early on a wake-up, a signal, or
 /// when the word already differs. Works across processes (not FUTEX_PRIVATE).

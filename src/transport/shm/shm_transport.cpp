@@ -62,7 +62,7 @@ using shm::ShmGroup;
 struct PeerProcess {
   std::size_t local = 0;
   pid_t pid = 0;
-  shm::UniqueFd pidfd;  // empty: fall back to kill(pid, 0)
+  Fd pidfd;  // empty: fall back to kill(pid, 0)
 };
 
 class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink {

@@ -11,43 +11,10 @@
 
 #include <braid/error.hpp>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <memory>
 
 namespace braid::transport::tcp {
-
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
-std::string errnoText(int err) {
-  char buf[256];
-  // GNU strerror_r returns a pointer that may or may not be buf.
-  const char* text = ::strerror_r(err, buf, sizeof buf);
-  return text;
-}
-
-std::optional<HostPort> parseHostPort(std::string_view text) {
-  const std::size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) return {};
-  std::string_view host = text.substr(0, colon);
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return {};
-    host = host.substr(1, host.size() - 2);
-  }
-  const std::string_view portText = text.substr(colon + 1);
-  unsigned port = 0;
-  auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-  if (ec != std::errc() || end != portText.data() + portText.size() || port > 65535) return {};
-  return HostPort{std::string(host), static_cast<std::uint16_t>(port)};
-}
-
-std::string formatHostPort(const std::string& host, std::uint16_t port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
 
 int millisecondsUntil(Deadline deadline, int capMs) {
   const auto left = deadline - Clock::now();
@@ -92,11 +59,6 @@ void setBuffers(int fd, std::size_t bytes) {
 }
 
 }  // namespace
-
-void setNoDelay(int fd) {
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
 
 Fd listenOn(const std::string& host, std::size_t bufferBytes, std::uint16_t& port,
             std::uint16_t portLow, std::uint16_t portHigh) {
@@ -221,17 +183,6 @@ Accepted acceptPending(int listenFd) {
       return Accepted{};
     throwSystem("tcp accept", errno);
   }
-}
-
-std::string describeAddress(const sockaddr* address, socklen_t length) {
-  char host[NI_MAXHOST];
-  char port[NI_MAXSERV];
-  if (::getnameinfo(address, length, host, sizeof host, port, sizeof port,
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-    return "an unknown address";
-  unsigned portNumber = 0;
-  std::from_chars(port, port + std::strlen(port), portNumber);
-  return formatHostPort(host, static_cast<std::uint16_t>(portNumber));
 }
 
 namespace {

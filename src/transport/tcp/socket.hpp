@@ -11,49 +11,21 @@
 #include <string>
 #include <string_view>
 
+#include "common/fd.hpp"
+#include "common/socket_address.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::transport::tcp {
 
-/// Owns one file descriptor; closes it on destruction.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(other.release()) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
-
-/// strerror text of an errno value.
-std::string errnoText(int err);
-
-struct HostPort {
-  std::string host;
-  std::uint16_t port = 0;
-};
-
-/// Parses "host:port" or "[v6addr]:port".
-std::optional<HostPort> parseHostPort(std::string_view text);
-/// "host:port", with brackets around an IPv6 literal.
-std::string formatHostPort(const std::string& host, std::uint16_t port);
+// The fd owner, errno text and address helpers are braid's one set (common/fd.hpp,
+// common/socket_address.hpp), named here for the transport's code.
+using braid::describeAddress;
+using braid::errnoText;
+using braid::Fd;
+using braid::formatHostPort;
+using braid::HostPort;
+using braid::parseHostPort;
+using braid::setNoDelay;
 
 /// A non-blocking listening socket bound to host on an ephemeral port, or, with portLow != 0,
 /// on the first free port of [portLow, portHigh] (BRAID_PORT_RANGE). Accepted sockets inherit
@@ -80,12 +52,6 @@ struct Accepted {
 /// is pending. Throws Error(Internal) when accept fails for a reason other than a lack of
 /// connections or of descriptors (EMFILE leaves the connection in the backlog, for later).
 Accepted acceptPending(int listenFd);
-
-/// "host:port" (numeric) of a socket address.
-std::string describeAddress(const sockaddr* address, socklen_t length);
-
-/// Sets TCP_NODELAY (data sockets are latency-bound; frames are written in one call).
-void setNoDelay(int fd);
 
 /// Sends / receives exactly `bytes` on a non-blocking socket, polling until deadline. Return
 /// false with `error` set on timeout, EOF or a socket error.

@@ -47,7 +47,6 @@ namespace braid::transport {
 namespace {
 
 using tcp::Connection;
-using tcp::Fd;
 using State = Request::State;
 
 constexpr int kMaxEvents = 64;
@@ -90,7 +89,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   /// A lazy transport (TcpOptions::lazyConnect): `mesh` holds no sockets yet; `listener` is
   /// this rank's published listener, `addresses` where the peers' addresses are.
   struct Lazy {
-    tcp::Fd listener;
+    Fd listener;
     std::shared_ptr<tcp::Addresses> addresses;
   };
   TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
@@ -243,14 +242,14 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
       mu_(engine_.mutex()) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
-    throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + tcp::errnoText(errno));
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_create1: " + errnoText(errno));
   wake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  if (!wake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + errnoText(errno));
   epoll_event wakeEvent{};
   wakeEvent.events = EPOLLIN;
   wakeEvent.data.u64 = kWakeId;
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &wakeEvent) != 0)
-    throw Error(ErrorCode::Internal, "tcp transport: epoll_ctl: " + tcp::errnoText(errno));
+    throw Error(ErrorCode::Internal, "tcp transport: epoll_ctl: " + errnoText(errno));
   tcp::CompletionSink& sink = *this;
   connections_.reserve(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) {
@@ -472,7 +471,7 @@ void TcpTransport::drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Reques
   if (n < 0) {
     if (err == EINTR) return;
     failTransport(Error(ErrorCode::Internal,
-                        "rank " + std::to_string(rank_) + ": epoll_wait: " + tcp::errnoText(err)));
+                        "rank " + std::to_string(rank_) + ": epoll_wait: " + errnoText(err)));
     return;
   }
   for (int i = 0; i < n; ++i) {
@@ -616,8 +615,7 @@ void TcpTransport::startLazy(Lazy lazy) {
   link_[static_cast<std::size_t>(rank_)] = Link::Connected;
   lastDialError_.assign(static_cast<std::size_t>(size_), std::string());
   acceptWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!acceptWake_)
-    throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + tcp::errnoText(errno));
+  if (!acceptWake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + errnoText(errno));
   acceptor_ = std::thread([this] { acceptLoop(); });
 }
 

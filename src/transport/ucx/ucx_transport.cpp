@@ -192,15 +192,15 @@ void UcxTransport::open() {
   wp.events = UCP_WAKEUP_TAG_SEND | UCP_WAKEUP_TAG_RECV;
   checkUcs(ucp_worker_create(context_, &wp, &worker_), self_, "ucp_worker_create");
   checkUcs(ucp_worker_get_efd(worker_, &workerFd_), self_, "ucp_worker_get_efd");
-  wakeFd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  epollFd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wakeFd_ < 0 || epollFd_ < 0)
+  wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  epollFd_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!wakeFd_ || !epollFd_)
     throw Error(ErrorCode::Internal, self_ + ": eventfd/epoll: " + std::strerror(errno));
-  for (int fd : {workerFd_, wakeFd_}) {
+  for (int fd : {workerFd_, wakeFd_.get()}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
-    if (::epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev) != 0)
+    if (::epoll_ctl(epollFd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
       throw Error(ErrorCode::Internal, self_ + ": epoll_ctl: " + std::strerror(errno));
   }
 
@@ -1017,9 +1017,8 @@ void UcxTransport::teardown() {
   }
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
-  if (epollFd_ >= 0) ::close(epollFd_);
-  if (wakeFd_ >= 0) ::close(wakeFd_);
-  epollFd_ = wakeFd_ = -1;
+  epollFd_.reset();
+  wakeFd_.reset();
 }
 
 // Takes what peers sent that nobody will receive now (their goodbyes once ours was cancelled,
@@ -1055,7 +1054,7 @@ void UcxTransport::discardUnexpected() {
 
 void UcxTransport::kick() {
   const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(wakeFd_, &one, sizeof one);
+  [[maybe_unused]] const ssize_t n = ::write(wakeFd_.get(), &one, sizeof one);
 }
 
 // Arms the worker and sleeps until it or the wake-up fd has an event, or `until` (mu_ held on
@@ -1068,9 +1067,9 @@ void UcxTransport::sleep(Deadline until) {
   mu_.unlock();
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
   epoll_event events[2];
-  ::epoll_wait(epollFd_, events, 2, static_cast<int>(std::clamp<long long>(left, 0, cap)));
+  ::epoll_wait(epollFd_.get(), events, 2, static_cast<int>(std::clamp<long long>(left, 0, cap)));
   std::uint64_t value = 0;
-  [[maybe_unused]] const ssize_t n = ::read(wakeFd_, &value, sizeof value);
+  [[maybe_unused]] const ssize_t n = ::read(wakeFd_.get(), &value, sizeof value);
   mu_.lock();
   --sleepers_;
 }

@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd.hpp"
 #include "transport/engine.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -244,8 +245,8 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int workerFd_ = -1;
-  int wakeFd_ = -1;
-  int epollFd_ = -1;
+  Fd wakeFd_;
+  Fd epollFd_;
   std::vector<PeerState> peers_;
   std::vector<Slot*> fired_;
   std::vector<std::uint8_t> goodbyeBuf_;
