@@ -26,7 +26,11 @@ LaneTransport::LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane
     if (b != r) identity_ = false;
   }
   if (n != base_->size()) identity_ = false;
-  base_->openLane(lane_);
+  std::vector<int> peers;  // told when this communicator closes or aborts
+  for (int r = 0; r < n; ++r)
+    if (r != rank_ && toBase_[static_cast<std::size_t>(r)] >= 0)
+      peers.push_back(toBase_[static_cast<std::size_t>(r)]);
+  base_->openLane(lane_, std::move(peers));
   // Mismatches on this lane reach this view's observer, with the peer in its numbering. (The
   // shared transport's tag describer is set once by whoever built it: it outlives the views.)
   base_->setLaneMismatchObserver(

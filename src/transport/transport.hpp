@@ -151,8 +151,9 @@ class Transport {
   /// Whether postSendOnLane / openLane work here. Default: no (only lane 0, a plain post).
   virtual bool carriesLanes() const { return false; }
   /// Registers lane `lane` (!= 0) on this rank; Error(Internal) if it is open already (two
-  /// communicators whose ids hash alike).
-  virtual void openLane(std::uint64_t lane);
+  /// communicators whose ids hash alike). `peers`: the ranks (this transport's numbers) the
+  /// lane's communicator talks to, which are told when it closes or aborts here; empty: all.
+  virtual void openLane(std::uint64_t lane, std::vector<int> peers = {});
   /// The lane's communicator is going: its requests still queued fail (a connection in the
   /// middle of one of its messages is closed), and messages still arriving on it are dropped.
   virtual void closeLane(std::uint64_t lane) { (void)lane; }
@@ -162,6 +163,14 @@ class Transport {
   virtual void abortLane(std::uint64_t lane, const std::string& why) {
     (void)lane;
     abort(why);
+  }
+  /// Whether `peer` told this rank that its communicator on `lane` is gone (destroyed or
+  /// aborted there): requests of that lane with it fail with PeerLost while the connection and
+  /// the other lanes go on. Default: never.
+  virtual bool peerLeftLane(std::uint64_t lane, int peer) const {
+    (void)lane;
+    (void)peer;
+    return false;
   }
   /// postSend / postRecv on a lane (0: a plain post).
   virtual void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
@@ -226,7 +235,8 @@ class Transport {
   std::unordered_map<std::uint64_t, MismatchObserver> laneObservers_;
 };
 
-inline void Transport::openLane(std::uint64_t lane) {
+inline void Transport::openLane(std::uint64_t lane, std::vector<int> peers) {
+  (void)peers;
   throw Error(ErrorCode::Internal, "rank " + std::to_string(rank()) + ": lane " +
                                        std::to_string(lane) + " on a transport without lanes");
 }

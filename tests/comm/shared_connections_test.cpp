@@ -204,6 +204,53 @@ TEST(SharedConnections, AbortOfTheChildLeavesTheParentWorking) {
   });
 }
 
+// A child destroyed (or aborted) on one rank while its peer still waits on it: the peer is told
+// over the shared connection (a control frame behind the child's last frames), so its pending
+// receive fails with PeerLost naming what happened, at once rather than at the 30 s operation
+// timeout (a Timeout would fail the code check); the child is then revoked on the peer (later
+// operations fail too), and the parent goes on over the same connections.
+void peerLeavesTheChild(bool abort) {
+  runThreads(4, tcpOptions(true), [abort](Comm& c) {
+    auto sub = c.split(c.rank() % 2, c.rank());  // {0, 2} and {1, 3}
+    sub->barrier();
+    std::vector<float> buf(13);
+    std::string message;
+    if (sub->rank() == 1) {
+      c.barrier();  // the child's rank 0 has posted a receive that nothing will match
+      if (abort)
+        sub->abort();
+      else
+        sub.reset();
+      c.barrier();
+    } else {
+      Work pending = sub->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
+      c.barrier();
+      c.barrier();  // the peer has left the child
+      EXPECT_EQ(codeOf([&] { pending.wait(); }, message), ErrorCode::PeerLost) << message;
+      EXPECT_NE(message.find(abort ? "(it was aborted there)" : "(it was destroyed there)"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("world rank " + std::to_string(c.rank() + 2)), std::string::npos)
+          << message;
+      EXPECT_EQ(codeOf([&] { sub->send(buf.data(), buf.size(), DataType::Float32, 1); }, message),
+                ErrorCode::PeerLost)
+          << message;
+    }
+    c.barrier();
+    // The parent's traffic over the same connections goes on.
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkSendRecv(c, 13);
+  });
+}
+
+TEST(SharedConnections, ChildDestroyedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(false);
+}
+
+TEST(SharedConnections, ChildAbortedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(true);
+}
+
 TEST(SharedConnections, ChildOutlivesItsParent) {
   auto store = std::make_shared<MemoryStore>();
   const Options o = tcpOptions(true);

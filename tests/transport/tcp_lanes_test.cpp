@@ -150,7 +150,8 @@ TEST(TcpLanes, AbortingOneLaneLeavesTheOtherWorking) {
 }
 
 // Messages of a lane closed on the receiver are dropped; the other lanes' messages behind them
-// arrive.
+// arrive. (The sender's lane-A send either went out before it read rank 0's "lane gone" frame,
+// and is dropped, or fails with PeerLost once it has read it.)
 TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
   std::latch closed(2);
   runPair(1, [&](int rank, Transport& t) {
@@ -163,7 +164,11 @@ TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
     if (rank == 1) {
       t.postSendOnLane(kLaneA, 0, a.data(), a.size(), kTag, ra);
       t.postSendOnLane(kLaneB, 0, b.data(), b.size(), kTag, rb);
-      t.wait(ra, after(5s));
+      try {
+        t.wait(ra, after(5s));
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::PeerLost) << e.what();
+      }
       t.wait(rb, after(5s));
     } else {
       Bytes got(3000);
@@ -203,6 +208,102 @@ TEST(TcpLanes, ClosingALaneTakesItsPendingRequestsOut) {
       t.wait(rb, after(5s));
     }
   });
+}
+
+// A lane closed (its communicator destroyed) or aborted on one rank: the peer is told by a
+// control frame behind the lane's last frames, so its receive waiting on the lane fails with
+// PeerLost saying which, and so do its later sends and receives on the lane; the other lane goes
+// on both ways. One stream and two striped streams alike.
+void laneGoneOnOneRank(bool abort) {
+  for (int streams : {1, 2}) {
+    SCOPED_TRACE(std::to_string(streams) + " stream(s)");
+    std::latch posted(2), gone(2);
+    runPair(streams, [&](int rank, Transport& t) {
+      t.openLane(kLaneA);
+      t.openLane(kLaneB);
+      Bytes got(5000);
+      const Bytes b = payload(5000, rank);
+      Request ra, rb, sb;
+      if (rank == 1) {
+        t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+        posted.arrive_and_wait();
+        std::string message;
+        EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost) << message;
+        EXPECT_NE(message.find(abort ? "(it was aborted there)" : "(it was destroyed there)"),
+                  std::string::npos)
+            << message;
+        EXPECT_EQ(codeOf(
+                      [&] {
+                        t.postSendOnLane(kLaneA, 0, b.data(), b.size(), kTag, ra);
+                        t.wait(ra, after(20s));
+                      },
+                      message),
+                  ErrorCode::PeerLost)
+            << message;
+        EXPECT_EQ(codeOf(
+                      [&] {
+                        t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+                        t.wait(ra, after(20s));
+                      },
+                      message),
+                  ErrorCode::PeerLost)
+            << message;
+        gone.arrive_and_wait();
+      } else {
+        posted.arrive_and_wait();
+        if (abort)
+          t.abortLane(kLaneA, "test abort");
+        else
+          t.closeLane(kLaneA);
+        gone.arrive_and_wait();
+      }
+      t.postSendOnLane(kLaneB, 1 - rank, b.data(), b.size(), kTag, sb);
+      t.postRecvOnLane(kLaneB, 1 - rank, got.data(), got.size(), kTag, rb);
+      t.wait(sb, after(5s));
+      t.wait(rb, after(5s));
+      EXPECT_EQ(got, payload(5000, 1 - rank));
+    });
+  }
+}
+
+TEST(TcpLanes, ClosingALaneFailsWhatThePeerWaitsForOnIt) {
+  laneGoneOnOneRank(false);
+}
+
+TEST(TcpLanes, AbortingALaneFailsWhatThePeerWaitsForOnIt) {
+  laneGoneOnOneRank(true);
+}
+
+// Only the lane's peers (openLane's list) are told: rank 0 opens lane A with rank 1 alone, so
+// when it closes the lane rank 1's receive fails while rank 2's (a rank outside the lane, which
+// opened a lane of the same id for the test) is not touched and runs into its own deadline.
+TEST(TcpLanes, OnlyTheLanesPeersAreTold) {
+  std::latch posted(3), done(3);
+  test::runTransportRanks(
+      3,
+      [&](Store& store, int r) {
+        TcpOptions o;
+        o.connectTimeout = 10s;
+        return createTcpTransport(store, r, 3, o);
+      },
+      [&](int rank, Transport& t) {
+        t.openLane(kLaneA, rank == 0 ? std::vector<int>{1} : std::vector<int>{});
+        Bytes got(64);
+        Request ra;
+        if (rank != 0) t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+        posted.arrive_and_wait();
+        std::string message;
+        if (rank == 0) {
+          t.closeLane(kLaneA);
+        } else if (rank == 1) {
+          EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost)
+              << message;
+        } else {
+          EXPECT_EQ(codeOf([&] { t.wait(ra, after(300ms)); }, message), ErrorCode::Timeout)
+              << message;
+        }
+        done.arrive_and_wait();  // no rank's transport goes before the others are done
+      });
 }
 
 // A LaneTransport renumbers: view rank r is the shared transport's rank toBase[r].

@@ -131,6 +131,10 @@ void Connection::postSend(Request& req) {
     sink_->finish(req, State::Failed, true);
     return;
   }
+  if (req.lane != 0 && peerGone_.count(req.lane) != 0) {  // nobody will read it
+    sink_->finish(req, State::Failed, false);
+    return;
+  }
   const bool idle = sends_.empty();
   sends_.push(req);
   if (eof_) {  // the peer closed its socket: it will never read this
@@ -157,6 +161,11 @@ void Connection::postRecv(Request& req) {
       read();
       return;
     case engine::Inbox::Posted::Queued:
+      if (req.lane != 0 && peerGone_.count(req.lane) != 0) {  // nothing more comes on the lane
+        inbox_.withdraw(req);
+        sink_->finish(req, State::Failed, false);
+        return;
+      }
       break;
   }
   // A stalled frame is looked at again: it is this receive's, or now held aside for its own.
@@ -173,7 +182,7 @@ bool Connection::failLane(std::uint64_t lane) {
   if (front != nullptr && front->lane == lane && front->progress > 0) return false;
   if (!inbox_.failLane(lane)) return false;
   sends_.removeIf([lane](const Request& r) { return r.lane == lane; },
-                  [&](Request& r) { sink_->finish(r, State::Failed, false); });
+                  [&](Request& r) { retire(r, State::Failed, false); });
   if (wantWrite_ && sends_.empty()) {
     wantWrite_ = false;
     updateInterest();
@@ -203,11 +212,59 @@ std::string Connection::stallReason(const Request& req) const {
   return "nothing for it has arrived from " + peer + inbox_.heldText(peer);
 }
 
+void Connection::sendLaneGone(std::uint64_t lane, bool aborted) {
+  if (!fd_ || error_ || eof_) return;
+  Request& r = control_.emplace_back();
+  r.isSend = true;
+  r.peer = peer_;
+  r.tag = aborted ? kLaneAborted : kLaneDestroyed;
+  r.lane = lane;
+  r.bytes = 0;
+  r.aux = kAuxControlFrame;
+  r.state.store(State::Pending, std::memory_order_relaxed);
+  const bool idle = sends_.empty();
+  sends_.push(r);
+  if (idle) write();
+}
+
+void Connection::retire(Request& req, State state, bool connectionError) {
+  if ((req.aux & kAuxControlFrame) == 0) {
+    sink_->finish(req, state, connectionError);
+    return;
+  }
+  for (auto it = control_.begin(); it != control_.end(); ++it)
+    if (&*it == &req) {
+      control_.erase(it);
+      return;
+    }
+}
+
+void Connection::onControl(const FrameHeader& header) {
+  if ((header.tag != kLaneDestroyed && header.tag != kLaneAborted) || header.lane == 0) {
+    fail(Error(ErrorCode::Mismatch,
+               "rank " + std::to_string(selfRank_) + " received an unknown control frame (kind " +
+                   std::to_string(header.tag) + ", lane " + std::to_string(header.lane) +
+                   ") from " + description() + ": a corrupt stream or another braid version"));
+    return;
+  }
+  if (sink_->laneClosed(header.lane)) return;  // gone on this rank too
+  const bool aborted = header.tag == kLaneAborted;
+  peerGone_.emplace(  // the first reason stays (an abort, then the destruction)
+      header.lane,
+      Error(ErrorCode::PeerLost,
+            "rank " + std::to_string(selfRank_) + ": " + description() + " left the communicator " +
+                "on lane " + std::to_string(header.lane) + " of the shared connections (it was " +
+                (aborted ? "aborted" : "destroyed") + " there) before this operation with it " +
+                "completed; nothing more comes from it on that communicator"));
+  // Nothing of the lane is arriving (a header is being read), so none is cut.
+  inbox_.failLane(header.lane);
+}
+
 // ---- failure ----
 
 void Connection::finishAll(bool connectionError) {
   inbox_.failAll(connectionError);
-  sends_.drain([&](Request& r) { sink_->finish(r, State::Failed, connectionError); });
+  sends_.drain([&](Request& r) { retire(r, State::Failed, connectionError); });
   stageBegin_ = stageEnd_ = 0;
   stalled_ = false;
   wantWrite_ = false;
@@ -265,6 +322,11 @@ void Connection::onEof() {
 bool Connection::matchHeader() {
   const FrameHeader header = decodeFrameHeader(
       std::span<const std::uint8_t, kHeaderBytes>(staging_.data() + stageBegin_, kHeaderBytes));
+  if (header.bytes == kControlFrameBytes) {
+    stageBegin_ += kHeaderBytes;
+    onControl(header);
+    return !error_;
+  }
   const std::uint64_t tag = header.tag;
   const std::uint64_t bytes = header.bytes;
   std::optional<Error> mismatch;
@@ -401,7 +463,8 @@ void Connection::write() {
          r = r->next) {
       if (r->progress < kHeaderBytes) {
         std::uint8_t* h = headers[headerCount++].data();
-        encodeHeader(h, r->tag, r->bytes, r->lane);
+        encodeHeader(h, r->tag, (r->aux & kAuxControlFrame) != 0 ? kControlFrameBytes : r->bytes,
+                     r->lane);
         iov[count++] = {h + r->progress, kHeaderBytes - r->progress};
         total += kHeaderBytes - r->progress;
       }
@@ -433,7 +496,7 @@ void Connection::write() {
       const std::size_t take = std::min(left, kHeaderBytes + r->bytes - r->progress);
       r->progress += take;
       left -= take;
-      if (r->progress == kHeaderBytes + r->bytes) sink_->finish(*sends_.pop(), State::Done, false);
+      if (r->progress == kHeaderBytes + r->bytes) retire(*sends_.pop(), State::Done, false);
     }
     if (static_cast<std::size_t>(n) < total) {  // the socket buffer is full
       wantWrite_ = true;

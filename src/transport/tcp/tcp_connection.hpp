@@ -15,14 +15,24 @@
 // (copied into a heap buffer) as soon as one is, so that it never stands between a waiting
 // receive and its message. A P2P frame (kP2PTagBit) goes to the first posted receive of its
 // lane and tag, else into a heap buffer held until a receive of that tag is posted.
+//
+// A header whose byte count is all ones (kControlFrameBytes, more than any memory) is a control
+// frame with no payload: tag kLaneDestroyed or kLaneAborted says that the sender's communicator
+// on that lane is gone (sendLaneGone, from the transport's closeLane / abortLane). It follows
+// every frame the sender posted on the lane before, so when it arrives nothing more will come:
+// the receives of that lane posted to the sender fail, and so does every later send or receive
+// of the lane to it (PeerLost naming the sender and why; peerLaneError), instead of waiting for
+// the timeout. Messages of the lane that arrived before it stay receivable.
 #pragma once
 
 #include <braid/error.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/engine.hpp"
@@ -30,6 +40,14 @@
 #include "transport/transport.hpp"
 
 namespace braid::transport::tcp {
+
+/// A control frame's byte count (no payload follows); its tag says what it is.
+inline constexpr std::uint64_t kControlFrameBytes = ~std::uint64_t{0};
+/// Control frame tags: the sender's communicator on the frame's lane was destroyed / aborted.
+inline constexpr std::uint64_t kLaneDestroyed = 1;
+inline constexpr std::uint64_t kLaneAborted = 2;
+/// Request::aux bit of a connection's own control frame (the transport's bits are the low ones).
+inline constexpr std::size_t kAuxControlFrame = std::size_t{1} << 63;
 
 /// A frame header on the wire: u64 tag, u64 payload bytes, u64 lane, little-endian.
 inline constexpr std::size_t kFrameHeaderBytes = 24;
@@ -99,8 +117,21 @@ class Connection {
   /// Fails the requests of `lane` (finish(Failed, false)). False, failing nothing, when one of
   /// the lane's frames is half written or half read: the caller must breakOff().
   bool failLane(std::uint64_t lane);
-  /// Drops the held messages of a closed lane.
-  void dropLane(std::uint64_t lane) { inbox_.dropLane(lane); }
+  /// Drops the held messages of a closed lane (and what the peer said about the lane).
+  void dropLane(std::uint64_t lane) {
+    inbox_.dropLane(lane);
+    peerGone_.erase(lane);
+  }
+  /// Tells the peer that this rank's communicator on `lane` is gone (`aborted`: aborted, else
+  /// destroyed): a control frame queued behind what is queued. Nothing when the connection has
+  /// no socket or has failed.
+  void sendLaneGone(std::uint64_t lane, bool aborted);
+  /// The error of operations with the peer on `lane` once the peer said its communicator there
+  /// is gone; nullptr until then.
+  const Error* peerLaneError(std::uint64_t lane) const {
+    const auto it = peerGone_.find(lane);
+    return it == peerGone_.end() ? nullptr : &it->second;
+  }
   /// Requests are queued on it.
   bool hasPending() const { return !sends_.empty() || inbox_.hasPosted(); }
   /// Why `req` (pending on this connection) has not completed, in words, for a Timeout: how
@@ -118,7 +149,10 @@ class Connection {
   void onEof();
   void read();
   bool matchHeader();
+  void onControl(const FrameHeader& header);
   void write();
+  // The end of a queued send: a control frame is freed, a caller's request published.
+  void retire(Request& req, Request::State state, bool connectionError);
 
   int selfRank_ = -1;
   int peer_ = -1;
@@ -133,6 +167,8 @@ class Connection {
   std::optional<Error> error_;
 
   engine::RequestQueue sends_;  // in posting order, until fully written
+  std::list<Request> control_;  // control frames of this connection, queued in sends_
+  std::unordered_map<std::uint64_t, Error> peerGone_;  // lanes whose peer side is gone
   engine::Inbox inbox_;
 
   std::vector<std::uint8_t> staging_;

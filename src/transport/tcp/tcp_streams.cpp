@@ -90,8 +90,8 @@ class StripedTransport final : public Transport {
   }
   // Lanes: every stream carries every lane; a lane's abort aborts it on every stream.
   bool carriesLanes() const override { return true; }
-  void openLane(std::uint64_t lane) override {
-    for (auto& s : streams_) s->openLane(lane);
+  void openLane(std::uint64_t lane, std::vector<int> peers) override {
+    for (auto& s : streams_) s->openLane(lane, peers);
     for (auto& s : streams_)
       s->setLaneMismatchObserver(
           lane, [this, lane](int peer, std::uint64_t expected, std::uint64_t received) {
@@ -110,6 +110,11 @@ class StripedTransport final : public Transport {
       abortedLanes_.insert(lane);
     }
     for (auto& s : streams_) s->abortLane(lane, why);
+  }
+  bool peerLeftLane(std::uint64_t lane, int peer) const override {
+    for (const auto& s : streams_)
+      if (s->peerLeftLane(lane, peer)) return true;
+    return false;
   }
   void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
                       std::uint64_t tag, Request& req) override {
@@ -247,9 +252,16 @@ class StripedTransport final : public Transport {
     try {
       return fn();
     } catch (const Error& e) {
-      if (e.code() == ErrorCode::Aborted && req.lane != 0 && laneAborted(req.lane)) {
-        // This lane's abort only: the streams and the other lanes go on. Every stream has
-        // failed the lane's pieces before the stripe is reused.
+      if (req.lane != 0 &&
+          ((e.code() == ErrorCode::Aborted && laneAborted(req.lane)) ||
+           (e.code() == ErrorCode::PeerLost && peerLeftLane(req.lane, req.peer)))) {
+        // This lane's abort, or the peer's communicator on the lane gone: this lane only, the
+        // streams and the other lanes go on. Every stream has failed the lane's pieces before
+        // the stripe is reused (the lane is aborted here: its communicator cannot go on).
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          abortedLanes_.insert(req.lane);
+        }
         for (auto& s : streams_) s->abortLane(req.lane, e.detail());
         if (find(req) != nullptr) {
           forget(req);

@@ -112,9 +112,16 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
     return connected_.load(std::memory_order_relaxed);
   }
   bool carriesLanes() const override { return true; }
-  void openLane(std::uint64_t lane) override;
+  void openLane(std::uint64_t lane, std::vector<int> peers) override;
   void closeLane(std::uint64_t lane) override;
   void abortLane(std::uint64_t lane, const std::string& why) override;
+  bool peerLeftLane(std::uint64_t lane, int peer) const override {
+    if (peer < 0 || peer >= size_) return false;
+    std::lock_guard<std::mutex> lk(mu_);
+    return connections_[static_cast<std::size_t>(peer)].peerLaneError(lane) != nullptr;
+  }
+  // Queues the "lane gone" control frame to each peer of the lane (tcp_connection.hpp).
+  void tellLanePeers(std::uint64_t lane, bool aborted);
   void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
                       std::uint64_t tag, Request& req) override {
     prepare("postSend", peer, data, bytes, tag, true, req);
@@ -206,6 +213,8 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   // Lanes (require mu_): the open ones, with the error of those aborted; the closed ones.
   std::unordered_map<std::uint64_t, std::optional<Error>> lanes_;
   std::unordered_set<std::uint64_t> closedLanes_;
+  // The peers each open lane's communicator talks to: told when it closes or aborts here.
+  std::unordered_map<std::uint64_t, std::vector<int>> lanePeers_;
 
   // Lazy only. link_, dialQueue_, lastDialError_, dialers_ and idleDialers_ require mu_.
   bool lazy_ = false;
@@ -387,17 +396,18 @@ void TcpTransport::abort(const std::string& why) {
 }
 
 void TcpTransport::throwFailure(const Request& req) const {
-  if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
-    const auto it = lanes_.find(req.lane);
-    if (it != lanes_.end() && it->second) throw *it->second;
-  }
   const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
+  if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
+    if (const Error* gone = c.peerLaneError(req.lane)) throw *gone;  // the peer left the lane
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) throw *it->second;  // this rank aborted the lane
+  }
   engine_.throwFailure(req, c.error(), c.description());
 }
 
 // ---- lanes ----
 
-void TcpTransport::openLane(std::uint64_t lane) {
+void TcpTransport::openLane(std::uint64_t lane, std::vector<int> peers) {
   std::lock_guard<std::mutex> lk(mu_);
   if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
     throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
@@ -405,6 +415,18 @@ void TcpTransport::openLane(std::uint64_t lane) {
                                          " is open already on this rank's connections (two "
                                          "communicators whose ids hash alike)");
   closedLanes_.erase(lane);
+  if (peers.empty())  // every other rank
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) peers.push_back(r);
+  lanePeers_[lane] = std::move(peers);
+}
+
+void TcpTransport::tellLanePeers(std::uint64_t lane, bool aborted) {
+  const auto it = lanePeers_.find(lane);
+  if (it == lanePeers_.end()) return;
+  for (int p : it->second)
+    if (p >= 0 && p < size_ && p != rank_)
+      connections_[static_cast<std::size_t>(p)].sendLaneGone(lane, aborted);
 }
 
 void TcpTransport::closeLane(std::uint64_t lane) {
@@ -413,6 +435,7 @@ void TcpTransport::closeLane(std::uint64_t lane) {
   closedLanes_.insert(lane);
   // Nothing of the lane may stay queued: its requests belong to a communicator that is going
   // away. A frame of it half moved cannot be finished without them: that connection closes.
+  // Otherwise the peer is told, so that what it still waits for on the lane fails at once.
   for (Connection& c : connections_) {
     if (!c.failLane(lane))
       c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
@@ -421,6 +444,8 @@ void TcpTransport::closeLane(std::uint64_t lane) {
                                                 "the middle of a message"));
     c.dropLane(lane);
   }
+  tellLanePeers(lane, false);
+  lanePeers_.erase(lane);
   kickSleeper_ = true;
   engine_.markCompleted();
   notifyCompletions();
@@ -443,6 +468,7 @@ void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
                                                 " closed its connection to " + c.description() +
                                                 ": a communicator sharing it was aborted (" + why +
                                                 ") in the middle of a message"));
+  tellLanePeers(lane, true);  // the peers' operations on the lane fail at once
   kickSleeper_ = true;
   engine_.markCompleted();
   notifyCompletions();
