@@ -188,11 +188,11 @@ class Comm {
   /// same list and the same `name`, which tells this communicator's groups made this way apart:
   /// a name is used once per communicator. Error(InvalidArgument): a rank outside [0, size()),
   /// a rank listed twice, this rank not listed, an empty name, a name used already (also by a
-  /// call that failed), or (on the other members) a list that differs from the one of the first
-  /// listed rank, or one that lists another rank first than a member that listed itself first;
-  /// Error(Timeout) when the first listed rank has not called it within
-  /// Options::connectTimeout (and on a first listed rank whose members passed other lists). May
-  /// be called while other threads run operations on this communicator.
+  /// call that failed), a list that differs from the one of the first listed rank, or two
+  /// members that each listed themselves first: the member that finds the disagreement says so
+  /// through the store, and every member that called fails at once, naming it;
+  /// Error(Timeout) when some member has not called it within Options::connectTimeout. May be
+  /// called while other threads run operations on this communicator.
   std::unique_ptr<Comm> memberSubgroup(std::span<const int> ranks, const std::string& name);
 
   /// Fails every pending and later operation with Error(Aborted). Callable from any thread.

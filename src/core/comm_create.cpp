@@ -592,34 +592,54 @@ std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std
   // talking; the split ids ("/s...") never start with "/g".
   std::string id = impl_->id + "/g" + name;
   // The first listed rank publishes its list in the new communicator's namespace, the others
-  // compare theirs (boot/ is deleted with the bootstrap's keys, after every member read it).
+  // compare theirs and count themselves in; the one that makes the count complete publishes the
+  // verdict "ok", a member that disagrees (or a second member that listed itself first) the
+  // reason, so that every member fails at once instead of waiting out the connect timeout for a
+  // partner that is not coming. (boot/ is deleted with the bootstrap's keys, after every member
+  // read it.)
   PrefixStore ns(impl_->store, "braid/" + id + "/");
   const std::string mine = std::to_string(rankListHash(ranks));
-  if (position == 0) {
-    // Members that listed different ranks first would each publish here; the second learns it.
-    if (ns.add("boot/first", 1) != 1)
-      throw Error(ErrorCode::InvalidArgument,
-                  where +
-                      ": another member also listed itself first (every member must pass "
-                      "the same list)");
-    ns.setString("boot/members", mine);
-  } else {
-    std::string theirs;
+  const int n = static_cast<int>(ranks.size());
+  // A disagreement adds this much, so the count never completes afterwards.
+  constexpr std::int64_t kDisagreed = std::int64_t{1} << 40;
+  const auto disagree = [&](const std::string& why) {
+    const std::string text = where + ": " + why;
     try {
-      theirs = ns.getString("boot/members", impl_->opts.connectTimeout);
+      ns.add("boot/agreed", kDisagreed);
+      ns.setString("boot/verdict", "I:" + text);
+    } catch (const Error&) {  // the store's own failure must not hide why this rank failed
+    }
+    throw Error(ErrorCode::InvalidArgument, text);
+  };
+  const auto waitFor = [&](const std::string& key, const std::string& what) {
+    try {
+      return ns.getString(key, impl_->opts.connectTimeout);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
-      throw Error(ErrorCode::Timeout, where + ": the first listed rank (" +
-                                          std::to_string(ranks[0]) + ") did not create the " +
-                                          "group within " +
+      throw Error(ErrorCode::Timeout, where + ": " + what + " within " +
                                           std::to_string(impl_->opts.connectTimeout.count()) +
                                           " ms (" + e.detail() + ")");
     }
+  };
+  if (position == 0) {
+    // Members that listed different ranks first would each publish here; the second learns it.
+    if (ns.add("boot/first", 1) != 1)
+      disagree("another member also listed itself first (every member must pass the same list)");
+    ns.setString("boot/members", mine);
+  } else {
+    const std::string theirs =
+        waitFor("boot/members", "the first listed rank (" + std::to_string(ranks[0]) +
+                                    ") did not create the group");
     if (theirs != mine)
-      throw Error(ErrorCode::InvalidArgument,
-                  where + ": the first listed rank (" + std::to_string(ranks[0]) +
-                      ") passed a different rank list (every member must pass the same)");
+      disagree("the first listed rank (" + std::to_string(ranks[0]) +
+               ") passed a different rank list (every member must pass the same)");
   }
+  if (ns.add("boot/agreed", 1) == n) ns.setString("boot/verdict", "ok");
+  const std::string verdict = waitFor("boot/verdict", "not every member created the group");
+  if (verdict != "ok")
+    throw Error(ErrorCode::InvalidArgument,
+                where + ": another member failed to create the group: " +
+                    verdict.substr(std::min<std::size_t>(2, verdict.size())));
   const std::vector<int> members(ranks.begin(), ranks.end());
   auto impl = makeImpl(impl_->store, impl_->storeServer, position, static_cast<int>(ranks.size()),
                        std::move(id), impl_->opts, &impl_->topo, members, &impl_->model->params(),

@@ -353,27 +353,46 @@ TEST(SharedConnections, MemberSubgroupRejectsBadArguments) {
   });
 }
 
-// Ranks 1 and 2 each list themselves first: the second to publish learns it at once, the
-// other one's creation times out (its partner never joins); rank 0 is not involved.
+// Ranks 1 and 2 each list themselves first: the second to publish learns it at once and says
+// so in the group's namespace, so the other one fails at once too (not at the connect timeout:
+// 20 s here, a Timeout would fail the code check); rank 0 is not involved.
 TEST(SharedConnections, MemberSubgroupWithTwoFirstRanksFailsOnBoth) {
-  Options o = tcpOptions(true);
-  o.connectTimeout = std::chrono::milliseconds(1500);
-  std::atomic<int> invalid{0}, timedOut{0};
-  runThreads(3, o, [&](Comm& c) {
+  std::atomic<int> second{0}, told{0};
+  runThreads(3, tcpOptions(true), [&](Comm& c) {
     if (c.rank() == 0) return;
     std::string m;
     const std::vector<int> ranks = c.rank() == 1 ? std::vector<int>{1, 2} : std::vector<int>{2, 1};
-    const ErrorCode code = codeOf([&] { (void)c.memberSubgroup(ranks, "z"); }, m);
-    if (code == ErrorCode::InvalidArgument) {
-      EXPECT_NE(m.find("another member also listed itself first"), std::string::npos) << m;
-      ++invalid;
-    } else {
-      EXPECT_EQ(code, ErrorCode::Timeout) << m;
-      ++timedOut;
-    }
+    EXPECT_EQ(codeOf([&] { (void)c.memberSubgroup(ranks, "z"); }, m), ErrorCode::InvalidArgument)
+        << m;
+    EXPECT_NE(m.find("another member also listed itself first"), std::string::npos) << m;
+    if (m.find("another member failed to create the group") != std::string::npos)
+      ++told;
+    else
+      ++second;
   });
-  EXPECT_EQ(invalid.load(), 1);
-  EXPECT_EQ(timedOut.load(), 1);
+  EXPECT_EQ(second.load(), 1);
+  EXPECT_EQ(told.load(), 1);
+}
+
+// A member that is not listed first passes a different list: it says so, and every member
+// (the first listed one and the one that agreed) fails at once with InvalidArgument naming it,
+// instead of waiting out the connect timeout for a partner that will not come.
+TEST(SharedConnections, MemberSubgroupDisagreementFailsEveryMemberAtOnce) {
+  runThreads(3, tcpOptions(true), [&](Comm& c) {
+    std::string m;
+    const std::vector<int> ranks =
+        c.rank() == 2 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    EXPECT_EQ(codeOf([&] { (void)c.memberSubgroup(ranks, "w"); }, m), ErrorCode::InvalidArgument)
+        << m;
+    EXPECT_NE(m.find("the first listed rank (0) passed a different rank list"), std::string::npos)
+        << m;
+    if (c.rank() != 2) {
+      EXPECT_NE(m.find("another member failed to create the group: memberSubgroup 'w' on rank 2"),
+                std::string::npos)
+          << m;
+    }
+    c.barrier();  // the parent is untouched
+  });
 }
 
 // Rank 3's process ends: every survivor sees PeerLost within the timeouts, in the parent and in
