@@ -44,6 +44,13 @@ void runPair(int streams, const std::function<void(int, Transport&)>& body) {
       2, [&](Store& store, int r) { return createTcpTransport(store, r, 2, o); }, body);
 }
 
+// The transport of rank r of 3 over TCP, for runTransportRanks.
+std::unique_ptr<Transport> tcpOfThree(Store& store, int r) {
+  TcpOptions o;
+  o.connectTimeout = 10s;
+  return createTcpTransport(store, r, 3, o);
+}
+
 Bytes payload(std::size_t n, int seed) {
   Bytes b(n);
   for (std::size_t i = 0; i < n; ++i) b[i] = static_cast<std::uint8_t>(i * 31 + seed * 7);
@@ -232,22 +239,16 @@ void laneGoneOnOneRank(bool abort) {
         EXPECT_NE(message.find(abort ? "(it was aborted there)" : "(it was destroyed there)"),
                   std::string::npos)
             << message;
-        EXPECT_EQ(codeOf(
-                      [&] {
-                        t.postSendOnLane(kLaneA, 0, b.data(), b.size(), kTag, ra);
-                        t.wait(ra, after(20s));
-                      },
-                      message),
-                  ErrorCode::PeerLost)
-            << message;
-        EXPECT_EQ(codeOf(
-                      [&] {
-                        t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
-                        t.wait(ra, after(20s));
-                      },
-                      message),
-                  ErrorCode::PeerLost)
-            << message;
+        for (const bool send : {true, false}) {  // later posts on the lane fail the same way
+          const auto post = [&] {
+            if (send)
+              t.postSendOnLane(kLaneA, 0, b.data(), b.size(), kTag, ra);
+            else
+              t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+            t.wait(ra, after(20s));
+          };
+          EXPECT_EQ(codeOf(post, message), ErrorCode::PeerLost) << message;
+        }
         gone.arrive_and_wait();
       } else {
         posted.arrive_and_wait();
@@ -279,65 +280,48 @@ TEST(TcpLanes, AbortingALaneFailsWhatThePeerWaitsForOnIt) {
 // opened a lane of the same id for the test) is not touched and runs into its own deadline.
 TEST(TcpLanes, OnlyTheLanesPeersAreTold) {
   std::latch posted(3), done(3);
-  test::runTransportRanks(
-      3,
-      [&](Store& store, int r) {
-        TcpOptions o;
-        o.connectTimeout = 10s;
-        return createTcpTransport(store, r, 3, o);
-      },
-      [&](int rank, Transport& t) {
-        t.openLane(kLaneA, rank == 0 ? std::vector<int>{1} : std::vector<int>{});
-        Bytes got(64);
-        Request ra;
-        if (rank != 0) t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
-        posted.arrive_and_wait();
-        std::string message;
-        if (rank == 0) {
-          t.closeLane(kLaneA);
-        } else if (rank == 1) {
-          EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost)
-              << message;
-        } else {
-          EXPECT_EQ(codeOf([&] { t.wait(ra, after(300ms)); }, message), ErrorCode::Timeout)
-              << message;
-        }
-        done.arrive_and_wait();  // no rank's transport goes before the others are done
-      });
+  test::runTransportRanks(3, tcpOfThree, [&](int rank, Transport& t) {
+    t.openLane(kLaneA, rank == 0 ? std::vector<int>{1} : std::vector<int>{});
+    Bytes got(64);
+    Request ra;
+    if (rank != 0) t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+    posted.arrive_and_wait();
+    std::string message;
+    if (rank == 0) {
+      t.closeLane(kLaneA);
+    } else if (rank == 1) {
+      EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost) << message;
+    } else {
+      EXPECT_EQ(codeOf([&] { t.wait(ra, after(300ms)); }, message), ErrorCode::Timeout) << message;
+    }
+    done.arrive_and_wait();  // no rank's transport goes before the others are done
+  });
 }
 
 // A LaneTransport renumbers: view rank r is the shared transport's rank toBase[r].
 TEST(TcpLanes, ALaneViewMapsItsRanksToTheSharedTransport) {
   std::vector<std::shared_ptr<Transport>> shared(3);
-  test::runTransportRanks(
-      3,
-      [&](Store& store, int r) {
-        TcpOptions o;
-        o.connectTimeout = 10s;
-        return createTcpTransport(store, r, 3, o);
-      },
-      [&](int rank, Transport& t) {
-        // A non-owning handle: the harness owns the transport and outlives the view.
-        std::shared_ptr<Transport> base(&t, [](Transport*) {});
-        if (rank == 1) return;  // the view is {2, 0}: world ranks 2 and 0 as view ranks 0 and 1
-        const int mine = rank == 2 ? 0 : 1;
-        LaneTransport view(base, kLaneA, mine, {2, 0});
-        EXPECT_EQ(view.size(), 2);
-        Bytes out = payload(100, rank), in(100);
-        Request s, r;
-        view.postSend(1 - mine, out.data(), out.size(), kTag, s);
-        view.postRecv(1 - mine, in.data(), in.size(), kTag, r);
-        view.wait(s, after(5s));
-        view.wait(r, after(5s));
-        EXPECT_EQ(in, payload(100, rank == 2 ? 0 : 2));
-        EXPECT_NE(
-            view.describePeer(1 - mine).find("world rank " + std::to_string(rank == 2 ? 0 : 2)),
-            std::string::npos)
-            << view.describePeer(1 - mine);
-        std::string message;
-        EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
-                  ErrorCode::InvalidArgument);
-      });
+  test::runTransportRanks(3, tcpOfThree, [&](int rank, Transport& t) {
+    // A non-owning handle: the harness owns the transport and outlives the view.
+    std::shared_ptr<Transport> base(&t, [](Transport*) {});
+    if (rank == 1) return;  // the view is {2, 0}: world ranks 2 and 0 as view ranks 0 and 1
+    const int mine = rank == 2 ? 0 : 1;
+    LaneTransport view(base, kLaneA, mine, {2, 0});
+    EXPECT_EQ(view.size(), 2);
+    Bytes out = payload(100, rank), in(100);
+    Request s, r;
+    view.postSend(1 - mine, out.data(), out.size(), kTag, s);
+    view.postRecv(1 - mine, in.data(), in.size(), kTag, r);
+    view.wait(s, after(5s));
+    view.wait(r, after(5s));
+    EXPECT_EQ(in, payload(100, rank == 2 ? 0 : 2));
+    EXPECT_NE(view.describePeer(1 - mine).find("world rank " + std::to_string(rank == 2 ? 0 : 2)),
+              std::string::npos)
+        << view.describePeer(1 - mine);
+    std::string message;
+    EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
+              ErrorCode::InvalidArgument);
+  });
 }
 
 // A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (a segment of
