@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -354,6 +355,41 @@ TEST(TcpLazy, AbortBeforeFirstUse) {
 
 // With several streams each stream connects lazily: small messages open stream 0 only, a
 // striped one every stream.
+// A lane closed on rank 0 before the pair ever connected: rank 1's first receive on it dials
+// rank 0, which tells it on the new connection, so the receive fails with PeerLost at once (not
+// at its 20 s deadline); another lane over the same connection works.
+TEST(TcpLazy, ALaneClosedBeforeThePairConnectedIsToldOnConnecting) {
+  std::latch closed(2);
+  runRanks(2, [&](int rank, Transport& t) {
+    constexpr std::uint64_t kLaneA = 0xa, kLaneB = 0xb;
+    t.openLane(kLaneA);
+    t.openLane(kLaneB);
+    if (rank == 0) t.closeLane(kLaneA);
+    closed.arrive_and_wait();
+    Bytes got(100);
+    const Bytes mine = makePayload(rank, 1 - rank, 100);
+    Request r, s;
+    if (rank == 1) {
+      std::string message;
+      EXPECT_EQ(codeOf(
+                    [&] {
+                      t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), 5, r);
+                      t.wait(r, after(20s));
+                    },
+                    message),
+                ErrorCode::PeerLost)
+          << message;
+      EXPECT_NE(message.find("(it was destroyed there)"), std::string::npos) << message;
+    }
+    t.postSendOnLane(kLaneB, 1 - rank, mine.data(), mine.size(), 5, s);
+    t.postRecvOnLane(kLaneB, 1 - rank, got.data(), got.size(), 5, r);
+    t.wait(s, after(10s));
+    t.wait(r, after(10s));
+    EXPECT_EQ(got, makePayload(1 - rank, rank, 100));
+    EXPECT_EQ(t.connectionCount(), 1u);
+  });
+}
+
 TEST(TcpLazy, StreamsConnectOnFirstUse) {
   TcpOptions o = lazyOptions();
   o.socketThreads = 2;

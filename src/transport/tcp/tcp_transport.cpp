@@ -215,6 +215,13 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   std::unordered_set<std::uint64_t> closedLanes_;
   // The peers each open lane's communicator talks to: told when it closes or aborts here.
   std::unordered_map<std::uint64_t, std::vector<int>> lanePeers_;
+  // Lazy: lanes closed or aborted here while the pair had no connection yet, per peer; the
+  // peer is told once it connects.
+  struct UntoldLane {
+    std::uint64_t lane;
+    bool aborted;
+  };
+  std::unordered_map<int, std::vector<UntoldLane>> untold_;
 
   // Lazy only. link_, dialQueue_, lastDialError_, dialers_ and idleDialers_ require mu_.
   bool lazy_ = false;
@@ -424,9 +431,14 @@ void TcpTransport::openLane(std::uint64_t lane, std::vector<int> peers) {
 void TcpTransport::tellLanePeers(std::uint64_t lane, bool aborted) {
   const auto it = lanePeers_.find(lane);
   if (it == lanePeers_.end()) return;
-  for (int p : it->second)
-    if (p >= 0 && p < size_ && p != rank_)
-      connections_[static_cast<std::size_t>(p)].sendLaneGone(lane, aborted);
+  for (int p : it->second) {
+    if (p < 0 || p >= size_ || p == rank_) continue;
+    Connection& c = connections_[static_cast<std::size_t>(p)];
+    if (c.connected())
+      c.sendLaneGone(lane, aborted);
+    else if (lazy_)  // told when the pair connects (a receive of the lane from here dials)
+      untold_[p].push_back({lane, aborted});
+  }
 }
 
 void TcpTransport::closeLane(std::uint64_t lane) {
@@ -702,8 +714,17 @@ void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
   link_[static_cast<std::size_t>(peer)] = Link::Connected;
   connected_.fetch_add(1, std::memory_order_relaxed);
   socketsOpened.fetch_add(1, std::memory_order_relaxed);
-  connections_[static_cast<std::size_t>(peer)].attach(
-      std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
+  Connection& c = connections_[static_cast<std::size_t>(peer)];
+  c.attach(std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
+  if (const auto it = untold_.find(peer); it != untold_.end()) {
+    for (const UntoldLane& u : it->second) {
+      // Still gone here (a lane opened again under the same id is another communicator's).
+      const auto open = lanes_.find(u.lane);
+      if (closedLanes_.count(u.lane) != 0 || (open != lanes_.end() && open->second))
+        c.sendLaneGone(u.lane, u.aborted);
+    }
+    untold_.erase(it);
+  }
   notifyCompletions();
   wakeBackground();
   kick();  // a driver asleep in epoll_wait picks up the new socket's queued work
