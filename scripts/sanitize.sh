@@ -98,7 +98,8 @@ built=$(date +%s)
 # Fail on the first report; keep the stack of UBSan reports; leaks are errors under ASan.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+# TSan: UCX is not instrumented; scripts/tsan.supp leaves the accesses made inside it unchecked.
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}"
 # UCX's memory hooks (ucm) patch mmap and malloc, which the sanitizers intercept too: with both
 # the UCX tests crash at start-up. Off here (UCX then caches no registrations: docs/ucx.md).
 export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-none}"
