@@ -205,9 +205,9 @@ struct Options {
   int socketThreads = 1;
   int socketsPerThread = 1;
   std::size_t socketStripeMinBytes = 256 * 1024;
-  /// When TCP pairs connect (BRAID_CONNECT): true ("lazy", the default) a pair when a request to
-  /// the peer is first posted on either side, so a rank holds sockets only to the peers its
-  /// algorithms use; false ("eager") every pair at creation, so setup errors surface there
+  /// When TCP and UCX pairs connect (BRAID_CONNECT): true ("lazy", the default) a pair when a
+  /// request to the peer is first posted on either side, so a rank holds sockets only to the peers
+  /// its algorithms use; false ("eager") every pair at creation, so setup errors surface there
   /// (docs/architecture.md, "When connections are made"). braid-check always connects eagerly.
   bool lazyConnect = true;
   /// Sub-communicators (split, subgroup) post over their parent's TCP connections, each on a

@@ -45,6 +45,7 @@ UcxOptions ucxOptionsOf(const TransportOptions& options) {
   ucxOptions.spin = options.tcp.spin;
   ucxOptions.busyPoll = options.tcp.busyPoll;
   ucxOptions.security = options.tcp.security;
+  ucxOptions.lazyConnect = options.tcp.lazyConnect;
   return ucxOptions;
 }
 

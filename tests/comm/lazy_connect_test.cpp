@@ -1,6 +1,7 @@
-// BRAID_CONNECT=lazy at the communicator: over TCP (shared memory off) a ring allreduce on 8
-// ranks makes each rank connect to its two ring neighbours only, where eager connects all 7
-// peers; results are identical either way, and identical to an independently computed sum.
+// BRAID_CONNECT=lazy at the communicator: over TCP and over UCX (BRAID_TRANSPORT=ucx with
+// UCX_TLS=tcp; shared memory off) a ring allreduce on 8 ranks makes each rank connect to its two
+// ring neighbours only, where eager connects all 7 peers; results are identical either way, and
+// identical to an independently computed sum.
 #include <gtest/gtest.h>
 
 #include <braid/braid.hpp>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "harness/ranks.hpp"
+#include "harness/ucx_env.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::test {
 namespace {
@@ -25,8 +28,9 @@ struct Outcome {
   std::vector<std::size_t> connections;     // by rank, after the allreduces
 };
 
-Outcome ringAllreduce(bool lazy, int streams) {
+Outcome ringAllreduce(bool lazy, int streams, const char* between = "tcp") {
   Options o = testOptions("ring");
+  o.interHostTransport = between;
   o.algoForce = true;
   o.shmDisable = true;
   o.lazyConnect = lazy;
@@ -71,6 +75,19 @@ TEST(LazyConnect, RingAllreduceConnectsOnlyRingNeighbours) {
       EXPECT_GE(lazy.connections[ur], 2u) << "rank " << r;
       EXPECT_EQ(lazy.results[ur], eager.results[ur]) << "rank " << r;
     }
+  }
+}
+
+TEST(LazyConnect, RingAllreduceOverUcxConnectsOnlyRingNeighbours) {
+  if (!transport::ucxAvailable()) GTEST_SKIP() << transport::ucxUnavailableReason();
+  useUcxTls("tcp");
+  const Outcome eager = ringAllreduce(false, 1, "ucx");
+  const Outcome lazy = ringAllreduce(true, 1, "ucx");
+  for (int r = 0; r < kRanks; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    EXPECT_EQ(eager.connections[ur], static_cast<std::size_t>(kRanks - 1)) << "rank " << r;
+    EXPECT_EQ(lazy.connections[ur], 2u) << "rank " << r;
+    EXPECT_EQ(lazy.results[ur], eager.results[ur]) << "rank " << r;
   }
 }
 

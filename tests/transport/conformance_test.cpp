@@ -104,7 +104,8 @@ struct InprocKind {
 
 #ifdef BRAID_HAVE_UCX
 // UCX with the settings `Tls` gives its context (UCX_TLS and what those transports need).
-template <class Tls>
+// Lazy: each pair connects on first use (BRAID_CONNECT=lazy).
+template <class Tls, bool Lazy = false>
 struct UcxKind {
   static constexpr const char* kPeerStart = "(host ";
   static constexpr bool kTimeoutFailsTransport = true;
@@ -112,6 +113,7 @@ struct UcxKind {
     UcxOptions o;
     o.connectTimeout = 10s;
     o.config = Tls::settings();
+    o.lazyConnect = Lazy;
     test::runTransportRanks(
         size, [&](Store& store, int r) { return createUcxTransport(store, r, size, o); }, body);
   }
@@ -129,14 +131,15 @@ struct UcxShmTls {
 };
 using UcxTcpKind = UcxKind<UcxTcpTls>;
 using UcxShmKind = UcxKind<UcxShmTls>;
+using UcxTcpLazyKind = UcxKind<UcxTcpTls, true>;
 #endif
 
 template <class Kind>
 class Conformance : public ::testing::Test {};
 
 #ifdef BRAID_HAVE_UCX
-using Kinds =
-    ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind, UcxTcpKind, UcxShmKind>;
+using Kinds = ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind, UcxTcpKind, UcxShmKind,
+                               UcxTcpLazyKind>;
 #else
 using Kinds = ::testing::Types<TcpKind, TcpLazyKind, ShmKind, InprocKind>;
 #endif
@@ -150,6 +153,7 @@ class KindNames {
 #ifdef BRAID_HAVE_UCX
     if (std::is_same_v<T, UcxTcpKind>) return "ucx_tcp";
     if (std::is_same_v<T, UcxShmKind>) return "ucx_sm";
+    if (std::is_same_v<T, UcxTcpLazyKind>) return "ucx_tcp_lazy";
 #endif
     return "inproc";
   }

@@ -23,6 +23,7 @@
 #include "harness/errors.hpp"
 #include "harness/store_process.hpp"
 #include "harness/transport_ranks.hpp"
+#include "harness/ucx_env.hpp"
 #include "store/memory_store.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -34,17 +35,7 @@ using test::Bytes;
 
 #ifdef BRAID_HAVE_UCX
 
-// UCX_TLS for the transports this process creates next; UCX's shared-memory transports detect
-// a dead peer only with their error handling on (docs/ucx.md).
-void useTls(const char* tls) {
-  ::setenv("UCX_TLS", tls, 1);
-  for (const char* name : {"UCX_POSIX_ERROR_HANDLING", "UCX_SYSV_ERROR_HANDLING"}) {
-    if (std::string(tls).find("sm") != std::string::npos)
-      ::setenv(name, "y", 1);
-    else
-      ::unsetenv(name);  // UCX warns about variables of transports it does not use
-  }
-}
+using test::useUcxTls;
 
 UcxOptions quick(std::chrono::milliseconds connect = 20000ms) {
   UcxOptions o;
@@ -55,7 +46,7 @@ UcxOptions quick(std::chrono::milliseconds connect = 20000ms) {
 
 class UcxThreads : public testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { useTls(GetParam()); }
+  void SetUp() override { useUcxTls(GetParam()); }
   void run(int size, const std::function<void(int, Transport&)>& body,
            const UcxOptions& options = quick()) {
     test::runTransportRanks(
@@ -468,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcxThreads, testing::Values("tcp", "sm,cma"), [](c
 // that throws or reports a failure exits non-zero, and the test names it.
 // `killed`: a rank that must die of SIGKILL (it kills itself).
 void runUcxProcesses(int size, const std::function<std::string(int, Transport&)>& body,
-                     std::chrono::seconds deadline = 180s, int killed = -1) {
+                     std::chrono::seconds deadline = 180s, int killed = -1, bool lazy = false) {
   // The store runs in a process of its own: a store thread in this process could hold an
   // allocator lock at a fork and leave the rank deadlocked before it publishes its address.
   test::StoreProcess server;
@@ -483,7 +474,9 @@ void runUcxProcesses(int size, const std::function<std::string(int, Transport&)>
       int code = 0;
       try {
         TcpStore store("127.0.0.1", port, 20000ms);
-        auto t = createUcxTransport(store, r, size, quick());
+        UcxOptions o = quick();
+        o.lazyConnect = lazy;
+        auto t = createUcxTransport(store, r, size, o);
         const std::string report = body(r, *t);
         if (!report.empty()) {
           std::fprintf(stderr, "rank %d: %s\n", r, report.c_str());
@@ -735,55 +728,65 @@ std::string checkAlgorithm(const algo::AlgoInfo& algo, Transport& t, int rank, i
   return r.empty() ? "" : std::string(algo.name) + " count " + std::to_string(count) + ": " + r;
 }
 
-class UcxProcesses : public testing::TestWithParam<std::tuple<const char*, int>> {};
+// {UCX_TLS, ranks, lazy connections}.
+class UcxProcesses : public testing::TestWithParam<std::tuple<const char*, int, bool>> {};
 
 TEST_P(UcxProcesses, EveryAlgorithmMatchesExpected) {
-  useTls(std::get<0>(GetParam()));
+  useUcxTls(std::get<0>(GetParam()));
   const int n = std::get<1>(GetParam());
-  runUcxProcesses(n, [n](int rank, Transport& t) {
-    std::string report;
-    std::uint64_t tag = 1000;
-    for (const algo::AlgoInfo& algo : algo::registry()) {
-      if (algo.coll == Collective::Send || algo.coll == Collective::Recv) continue;
-      const bool rooted = algo.coll == Collective::Reduce || algo.coll == Collective::Broadcast ||
-                          algo.coll == Collective::Gather || algo.coll == Collective::Scatter;
-      std::vector<int> roots{0};
-      if (rooted && n > 1) roots.push_back(n - 1);
-      // 0, 1, odd, prime, and 70001 int32 (280 KB: several chunks, rendezvous-sized pieces).
-      for (std::size_t count : {0ul, 1ul, 7ul, 1031ul, 70001ul}) {
-        if (algo.coll == Collective::Barrier && count > 0) continue;
-        // Only rows whose constraints hold over this transport (no shared-memory group, no
-        // topology): selection never picks the others, and a direct call throws.
-        const bool perRank = algo.coll == Collective::Allgather ||
-                             algo.coll == Collective::ReduceScatter ||
-                             algo.coll == Collective::Alltoall || algo.coll == Collective::Gather ||
-                             algo.coll == Collective::Scatter;
-        const std::size_t bytes = count * sizeof(std::int32_t) * (perRank ? n : 1);
-        if (algo::cannotRun(algo, {n, bytes, t.sharedGroup() != nullptr, nullptr, false}) !=
-            algo::Constraint::None)
-          continue;
-        for (int root : roots)
-          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
-            const bool reduces =
-                algo.coll == Collective::Allreduce || algo.coll == Collective::Reduce ||
-                algo.coll == Collective::ReduceScatter || algo.coll == Collective::ReduceScatterv;
-            if (!reduces && op == ReduceOp::Max) continue;
-            const std::string r = checkAlgorithm(algo, t, rank, n, count, op, root, tag++ << 8);
-            if (!r.empty() && report.size() < 2000) report += r + "; ";
+  const bool lazy = std::get<2>(GetParam());
+  runUcxProcesses(
+      n,
+      [n](int rank, Transport& t) {
+        std::string report;
+        std::uint64_t tag = 1000;
+        for (const algo::AlgoInfo& algo : algo::registry()) {
+          if (algo.coll == Collective::Send || algo.coll == Collective::Recv) continue;
+          const bool rooted = algo.coll == Collective::Reduce ||
+                              algo.coll == Collective::Broadcast ||
+                              algo.coll == Collective::Gather || algo.coll == Collective::Scatter;
+          std::vector<int> roots{0};
+          if (rooted && n > 1) roots.push_back(n - 1);
+          // 0, 1, odd, prime, and 70001 int32 (280 KB: several chunks, rendezvous-sized pieces).
+          for (std::size_t count : {0ul, 1ul, 7ul, 1031ul, 70001ul}) {
+            if (algo.coll == Collective::Barrier && count > 0) continue;
+            // Only rows whose constraints hold over this transport (no shared-memory group, no
+            // topology): selection never picks the others, and a direct call throws.
+            const bool perRank =
+                algo.coll == Collective::Allgather || algo.coll == Collective::ReduceScatter ||
+                algo.coll == Collective::Alltoall || algo.coll == Collective::Gather ||
+                algo.coll == Collective::Scatter;
+            const std::size_t bytes = count * sizeof(std::int32_t) * (perRank ? n : 1);
+            if (algo::cannotRun(algo, {n, bytes, t.sharedGroup() != nullptr, nullptr, false}) !=
+                algo::Constraint::None)
+              continue;
+            for (int root : roots)
+              for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+                const bool reduces = algo.coll == Collective::Allreduce ||
+                                     algo.coll == Collective::Reduce ||
+                                     algo.coll == Collective::ReduceScatter ||
+                                     algo.coll == Collective::ReduceScatterv;
+                if (!reduces && op == ReduceOp::Max) continue;
+                const std::string r = checkAlgorithm(algo, t, rank, n, count, op, root, tag++ << 8);
+                if (!r.empty() && report.size() < 2000) report += r + "; ";
+              }
           }
-      }
-    }
-    return report;
-  });
+        }
+        return report;
+      },
+      180s, -1, lazy);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, UcxProcesses,
-    testing::Combine(testing::Values("tcp", "sm,cma"), testing::Values(1, 2, 3, 4, 5)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param) == std::string("tcp") ? "tcp" : "sm_cma") + "_" +
-             std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, UcxProcesses,
+                         testing::Combine(testing::Values("tcp", "sm,cma"),
+                                          testing::Values(1, 2, 3, 4, 5), testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == std::string("tcp")
+                                                  ? "tcp"
+                                                  : "sm_cma") +
+                                  "_" + std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_lazy" : "");
+                         });
 
 // A peer killed mid-job (SIGKILL: no goodbye, no clean close): every survivor's pending receive
 // from it fails with PeerLost within its timeout. UCX detects it itself: over tcp by the broken
@@ -792,7 +795,7 @@ INSTANTIATE_TEST_SUITE_P(
 class UcxKilled : public testing::TestWithParam<const char*> {};
 
 TEST_P(UcxKilled, SurvivorsSeePeerLost) {
-  useTls(GetParam());
+  useUcxTls(GetParam());
   ::setenv("UCX_KEEPALIVE_INTERVAL", "200ms", 1);
   runUcxProcesses(
       3,

@@ -17,9 +17,6 @@
 
 namespace braid::transport {
 namespace ucx {
-namespace {
-
-using State = Request::State;
 
 std::string msText(std::chrono::milliseconds ms) {
   return std::to_string(ms.count()) + " ms";
@@ -36,25 +33,6 @@ std::uint64_t getU64(const std::uint8_t* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
   return v;
-}
-
-std::vector<std::uint8_t> rankContext(int rank, int size) {
-  std::vector<std::uint8_t> out(8);
-  for (int i = 0; i < 4; ++i) {
-    out[i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(rank) >> (8 * i));
-    out[4 + i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(size) >> (8 * i));
-  }
-  return out;
-}
-bool contextIs(const std::vector<std::uint8_t>& ctx, int rank, int size, int* theirSize) {
-  if (ctx.size() != 8) return false;
-  std::uint32_t r = 0, s = 0;
-  for (int i = 0; i < 4; ++i) {
-    r |= static_cast<std::uint32_t>(ctx[i]) << (8 * i);
-    s |= static_cast<std::uint32_t>(ctx[4 + i]) << (8 * i);
-  }
-  if (theirSize != nullptr) *theirSize = static_cast<int>(s);
-  return static_cast<int>(r) == rank && static_cast<int>(s) == size;
 }
 
 void sendDone(void*, ucs_status_t status, void* user) {
@@ -82,7 +60,6 @@ void endpointFailed(void* arg, ucp_ep_h, ucs_status_t status) {
   a->self->onEndpointError(a->peer, status);
 }
 
-// Before a ucp call that completes into `s`.
 void arm(Slot& s, UcxTransport* self, Slot::Owner owner) {
   s.self = self;
   s.owner = owner;
@@ -93,8 +70,7 @@ void arm(Slot& s, UcxTransport* self, Slot::Owner owner) {
   s.length = 0;
 }
 
-// After it: a request to wait for, an immediate completion, or an immediate error.
-void launched(Slot& s, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info = nullptr) {
+void launched(Slot& s, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info) {
   if (p == nullptr) {
     if (s.fired) return;  // the callback ran already
     s.fired = true;
@@ -119,6 +95,10 @@ void checkUcs(ucs_status_t s, const std::string& self, const char* what) {
     throw Error(ErrorCode::Internal, self + ": " + what + " failed: " + statusText(s));
 }
 
+namespace {
+
+using State = Request::State;
+
 std::string hostName() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -133,7 +113,8 @@ UcxTransport::UcxTransport(int rank, int size, const UcxOptions& options)
       options_(options),
       busyPoll_(options.busyPoll),
       engine_(rank),
-      mu_(engine_.mutex()) {
+      mu_(engine_.mutex()),
+      policy_(options.security) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createUcxTransport: rank " + std::to_string(rank) +
                                                 " is outside a world of size " +
@@ -158,6 +139,7 @@ UcxTransport::UcxTransport(int rank, int size, const UcxOptions& options)
 }
 
 UcxTransport::~UcxTransport() {
+  stopConnector();
   std::unique_lock<std::mutex> lk(mu_);
   teardown();
 }
@@ -219,245 +201,6 @@ void UcxTransport::open() {
   published_ = std::move(value);
 }
 
-void UcxTransport::connect(const Lookup& lookup) {
-  std::unique_lock<std::mutex> lk(mu_);
-  const Deadline deadline = Clock::now() + options_.connectTimeout;
-  for (int p = 0; p < size_; ++p) {
-    PeerState& ps = peers_[static_cast<std::size_t>(p)];
-    ps.description = "rank " + std::to_string(p);
-    if (p == rank_) continue;
-    std::vector<std::uint8_t> theirs;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-        std::max(deadline - Clock::now(), Clock::duration::zero()));
-    try {
-      theirs = lookup(p, left);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::Timeout) throw;
-      throw Error(ErrorCode::Timeout, self_ + " timed out after " +
-                                          msText(options_.connectTimeout) + " waiting for rank " +
-                                          std::to_string(p) + " to publish its UCX address (" +
-                                          e.detail() + ")");
-    }
-    std::size_t descBytes = 0;
-    if (theirs.size() >= 4)
-      for (int i = 0; i < 4; ++i) descBytes |= static_cast<std::size_t>(theirs[i]) << (8 * i);
-    if (theirs.size() < 4 || descBytes > 256 || theirs.size() <= 4 + descBytes)
-      throw Error(ErrorCode::InvalidArgument, self_ + ": rank " + std::to_string(p) +
-                                                  " published a malformed UCX address (" +
-                                                  std::to_string(theirs.size()) + " bytes)");
-    ps.description += " (" + std::string(theirs.begin() + 4, theirs.begin() + 4 + descBytes) + ")";
-    ps.inbox = engine::Inbox(rank_, p, ps.description, *this);
-    endpointArgs_[static_cast<std::size_t>(p)] = EndpointArg{this, p};
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data() + 4 + descBytes);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = endpointFailed;
-    ep.err_handler.arg = &endpointArgs_[static_cast<std::size_t>(p)];
-    const ucs_status_t s = ucp_ep_create(worker_, &ep, &ps.ep);
-    // Peer failure detection is not optional (a dead peer must give PeerLost), and UCX 1.13's
-    // shared-memory transports offer it only with their error handling turned on.
-    if (s == UCS_ERR_UNREACHABLE)
-      throw Error(ErrorCode::InvalidArgument,
-                  self_ + ": UCX has no transport with peer failure detection to " +
-                      ps.description + " (ucp_ep_create: " + statusText(s) +
-                      "): check that UCX_TLS and UCX_NET_DEVICES reach it; UCX's shared-memory "
-                      "transports need UCX_POSIX_ERROR_HANDLING=y (or UCX_SYSV_ERROR_HANDLING=y; "
-                      "MM_ERROR_HANDLING=y in UcxOptions::config) for it (docs/ucx.md)");
-    if (s != UCS_OK)
-      throw Error(ErrorCode::Internal,
-                  self_ + ": ucp_ep_create to " + ps.description + " failed: " + statusText(s));
-  }
-  handshake(deadline);
-  goodbyeBuf_.resize(8 + security::kMaxReasonBytes);
-  postGoodbyeRecv();
-  for (int p = 0; p < size_; ++p)
-    if (p != rank_) postHeaderRecv(p);
-  drain();
-}
-
-// ---- the handshake (common/handshake.hpp), one ucp message per handshake message ----
-
-void UcxTransport::postHandshakeRecv(int peer) {
-  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  ps.hsBuf.resize(security::kHandshakeHeaderBytes + security::kMaxBodyBytes);
-  arm(ps.hs, this, Slot::Owner::Handshake);
-  ps.hs.peer = peer;
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = recvDone;
-  param.user_data = &ps.hs;
-  launched(ps.hs,
-           ucp_tag_recv_nbx(worker_, ps.hsBuf.data(), ps.hsBuf.size(),
-                            makeTag(Kind::Handshake, peer, ps.hsRecvSeq++), kFullMask, &param),
-           &ps.hs.info);
-}
-
-void UcxTransport::sendSide(int peer, Kind kind, std::uint64_t seq,
-                            std::vector<std::uint8_t> bytes) {
-  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  if (ps.ep == nullptr) return;
-  sideSends_.emplace_back(std::move(bytes), Slot{});
-  auto& [wire, slot] = sideSends_.back();
-  arm(slot, this, Slot::Owner::Other);
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = sendDone;
-  param.user_data = &slot;
-  launched(slot,
-           ucp_tag_send_nbx(ps.ep, wire.data(), wire.size(), makeTag(kind, rank_, seq), &param));
-}
-
-void UcxTransport::handshake(Deadline deadline) {
-  const security::PeerPolicy policy(options_.security);
-  const std::string& key = options_.security.authKey;
-  std::vector<std::unique_ptr<security::Initiator>> initiators(static_cast<std::size_t>(size_));
-  std::vector<std::unique_ptr<security::Responder>> responders(static_cast<std::size_t>(size_));
-  std::vector<char> done(static_cast<std::size_t>(size_), 0);
-  std::vector<std::string> lastError(static_cast<std::size_t>(size_), "none");
-  std::string lastDrop;
-  int missing = size_ - 1;
-  auto newResponder = [&](int p) {
-    responders[static_cast<std::size_t>(p)] = std::make_unique<security::Responder>(
-        key, security::Service::Transport, rankContext(rank_, size_));
-  };
-  auto send = [&](int p, std::vector<std::uint8_t>& out) {
-    if (out.empty()) return;
-    PeerState& ps = peers_[static_cast<std::size_t>(p)];
-    sendSide(p, Kind::Handshake, ps.hsSendSeq++, std::move(out));
-    out.clear();
-  };
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    done[static_cast<std::size_t>(p)] = 0;
-    std::vector<std::uint8_t> out;
-    if (p < rank_) {
-      // The higher rank of a pair initiates, as over TCP.
-      initiators[static_cast<std::size_t>(p)] = std::make_unique<security::Initiator>(
-          key, security::Service::Transport, rankContext(rank_, size_));
-      initiators[static_cast<std::size_t>(p)]->appendHello(out);
-      send(p, out);
-    } else {
-      newResponder(p);
-    }
-    postHandshakeRecv(p);
-  }
-  while (missing > 0) {
-    progress();
-    for (auto& [p, bytes] : handshakeInbox_) {
-      const auto up = static_cast<std::size_t>(p);
-      if (done[up]) continue;
-      PeerState& ps = peers_[up];
-      security::Message m;
-      const auto decoded = security::decodeMessage(bytes, m);
-      std::vector<std::uint8_t> out;
-      if (p < rank_) {
-        security::Initiator& ini = *initiators[up];
-        if (decoded.status != security::DecodeStatus::Complete) {
-          lastError[up] = "not a braid handshake: " + decoded.error;
-          continue;
-        }
-        const auto st = ini.onMessage(m, out);
-        send(p, out);
-        if (st == security::HandshakeState::Done) {
-          int theirSize = 0;
-          if (contextIs(ini.peerContext(), p, size_, &theirSize)) {
-            done[up] = 1;
-            --missing;
-          } else {
-            lastError[up] =
-                "reached another rank or a job of " + std::to_string(theirSize) + " ranks";
-          }
-        } else if (st == security::HandshakeState::Failed) {
-          if (ini.failure() == security::Failure::Auth) {
-            // Tell every rank this one still initiates with, so they drop it (and log it) now
-            // rather than wait for a proof that will not come.
-            for (int q = 0; q < rank_; ++q) {
-              if (done[static_cast<std::size_t>(q)]) continue;
-              security::Message reject;
-              reject.type = security::MessageType::Reject;
-              reject.service = security::Service::Transport;
-              reject.reason = security::RejectReason::Auth;
-              reject.text = "rank " + std::to_string(rank_) + " could not authenticate a peer";
-              std::vector<std::uint8_t> wire;
-              security::appendMessage(reject, wire);
-              send(q, wire);
-            }
-            flush(std::chrono::milliseconds(200));
-            throw Error(ErrorCode::Auth, "rank " + std::to_string(rank_) +
-                                             " failed to authenticate with " + ps.description +
-                                             ": " + ini.error());
-          }
-          lastError[up] = ini.error();
-        }
-        continue;
-      }
-      security::Responder& resp = *responders[up];
-      auto drop = [&](const std::string& why) {
-        policy.reportDropped(self_, ps.description, why);
-        lastDrop = ps.description + ": " + why;
-        newResponder(p);
-      };
-      if (decoded.status != security::DecodeStatus::Complete) {
-        drop("not a braid handshake");
-        continue;
-      }
-      const auto st = resp.onMessage(m, out);
-      send(p, out);
-      if (st == security::HandshakeState::Failed) {
-        drop("handshake failed: " + resp.error());
-      } else if (st == security::HandshakeState::Verified) {
-        int theirSize = 0;
-        if (contextIs(resp.peerContext(), p, size_, &theirSize)) {
-          resp.accept(out);
-          send(p, out);
-          done[up] = 1;
-          --missing;
-        } else {
-          resp.reject(security::RejectReason::Refused,
-                      "this job has " + std::to_string(size_) + " ranks", out);
-          send(p, out);
-          if (policy.authenticated() && theirSize != size_)
-            throw Error(ErrorCode::Mismatch, self_ + ": authenticated " + ps.description +
-                                                 " belongs to a job of " +
-                                                 std::to_string(theirSize) +
-                                                 " ranks, this job has " + std::to_string(size_));
-          drop("not rank " + std::to_string(p) + " of this job");
-        }
-      }
-    }
-    for (auto& [p, bytes] : handshakeInbox_)
-      if (!done[static_cast<std::size_t>(p)]) postHandshakeRecv(p);
-    handshakeInbox_.clear();
-    if (missing == 0) break;
-    if (Clock::now() >= deadline) {
-      for (int p = 0; p < rank_; ++p)
-        if (!done[static_cast<std::size_t>(p)])
-          throw Error(ErrorCode::Timeout,
-                      "rank " + std::to_string(rank_) + " could not connect to " +
-                          peers_[static_cast<std::size_t>(p)].description + " within " +
-                          msText(options_.connectTimeout) +
-                          " (last error: " + lastError[static_cast<std::size_t>(p)] + ")");
-      std::string names;
-      int n = 0;
-      for (int p = rank_ + 1; p < size_; ++p)
-        if (!done[static_cast<std::size_t>(p)]) {
-          names += (names.empty() ? "" : ", ") + std::to_string(p);
-          ++n;
-        }
-      std::string text = self_ + " timed out after " + msText(options_.connectTimeout) +
-                         " waiting for rank" + (n > 1 ? "s " : " ") + names + " to connect";
-      if (const std::uint64_t d = policy.dropped(); d > 0)
-        text += "; " + std::to_string(d) + " handshake" + (d > 1 ? "s were" : " was") +
-                " dropped meanwhile (last: " + lastDrop + ")";
-      throw Error(ErrorCode::Timeout, text);
-    }
-    sleep(std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
-  }
-}
-
 // ---- posting ----
 
 void UcxTransport::prepare(const char* op, int peer, const void* data, std::size_t bytes,
@@ -472,12 +215,17 @@ void UcxTransport::postSend(int peer, const void* data, std::size_t bytes, std::
   prepare("postSend", peer, data, bytes, tag, true, req);
   std::lock_guard<std::mutex> lk(mu_);
   if (engine_.failure()) return finish(req, State::Failed, false);
+  PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  if (ps.link == PeerState::Link::Idle) startLink(peer, peer > rank_);
   if (peerError(peer)) return finish(req, State::Failed, true);
   auto* op = new Op;
   op->req = &req;
   op->peer = peer;
   live_.push_back(op);
-  startSend(op, data);
+  if (ps.link == PeerState::Link::Ready)
+    startSend(op, data);
+  else
+    ps.held.push_back(op);  // sent once the pair is authenticated (linkReady)
   drain();
 }
 
@@ -513,6 +261,8 @@ void UcxTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64
   std::lock_guard<std::mutex> lk(mu_);
   if (engine_.failure()) return finish(req, State::Failed, false);
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  // A receive connects the pair too, so a peer that is gone is PeerLost rather than a timeout.
+  if (ps.link == PeerState::Link::Idle) startLink(peer, peer > rank_);
   if (ps.error) return finish(req, State::Failed, true);
   std::optional<Error> mismatch;
   switch (ps.inbox.post(req, mismatch)) {
@@ -605,6 +355,7 @@ void UcxTransport::progress() {
   }
   drain();
   reap();
+  if (options_.lazyConnect && !linking_.empty()) checkLinks();
 }
 
 void UcxTransport::drain() {
@@ -667,7 +418,10 @@ void UcxTransport::drain() {
         case Slot::Owner::Goodbye: {
           if (s->status != UCS_OK) break;
           const int peer = senderOf(s->senderTag);
-          if (peer >= 0 && peer < size_ && peer != rank_ && s->length >= 8) {
+          // A peer that never authenticated sent nothing this rank took: its goodbye says
+          // nothing (and is not trusted).
+          if (peer >= 0 && peer < size_ && peer != rank_ && s->length >= 8 &&
+              peers_[static_cast<std::size_t>(peer)].link == PeerState::Link::Ready) {
             PeerState& ps = peers_[static_cast<std::size_t>(peer)];
             if (!ps.finalSeq) {
               ps.finalSeq = getU64(goodbyeBuf_.data());
@@ -681,11 +435,10 @@ void UcxTransport::drain() {
         }
         case Slot::Owner::Handshake:
           if (s->status == UCS_OK)
-            handshakeInbox_.emplace_back(
-                s->peer,
-                std::vector<std::uint8_t>(peers_[static_cast<std::size_t>(s->peer)].hsBuf.begin(),
-                                          peers_[static_cast<std::size_t>(s->peer)].hsBuf.begin() +
-                                              static_cast<long>(s->length)));
+            onHandshake(senderOf(s->senderTag), s->senderTag & kSeqMask,
+                        std::span<const std::uint8_t>(hsBuf_.data(), s->length));
+          // (cancelled: the transport closes or failed)
+          if (s->status != UCS_ERR_CANCELED && !closing_ && !engine_.failure()) postHandshakeRecv();
           break;
         case Slot::Owner::Other:
           break;
@@ -838,6 +591,16 @@ void UcxTransport::finishOp(Op* op) {
     finish(req, State::Failed, fail == Op::Fail::Peer);
 }
 
+// The sends held for a pair that will not be authenticated now.
+void UcxTransport::failHeld(PeerState& ps, Op::Fail why) {
+  while (!ps.held.empty()) {
+    Op* op = ps.held.front();
+    ps.held.pop_front();
+    op->fail = why;
+    finishOp(op);
+  }
+}
+
 void UcxTransport::finish(Request& req, State state, bool peerError) {
   engine_.publish(req, state, peerError);  // the last touch
   if (sleepers_ > 0) kick();
@@ -877,6 +640,8 @@ void UcxTransport::failPeer(int peer, Error error) {
     if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
+  endLink(peer);
+  failHeld(ps, Op::Fail::Peer);
   // Tell the peer (it sees PeerLost instead of waiting), then drop the endpoint: UCX fails the
   // sends still on it.
   if (ps.ep != nullptr) {
@@ -916,10 +681,11 @@ void UcxTransport::failTransport(Error error) {
     ps.parked.clear();
     if (ps.header.outstanding && ps.header.handle != nullptr)
       ucp_request_cancel(worker_, ps.header.handle);
+    failHeld(ps, Op::Fail::Transport);
   }
   // Nothing a peer says matters any more: what it sends from now on is discarded at teardown.
-  if (goodbye_.outstanding && goodbye_.handle != nullptr)
-    ucp_request_cancel(worker_, goodbye_.handle);
+  for (Slot* s : {&goodbye_, &hs_})
+    if (s->outstanding && s->handle != nullptr) ucp_request_cancel(worker_, s->handle);
   for (Op* op : live_) {
     if (op->fail == Op::Fail::None) op->fail = Op::Fail::Transport;
     if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
@@ -952,8 +718,8 @@ bool UcxTransport::anyOutstanding(bool sideOnly) const {
   for (const Op* op : live_)
     if (op->pending > 0) return true;
   for (const PeerState& ps : peers_)
-    if (ps.header.outstanding || ps.hs.outstanding) return true;
-  return goodbye_.outstanding;
+    if (ps.header.outstanding) return true;
+  return goodbye_.outstanding || hs_.outstanding;
 }
 
 // Waits (at most `bound`) until everything posted on the worker has completed at its peer.
@@ -986,6 +752,7 @@ void UcxTransport::settle(std::chrono::milliseconds bound, bool sideOnly) {
 }
 
 void UcxTransport::teardown() {
+  tearingDown_ = true;
   if (worker_ != nullptr) {
     if (!engine_.failure()) {
       // What this rank sent and acknowledged (rendezvous completions included) reaches the
@@ -996,12 +763,11 @@ void UcxTransport::teardown() {
       flush(std::chrono::milliseconds(1000));
     }
     closing_ = true;
-    for (PeerState& ps : peers_) {
-      for (Slot* s : {&ps.header, &ps.hs})
-        if (s->outstanding && s->handle != nullptr) ucp_request_cancel(worker_, s->handle);
-    }
-    if (goodbye_.outstanding && goodbye_.handle != nullptr)
-      ucp_request_cancel(worker_, goodbye_.handle);
+    for (PeerState& ps : peers_)
+      if (ps.header.outstanding && ps.header.handle != nullptr)
+        ucp_request_cancel(worker_, ps.header.handle);
+    for (Slot* s : {&goodbye_, &hs_})
+      if (s->outstanding && s->handle != nullptr) ucp_request_cancel(worker_, s->handle);
     for (Op* op : live_)
       if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
         ucp_request_cancel(worker_, op->slots[0].handle);
@@ -1088,6 +854,12 @@ void UcxTransport::wait(Request& req, Deadline deadline) {
   const State s = req.state.load(std::memory_order_acquire);
   if (s == State::Done || s == State::Idle) return;
   std::unique_lock<std::mutex> lk(mu_);
+  // While a thread waits here it drives the worker; the connector thread stands aside.
+  ++waiting_;
+  struct Leave {
+    int& n;
+    ~Leave() { --n; }
+  } leave{waiting_};
   engine::waitLoop(
       lk, req, deadline,
       engine::WaitPolicy{options_.spin, busyPoll_ ? options_.spin : std::chrono::microseconds(0)},
@@ -1126,6 +898,7 @@ int UcxTransport::payloadsInFlight() const {
 
 std::string UcxTransport::stallReason(const Request& req) const {
   const PeerState& ps = peers_[static_cast<std::size_t>(req.peer)];
+  if (ps.link == PeerState::Link::Linking) return linkReason(req.peer);
   for (const Op* op : live_)
     if (op->req == &req)
       return req.isSend ? ps.description + " has not taken it yet"

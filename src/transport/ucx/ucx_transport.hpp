@@ -36,6 +36,11 @@ struct UcxOptions {
   /// The job key (authKey) and the bound on one peer's handshake (handshakeTimeout). The
   /// address whitelist does not apply: UCX endpoints are not sockets braid accepts.
   SecurityOptions security;
+  /// When pairs connect (BRAID_CONNECT, as TcpOptions::lazyConnect): false, every pair's
+  /// endpoint and handshake at creation (setup errors surface there); true, a pair when a send
+  /// or receive to the peer is first posted on either side (creation only opens the worker and
+  /// learns the addresses).
+  bool lazyConnect = false;
   /// Store namespace of the addresses (several UCX transports on one store need their own).
   std::string keyPrefix = "ucx";
   /// UCX settings of this transport's context, over UCX's own variables (ucp_config_modify):
@@ -52,7 +57,9 @@ std::string ucxUnavailableReason();
 std::string ucxVersion();
 
 /// Collective over all `size` ranks: creates this rank's UCX worker, publishes its address,
-/// creates an endpoint to every peer and authenticates every pair (the higher rank initiates).
+/// creates an endpoint to every peer and authenticates every pair (the higher rank initiates);
+/// with options.lazyConnect, it reads every peer's address and leaves the endpoints and
+/// handshakes to each pair's first use, whose request then fails with these errors.
 /// Errors: Error(InvalidArgument) for rank/size; Error(Auth) "rank R failed to authenticate with
 /// rank P at ..." on the rank whose key differs while the others time out naming it (as TCP);
 /// Error(Timeout) naming the ranks that never published or never completed the handshake;

@@ -9,7 +9,7 @@
 //   ucp tag  kind[63:62] | sender rank[61:40] | sequence[39:0]
 //   kind 0   header of the sender's n-th message to this rank (n = sequence)
 //   kind 1   payload of that message (large messages only)
-//   kind 2   handshake message number n of the pair (setup only)
+//   kind 2   handshake message of the pair (setup only; sequence all ones: a ring, below)
 //   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive)
 //
 // Matching is the engine's (engine.hpp), as over TCP and shared memory. The receiver keeps
@@ -24,6 +24,27 @@
 // stream, as over TCP: it and the headers behind it wait in the peer's backlog. A large
 // payload is received apart from the inbox (Inbox::rxDetach), so the next header is taken
 // while it arrives. Requests, deadlines, errors and the wait loop are the engine's too.
+//
+// Connections (docs/architecture.md, "When connections are made"). Every rank's worker address
+// is known from creation (the factory's host entries); an endpoint and the pair's handshake
+// (common/handshake.hpp: the higher rank initiates, as over TCP) come when the pair is first
+// needed (UcxOptions::lazyConnect), or for every pair at creation (eager). Lazy: a send or a
+// receive posted to a peer not connected yet starts the pair: a higher rank sends its hello; a
+// lower one sends a ring (an empty handshake message) that makes the higher rank send its
+// hello, so the initiator is the same whichever side needs the pair first, and two sides
+// starting at once need no tie-break. One wildcard receive takes every peer's handshake
+// messages; a hello from a rank not connected yet is answered at once. Sends posted before the
+// pair is authenticated wait in the peer's `held` queue, in order; the peer's header receive is
+// posted when the pair is authenticated, so nothing an unauthenticated peer sends is taken. A
+// pair not authenticated within connectTimeout of its start fails with Timeout naming the peer.
+// A pair's handshake needs both workers driven, and a rank may be busy elsewhere (computing,
+// or waiting on another communicator) when a peer needs the pair: a lazy transport therefore
+// has a connector thread that, while no thread of this rank waits on the transport, sleeps on
+// the worker's event fd and drives the worker when it fires (answering handshakes, and moving
+// whatever else arrived); while a thread waits, that thread drives it and the connector sleeps
+// (waking every 20 ms to look), so it costs the waits nothing. As over TCP, where a lazy
+// transport's acceptor thread answers dials, a small send to a peer not connected yet then
+// completes without the peer's calling into braid.
 //
 // Progress. Whoever waits drives the worker under the engine's lock, in the engine's wait loop
 // (engine::waitLoop): it polls for `spin`, then arms the worker (ucp_worker_arm) and sleeps in
@@ -44,7 +65,9 @@
 #include <sys/types.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -52,10 +75,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/fd.hpp"
+#include "common/handshake.hpp"
+#include "common/peer_policy.hpp"
 #include "transport/engine.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -66,6 +93,8 @@ inline constexpr std::size_t kHeaderBytes = 16;
 inline constexpr std::size_t kInlineBytes = 8192;
 
 enum class Kind : std::uint64_t { Header = 0, Payload = 1, Handshake = 2, Goodbye = 3 };
+/// The sequence field of a ring (Kind::Handshake): "send me your hello".
+inline constexpr std::uint64_t kRingSeq = (std::uint64_t{1} << 40) - 1;
 inline constexpr int kRankBits = 22;
 inline constexpr int kSeqBits = 40;
 inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
@@ -127,8 +156,13 @@ struct Arrived {
 };
 
 struct PeerState {
+  /// Idle: nothing sent or received yet (lazy); Linking: endpoint made, handshake under way;
+  /// Ready: authenticated, header receive posted.
+  enum class Link : std::uint8_t { Idle, Linking, Ready };
   ucp_ep_h ep = nullptr;
-  std::string description;  // "rank 3 (host h, pid 123)"
+  std::string description;            // "rank 3 (host h, pid 123)"
+  std::vector<std::uint8_t> address;  // the peer's worker address (dropped once connected)
+  Link link = Link::Idle;
   std::uint64_t sendSeq = 0;
   std::uint64_t recvSeq = 0;  // the sequence the posted header receive waits for
   std::vector<std::uint8_t> headerBuf;
@@ -145,12 +179,28 @@ struct PeerState {
   std::optional<Clock::time_point> doomedAt;  // broken or ended: failed after kGrace
 
   std::string goodbyeReason;
-  // Setup: the handshake's messages, one ucp message each.
-  std::uint64_t hsSendSeq = 0;
-  std::uint64_t hsRecvSeq = 0;
-  std::vector<std::uint8_t> hsBuf;
-  Slot hs;
+  // While Linking: the handshake (one side, by rank order), since when, why it has not
+  // finished, and the sends posted meanwhile (in order; started once Ready).
+  std::unique_ptr<security::Initiator> initiator;
+  std::unique_ptr<security::Responder> responder;
+  Clock::time_point linkStarted{};
+  std::string lastError = "none";
+  std::deque<Op*> held;
 };
+
+// Shared by the transport's files (ucx_transport.cpp, ucx_link.cpp).
+std::string msText(std::chrono::milliseconds ms);
+std::string statusText(ucs_status_t s);
+void putU64(std::uint8_t* p, std::uint64_t v);
+std::uint64_t getU64(const std::uint8_t* p);
+void sendDone(void*, ucs_status_t status, void* user);
+void recvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
+void endpointFailed(void* arg, ucp_ep_h, ucs_status_t status);
+/// Before a ucp call that completes into `s`.
+void arm(Slot& s, UcxTransport* self, Slot::Owner owner);
+/// After it: a request to wait for, an immediate completion, or an immediate error.
+void launched(Slot& s, ucs_status_ptr_t p, const ucp_tag_recv_info_t* info = nullptr);
+void checkUcs(ucs_status_t s, const std::string& self, const char* what);
 
 struct EndpointArg {
   UcxTransport* self = nullptr;
@@ -165,8 +215,9 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   ~UcxTransport() override;
   /// {u32 description bytes, description, worker address}.
   const std::vector<std::uint8_t>& published() const noexcept { return published_; }
-  /// Collective: an endpoint to every peer, from what lookup(peer, time left) returns (the
-  /// peer's published()), then every pair's handshake; all within connectTimeout.
+  /// Every peer's published() from lookup(peer, time left); then, eager, an endpoint to every
+  /// peer and every pair's handshake, all within connectTimeout (collective); lazy, nothing
+  /// more until a pair is first used.
   using Lookup = std::function<std::vector<std::uint8_t>(int peer, std::chrono::milliseconds left)>;
   void connect(const Lookup& lookup);
   /// UcxOptions::busyPoll, decided after open() (before connect()).
@@ -183,6 +234,10 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
   void abort(const std::string& why) override;
+  /// Endpoints this rank made (to a peer it needed, or one that connected to it).
+  std::size_t connectionCount() const override {
+    return endpoints_.load(std::memory_order_relaxed);
+  }
 
   // Called by UCX's callbacks (mu_ held: they run inside ucp_worker_progress).
   void onFired(Slot* slot) { fired_.push_back(slot); }
@@ -197,8 +252,20 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   }
 
   void open();
-  void handshake(Deadline deadline);
-  void postHandshakeRecv(int peer);
+  // Connections (ucx_link.cpp); all but connect() require mu_.
+  void awaitLinks(Deadline deadline);
+  void makeEndpoint(int peer);
+  bool failureDetectionWorks();
+  void startLink(int peer, bool ring);
+  void onHandshake(int peer, std::uint64_t seq, std::span<const std::uint8_t> bytes);
+  void handshakeStep(int peer, std::span<const std::uint8_t> bytes);
+  void linkReady(int peer);
+  void endLink(int peer);
+  void checkLinks();
+  std::string linkReason(int peer) const;
+  void postHandshakeRecv();
+  void connectorLoop();
+  void stopConnector();
   void sendSide(int peer, Kind kind, std::uint64_t seq, std::vector<std::uint8_t> bytes);
   void sleep(Deadline until);
   void teardown();
@@ -218,6 +285,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void endCheck(int peer);
   void startPayloadRecv(Request& req, std::uint64_t seq);
   void finishOp(Op* op);
+  void failHeld(PeerState& ps, Op::Fail why);
   void failPeer(int peer, Error error);
   void doom(int peer);
   void reap();
@@ -254,7 +322,22 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
   std::list<Op*> live_;                                              // every Op not yet finished
   std::vector<EndpointArg> endpointArgs_;
-  std::vector<std::pair<int, std::vector<std::uint8_t>>> handshakeInbox_;
+  const security::PeerPolicy policy_;
+  std::vector<std::uint8_t> hsBuf_;  // the one handshake receive (any peer)
+  Slot hs_;
+  std::vector<int> linking_;  // peers whose link is Linking
+  std::string lastDrop_;      // the last handshake a responder dropped
+  std::atomic<std::size_t> endpoints_{0};
+  std::optional<bool> selfProbe_;  // failureDetectionWorks()
+  bool tearingDown_ = false;
+  // Lazy: the connector thread answers peers' handshakes (and drives the worker) while no
+  // thread of this rank waits on the transport; waiting_ counts those that do (mu_).
+  int waiting_ = 0;
+  bool stopping_ = false;
+  std::condition_variable connectorCv_;
+  Fd connectorWake_;
+  Fd connectorEpoll_;
+  std::thread connector_;
   bool closing_ = false;
   int sleepers_ = 0;
   int doomed_ = 0;
