@@ -190,7 +190,8 @@ class Comm {
   /// a rank listed twice, this rank not listed, an empty name, a name used already (also by a
   /// call that failed), a list that differs from the one of the first listed rank, or two
   /// members that each listed themselves first: the member that finds the disagreement says so
-  /// through the store, and every member that called fails at once, naming it;
+  /// through the store, and every member that called fails at once, naming it (a rank that the
+  /// first listed rank did not list fails alone: the group that rank made is not its own);
   /// Error(Timeout) when some member has not called it within Options::connectTimeout. May be
   /// called while other threads run operations on this communicator.
   std::unique_ptr<Comm> memberSubgroup(std::span<const int> ranks, const std::string& name);

@@ -598,7 +598,10 @@ std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std
   // partner that is not coming. (boot/ is deleted with the bootstrap's keys, after every member
   // read it.)
   PrefixStore ns(impl_->store, "braid/" + id + "/");
-  const std::string mine = std::to_string(rankListHash(ranks));
+  // The list itself ("0,3,5"), so that a rank that lists itself in a group whose first rank
+  // did not list it sees that it is no member of it (and leaves that group alone).
+  std::string mine;
+  for (int r : ranks) mine += (mine.empty() ? "" : ",") + std::to_string(r);
   const int n = static_cast<int>(ranks.size());
   // A disagreement adds this much, so the count never completes afterwards.
   constexpr std::int64_t kDisagreed = std::int64_t{1} << 40;
@@ -630,9 +633,20 @@ std::unique_ptr<Comm> Comm::memberSubgroup(std::span<const int> ranks, const std
     const std::string theirs =
         waitFor("boot/members", "the first listed rank (" + std::to_string(ranks[0]) +
                                     ") did not create the group");
-    if (theirs != mine)
-      disagree("the first listed rank (" + std::to_string(ranks[0]) +
-               ") passed a different rank list (every member must pass the same)");
+    if (theirs != mine) {
+      const std::string why = "the first listed rank (" + std::to_string(ranks[0]) +
+                              ") passed a different rank list (every member must pass the same)";
+      bool listed = false;  // in the first rank's list: a member that disagrees
+      for (std::size_t at = 0; at < theirs.size();) {
+        std::size_t end = theirs.find(',', at);
+        if (end == std::string::npos) end = theirs.size();
+        listed = listed || theirs.compare(at, end - at, std::to_string(impl_->rank)) == 0;
+        at = end + 1;
+      }
+      if (!listed)  // not a member of the group it made: that group is not this rank's to fail
+        throw Error(ErrorCode::InvalidArgument, where + ": " + why);
+      disagree(why);
+    }
   }
   if (ns.add("boot/agreed", 1) == n) ns.setString("boot/verdict", "ok");
   const std::string verdict = waitFor("boot/verdict", "not every member created the group");
