@@ -97,6 +97,8 @@ built=$(date +%s)
 
 # Fail on the first report; keep the stack of UBSan reports; leaks are errors under ASan.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
+# LSan: leaks inside UCX's libraries are UCX's (scripts/lsan.supp).
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 # TSan: UCX is not instrumented; scripts/tsan.supp leaves the accesses made inside it unchecked.
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}"
