@@ -246,7 +246,8 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
       }
       leg.transport =
           std::make_unique<LaneTransport>(shared->base(), options.lane, rank, std::move(toBase));
-    } else if (options.shareConnections && kind.name == "tcp" && options.lane != 0) {
+    } else if (options.shareConnections && (kind.name == "tcp" || kind.name == "ucx") &&
+               options.lane != 0) {
       // Connections that sub-communicators will share: built once, viewed on this lane.
       std::shared_ptr<Transport> base =
           kind.create(store, rank, size, peers, opts, leg.paths, std::move(prepared), entries);

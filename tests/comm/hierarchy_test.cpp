@@ -18,7 +18,9 @@
 #include "harness/ranks.hpp"
 #include "topology/topology.hpp"
 #include "transport/inproc/inproc_transport.hpp"
+#include "harness/ucx_env.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::test {
 namespace {
@@ -127,6 +129,36 @@ TEST(Hierarchy, OverSharedTcpConnections) {
     // The hierarchy's sub-communicators opened no socket of their own (process-wide count).
     if (c.rank() == 0) {
       EXPECT_EQ(transport::tcpSocketsOpened(), before.load());
+    }
+  });
+  std::remove(file.c_str());
+}
+
+TEST(Hierarchy, OverSharedUcxEndpoints) {
+  // The same between "hosts" over UCX (UCX's tcp): the node and cross-node sub-communicators
+  // post on the world's UCX worker and endpoints and make none of their own.
+  if (!transport::ucxAvailable()) GTEST_SKIP() << transport::ucxUnavailableReason();
+  useUcxTls("tcp");
+  const Layout& l = kLayouts[2];
+  const std::string file = writeLayout(l);
+  Options o = testOptions("hierarchical");
+  o.topoFile = file;
+  o.shmDisable = true;
+  o.interHostTransport = "ucx";
+  o.lazyConnect = false;  // the world connects every pair at creation
+  std::atomic<std::size_t> before{0};
+  runThreads(l.size, o, [&](Comm& c) {
+    c.barrier();
+    if (c.rank() == 0) before = transport::ucxEndpointsMade();
+    c.barrier();
+    for (std::size_t count : {std::size_t{0}, std::size_t{7}, std::size_t{1031}}) {
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, count, true);
+      checkReduceScatter(c, DataType::Int32, ReduceOp::Sum, count, false);
+      checkNonReducing(c, DataType::Float32, count);
+    }
+    c.barrier();
+    if (c.rank() == 0) {
+      EXPECT_EQ(transport::ucxEndpointsMade(), before.load());
     }
   });
   std::remove(file.c_str());

@@ -3,7 +3,8 @@
 // socket; parent and child run concurrently from two threads per rank with every element
 // checked; mismatches, lost peers, aborts and a child outliving its parent behave as on
 // connections of its own; lazy connections and several streams per peer are shared alike; groups
-// made by their members alone (memberSubgroup) share them too.
+// made by their members alone (memberSubgroup) share them too. The same over UCX (SharedUcx):
+// sub-communicators post over their parent's UCX worker and endpoints.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,8 +19,10 @@
 #include "harness/checks.hpp"
 #include "harness/errors.hpp"
 #include "harness/ranks.hpp"
+#include "harness/ucx_env.hpp"
 #include "store/memory_store.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::test {
 namespace {
@@ -157,9 +160,9 @@ TEST(SharedConnections, LazyPairsAreDialedOnceAndSharedAfterwards) {
   });
 }
 
-TEST(SharedConnections, MismatchedCollectivesOnTheChildFailWithMismatch) {
+void mismatchOnTheChild(const Options& o) {
   std::atomic<int> mismatches{0};
-  runThreads(4, tcpOptions(true), [&](Comm& c) {
+  runThreads(4, o, [&](Comm& c) {
     auto sub = c.split(c.rank() % 2, 0);
     std::vector<float> buf(1024, 1.0f), out(2048);
     try {
@@ -181,8 +184,12 @@ TEST(SharedConnections, MismatchedCollectivesOnTheChildFailWithMismatch) {
   EXPECT_GE(mismatches.load(), 2);  // one per child at least
 }
 
-TEST(SharedConnections, AbortOfTheChildLeavesTheParentWorking) {
-  runThreads(4, tcpOptions(true), [](Comm& c) {
+TEST(SharedConnections, MismatchedCollectivesOnTheChildFailWithMismatch) {
+  mismatchOnTheChild(tcpOptions(true));
+}
+
+void childAbortLeavesTheParent(const Options& o) {
+  runThreads(4, o, [](Comm& c) {
     auto sub = c.split(c.rank() % 2, 0);
     sub->barrier();
     std::vector<float> buf(16);
@@ -204,13 +211,17 @@ TEST(SharedConnections, AbortOfTheChildLeavesTheParentWorking) {
   });
 }
 
+TEST(SharedConnections, AbortOfTheChildLeavesTheParentWorking) {
+  childAbortLeavesTheParent(tcpOptions(true));
+}
+
 // A child destroyed (or aborted) on one rank while its peer still waits on it: the peer is told
 // over the shared connection (a control frame behind the child's last frames), so its pending
 // receive fails with PeerLost naming what happened, at once rather than at the 30 s operation
 // timeout (a Timeout would fail the code check); the child is then revoked on the peer (later
 // operations fail too), and the parent goes on over the same connections.
-void peerLeavesTheChild(bool abort) {
-  runThreads(4, tcpOptions(true), [abort](Comm& c) {
+void peerLeavesTheChild(bool abort, const Options& o) {
+  runThreads(4, o, [abort](Comm& c) {
     auto sub = c.split(c.rank() % 2, c.rank());  // {0, 2} and {1, 3}
     sub->barrier();
     std::vector<float> buf(13);
@@ -244,11 +255,75 @@ void peerLeavesTheChild(bool abort) {
 }
 
 TEST(SharedConnections, ChildDestroyedOnOneRankFailsItsPeerAtOnce) {
-  peerLeavesTheChild(false);
+  peerLeavesTheChild(false, tcpOptions(true));
 }
 
 TEST(SharedConnections, ChildAbortedOnOneRankFailsItsPeerAtOnce) {
-  peerLeavesTheChild(true);
+  peerLeavesTheChild(true, tcpOptions(true));
+}
+
+// ---- the same over UCX (BRAID_TRANSPORT=ucx, UCX_TLS=tcp): one worker and its endpoints ----
+
+Options ucxOptions(bool share, bool lazy = true) {
+  Options o = tcpOptions(share);
+  o.interHostTransport = "ucx";
+  o.lazyConnect = lazy;
+  return o;
+}
+
+class SharedUcx : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!transport::ucxAvailable()) GTEST_SKIP() << transport::ucxUnavailableReason();
+    useUcxTls("tcp");
+  }
+};
+
+// Endpoints of the world and of a 2 x 2 split (eager, so that counts do not depend on which
+// pairs the parent used): shared, the child counts the world's 3 endpoints and makes none; on
+// its own it makes one (its single peer) on a worker of its own.
+TEST_F(SharedUcx, SplitAmongConnectedRanksMakesNoEndpoint) {
+  for (bool share : {true, false}) {
+    SCOPED_TRACE(share ? "shared" : "own worker");
+    std::atomic<std::size_t> before{0};
+    runThreads(4, ucxOptions(share, false), [&](Comm& c) {
+      c.barrier();
+      if (c.rank() == 0) before = transport::ucxEndpointsMade();
+      c.barrier();
+      auto sub = c.split(c.rank() % 2, c.rank());
+      std::int64_t mine = c.rank() + 1, sum = 0;
+      sub->allreduce(&mine, &sum, 1, DataType::Int64, ReduceOp::Sum);
+      EXPECT_EQ(sum, c.rank() % 2 == 0 ? 1 + 3 : 2 + 4);
+      c.barrier();
+      EXPECT_EQ(c.connectionCount(), 3u);
+      EXPECT_EQ(sub->connectionCount(), share ? 3u : 1u);
+      c.barrier();
+      // Process-wide: the children made no endpoint (shared), or one per rank.
+      if (c.rank() == 0) {
+        EXPECT_EQ(transport::ucxEndpointsMade() - before.load(), share ? 0u : 4u);
+      }
+    });
+  }
+}
+
+TEST_F(SharedUcx, ParentAndChildRunConcurrentlyFromTwoThreads) {
+  concurrentParentAndChild(ucxOptions(true));
+}
+
+TEST_F(SharedUcx, MismatchedCollectivesOnTheChildFailWithMismatch) {
+  mismatchOnTheChild(ucxOptions(true));
+}
+
+TEST_F(SharedUcx, AbortOfTheChildLeavesTheParentWorking) {
+  childAbortLeavesTheParent(ucxOptions(true));
+}
+
+TEST_F(SharedUcx, ChildDestroyedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(false, ucxOptions(true));
+}
+
+TEST_F(SharedUcx, ChildAbortedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(true, ucxOptions(true));
 }
 
 TEST(SharedConnections, ChildOutlivesItsParent) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <braid/error.hpp>
 #include <cerrno>
 #include <cstring>
@@ -40,6 +41,8 @@ bool contextIs(const std::vector<std::uint8_t>& ctx, int rank, int size, int* th
   if (theirSize != nullptr) *theirSize = static_cast<int>(s);
   return static_cast<int>(r) == rank && static_cast<int>(s) == size;
 }
+
+std::atomic<std::size_t> endpointsMade{0};  // ucxEndpointsMade()
 
 std::string sinceText(Clock::time_point t) {
   return msText(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t));
@@ -209,6 +212,7 @@ void UcxTransport::makeEndpoint(int peer) {
   const ucs_status_t s = ucp_ep_create(worker_, &ep, &ps.ep);
   if (s == UCS_OK) {
     endpoints_.fetch_add(1, std::memory_order_relaxed);
+    endpointsMade.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   ps.ep = nullptr;
@@ -383,6 +387,14 @@ void UcxTransport::linkReady(int peer) {
     ps.held.pop_front();
     startSend(op, op->req->data);
   }
+  // Lanes closed or aborted here before the pair connected (ucx_lanes.cpp), still gone.
+  std::vector<std::pair<std::uint64_t, bool>> untold;
+  untold.swap(ps.untold);
+  for (const auto& [lane, aborted] : untold) {
+    const auto open = lanes_.find(lane);
+    if (laneClosed(lane) || (open != lanes_.end() && open->second))
+      sendLaneGone(peer, lane, aborted);
+  }
 }
 
 // The handshake's state goes (the pair is ready, or failed).
@@ -454,3 +466,11 @@ void UcxTransport::sendSide(int peer, Kind kind, std::uint64_t seq,
 }
 
 }  // namespace braid::transport::ucx
+
+namespace braid::transport {
+
+std::size_t ucxEndpointsMade() noexcept {
+  return ucx::endpointsMade.load(std::memory_order_relaxed);
+}
+
+}  // namespace braid::transport

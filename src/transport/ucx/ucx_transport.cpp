@@ -214,19 +214,42 @@ void UcxTransport::postSend(int peer, const void* data, std::size_t bytes, std::
                             Request& req) {
   prepare("postSend", peer, data, bytes, tag, true, req);
   std::lock_guard<std::mutex> lk(mu_);
+  send(req);
+}
+
+void UcxTransport::send(Request& req) {
+  const int peer = req.peer;
   if (engine_.failure()) return finish(req, State::Failed, false);
+  if (laneFailed(req)) return;
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   if (ps.link == PeerState::Link::Idle) startLink(peer, peer > rank_);
   if (peerError(peer)) return finish(req, State::Failed, true);
   auto* op = new Op;
   op->req = &req;
   op->peer = peer;
+  op->isSend = true;
+  op->bytes = req.bytes;
+  op->tag = req.tag;
+  op->lane = req.lane;
   live_.push_back(op);
   if (ps.link == PeerState::Link::Ready)
-    startSend(op, data);
+    startSend(op, req.data);
   else
     ps.held.push_back(op);  // sent once the pair is authenticated (linkReady)
   drain();
+}
+
+// A request of a lane this rank aborted, or a send on a lane the peer left: failed at once
+// (true). (A receive on a lane the peer left still takes what arrived before it left.)
+bool UcxTransport::laneFailed(Request& req) {
+  if (req.lane == 0) return false;
+  const auto it = lanes_.find(req.lane);
+  if ((it != lanes_.end() && it->second) ||
+      (req.isSend && peers_[static_cast<std::size_t>(req.peer)].laneGone.count(req.lane) != 0)) {
+    finish(req, State::Failed, false);
+    return true;
+  }
+  return false;
 }
 
 void UcxTransport::startSend(Op* op, const void* data) {
@@ -237,6 +260,7 @@ void UcxTransport::startSend(Op* op, const void* data) {
   op->wire.resize(kHeaderBytes + (inlined ? r.bytes : 0));
   putU64(op->wire.data(), r.tag);
   putU64(op->wire.data() + 8, r.bytes);
+  putU64(op->wire.data() + 16, r.lane);
   if (inlined && r.bytes > 0) std::memcpy(op->wire.data() + kHeaderBytes, data, r.bytes);
   op->pending = inlined ? 1 : 2;
   ucp_request_param_t param{};
@@ -259,7 +283,13 @@ void UcxTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64
                             Request& req) {
   prepare("postRecv", peer, data, bytes, tag, false, req);
   std::lock_guard<std::mutex> lk(mu_);
+  receive(req);
+}
+
+void UcxTransport::receive(Request& req) {
+  const int peer = req.peer;
   if (engine_.failure()) return finish(req, State::Failed, false);
+  if (laneFailed(req)) return;
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   // A receive connects the pair too, so a peer that is gone is PeerLost rather than a timeout.
   if (ps.link == PeerState::Link::Idle) startLink(peer, peer > rank_);
@@ -274,11 +304,12 @@ void UcxTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64
     case engine::Inbox::Posted::Done:
       break;
     case engine::Inbox::Posted::Receiving: {
-      // A large P2P message held with its payload inside UCX (rxPark): fetch it now.
+      // A large message held with its payload inside UCX (rxPark): fetch it now.
       Request* r = ps.inbox.rxDetach();
-      const auto it = std::find_if(ps.parked.begin(), ps.parked.end(),
-                                   [&](const auto& p) { return p.first == r->tag; });
-      const std::uint64_t seq = it->second;
+      const auto it = std::find_if(ps.parked.begin(), ps.parked.end(), [&](const auto& p) {
+        return p.tag == r->tag && p.lane == r->lane;
+      });
+      const std::uint64_t seq = it->seq;
       ps.parked.erase(it);
       startPayloadRecv(*r, seq);
       break;
@@ -287,8 +318,13 @@ void UcxTransport::postRecv(int peer, void* data, std::size_t bytes, std::uint64
       if (ps.ended && ps.backlog.empty()) {  // nothing more comes from that peer
         ps.inbox.withdraw(req);
         finish(req, State::Failed, true);
-      } else if (!engine::isP2P(tag)) {
-        deliver(peer);  // the peer's stream may have stalled for want of this receive
+      } else {
+        // The peer's stream may have stalled for want of this receive.
+        if (!engine::isP2P(req.tag)) deliver(peer);
+        // Nothing more comes on a lane the peer left (once what it sent before is taken).
+        if (req.lane != 0 && ps.laneGone.count(req.lane) != 0 && ps.backlog.empty() &&
+            ps.inbox.withdraw(req))
+          finish(req, State::Failed, false);
       }
       break;
   }
@@ -329,6 +365,9 @@ void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
   auto* op = new Op;
   op->req = &req;
   op->peer = req.peer;
+  op->bytes = req.bytes;
+  op->tag = req.tag;
+  op->lane = req.lane;
   op->seq = seq;
   live_.push_back(op);
   Slot& s = op->slots[0];
@@ -373,7 +412,7 @@ void UcxTransport::drain() {
         case Slot::Owner::PayloadRecv: {
           Op* op = static_cast<Op*>(s->op);
           const int peer = op->peer;
-          const Request& r = *op->req;
+          const Op& r = *op;
           if (s->status != UCS_OK && op->fail == Op::Fail::None) {
             if (engine_.failure()) {
               op->fail = Op::Fail::Transport;
@@ -453,12 +492,29 @@ void UcxTransport::onHeader(int peer) {
   if (ps.error) return;
   const std::size_t got = ps.header.length;
   bool ok = got >= kHeaderBytes;
-  std::uint64_t tag = 0;
+  std::uint64_t tag = 0, lane = 0, wireBytes = 0;
   std::size_t bytes = 0;
   if (ok) {
     tag = getU64(ps.headerBuf.data());
-    bytes = static_cast<std::size_t>(getU64(ps.headerBuf.data() + 8));
+    wireBytes = getU64(ps.headerBuf.data() + 8);
+    lane = getU64(ps.headerBuf.data() + 16);
+    bytes = static_cast<std::size_t>(wireBytes);
     ok = bytes <= kInlineBytes ? got == kHeaderBytes + bytes : got == kHeaderBytes;
+  }
+  if (ok && wireBytes == kControlBytes) {
+    ++ps.recvSeq;
+    if (ps.backlog.empty()) {
+      onLaneGone(peer, lane, tag);
+    } else {  // after the messages ahead of it
+      Arrived& a = ps.backlog.emplace_back();
+      a.tag = tag;
+      a.lane = lane;
+      a.control = true;
+    }
+    if (!ps.error && !closing_ && !(ps.finalSeq && ps.recvSeq >= *ps.finalSeq))
+      postHeaderRecv(peer);
+    endCheck(peer);
+    return;
   }
   if (!ok) {
     failPeer(peer, Error(ErrorCode::Mismatch,
@@ -468,10 +524,11 @@ void UcxTransport::onHeader(int peer) {
   }
   const std::uint64_t seq = ps.recvSeq++;
   const std::uint8_t* payload = ps.headerBuf.data() + kHeaderBytes;
-  if (!ps.backlog.empty() || !take(peer, tag, bytes, seq, payload)) {
+  if (!ps.backlog.empty() || !take(peer, tag, lane, bytes, seq, payload)) {
     if (ps.error) return;
     Arrived& a = ps.backlog.emplace_back();
     a.tag = tag;
+    a.lane = lane;
     a.bytes = bytes;
     a.seq = seq;
     if (bytes <= kInlineBytes) a.payload.assign(payload, payload + bytes);
@@ -482,11 +539,14 @@ void UcxTransport::onHeader(int peer) {
 
 // Hands the peer's message `seq` to its inbox; false when the inbox stalls on it (or the
 // peer failed).
-bool UcxTransport::take(int peer, std::uint64_t tag, std::size_t bytes, std::uint64_t seq,
-                        const std::uint8_t* payload) {
+bool UcxTransport::take(int peer, std::uint64_t tag, std::uint64_t lane, std::size_t bytes,
+                        std::uint64_t seq, const std::uint8_t* payload) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   std::optional<Error> mismatch;
-  switch (ps.inbox.arrive(tag, bytes, SIZE_MAX, mismatch)) {
+  // A message no receive of its lane wants while other receives wait is held aside (as over
+  // TCP), so one communicator's stream never stands in another's way.
+  const bool closed = laneClosed(lane);
+  switch (ps.inbox.arrive(tag, bytes, SIZE_MAX, mismatch, lane, true, closed)) {
     case engine::Inbox::Arrival::Stall:
     case engine::Inbox::Arrival::TooLarge:  // (every size is held)
       return false;
@@ -503,9 +563,12 @@ bool UcxTransport::take(int peer, std::uint64_t tag, std::size_t bytes, std::uin
   if (bytes > kInlineBytes) {
     if (Request* r = ps.inbox.rxDetach()) {
       startPayloadRecv(*r, seq);
+    } else if (closed) {
+      // Of a communicator gone here: dropped; its payload stays inside UCX until the end.
+      ps.inbox.rxComplete();
     } else {
       ps.inbox.rxPark();
-      ps.parked.emplace_back(tag, seq);
+      ps.parked.push_back({tag, lane, seq});
     }
     return true;
   }
@@ -525,7 +588,13 @@ void UcxTransport::deliver(int peer) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   while (!ps.backlog.empty() && !ps.error) {
     const Arrived& a = ps.backlog.front();
-    if (!take(peer, a.tag, a.bytes, a.seq, a.payload.data())) break;
+    if (a.control) {
+      const std::uint64_t kind = a.tag, lane = a.lane;
+      ps.backlog.pop_front();
+      onLaneGone(peer, lane, kind);
+      continue;
+    }
+    if (!take(peer, a.tag, a.lane, a.bytes, a.seq, a.payload.data())) break;
     if (!ps.error) ps.backlog.pop_front();
   }
   endCheck(peer);
@@ -581,10 +650,12 @@ void UcxTransport::reap() {
 
 // The request of an Op whose ucp operations have all completed.
 void UcxTransport::finishOp(Op* op) {
-  Request& req = *op->req;
+  Request* detached = op->req;
   const Op::Fail fail = op->fail;
   live_.remove(op);
   delete op;
+  if (detached == nullptr) return;  // of a lane closed meanwhile (closeLane): nobody waits
+  Request& req = *detached;
   if (fail == Op::Fail::None)
     finish(req, State::Done, false);
   else
@@ -637,7 +708,7 @@ void UcxTransport::failPeer(int peer, Error error) {
   for (Op* op : live_) {
     if (op->peer != peer || op->pending == 0) continue;
     if (op->fail == Op::Fail::None) op->fail = Op::Fail::Peer;
-    if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
+    if (!op->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
   endLink(peer);
@@ -688,7 +759,7 @@ void UcxTransport::failTransport(Error error) {
     if (s->outstanding && s->handle != nullptr) ucp_request_cancel(worker_, s->handle);
   for (Op* op : live_) {
     if (op->fail == Op::Fail::None) op->fail = Op::Fail::Transport;
-    if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
+    if (!op->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
   // Give the goodbyes a moment to leave, then close the endpoints, which fails the sends still
@@ -769,7 +840,7 @@ void UcxTransport::teardown() {
     for (Slot* s : {&goodbye_, &hs_})
       if (s->outstanding && s->handle != nullptr) ucp_request_cancel(worker_, s->handle);
     for (Op* op : live_)
-      if (!op->req->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
+      if (!op->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
         ucp_request_cancel(worker_, op->slots[0].handle);
     closeEndpoints();
     settle(std::chrono::milliseconds(2000), false);
@@ -892,7 +963,7 @@ void UcxTransport::wait(Request& req, Deadline deadline) {
 int UcxTransport::payloadsInFlight() const {
   int n = 0;
   for (const Op* op : live_)
-    if (op->pending > 0 && (!op->req->isSend || op->req->bytes > kInlineBytes)) ++n;
+    if (op->pending > 0 && (!op->isSend || op->bytes > kInlineBytes)) ++n;
   return n;
 }
 
@@ -912,6 +983,13 @@ std::string UcxTransport::stallReason(const Request& req) const {
 }
 
 void UcxTransport::throwFailure(const Request& req) const {
+  if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
+    const PeerState& ps = peers_[static_cast<std::size_t>(req.peer)];
+    const auto gone = ps.laneGone.find(req.lane);
+    if (gone != ps.laneGone.end()) throw gone->second;  // the peer left the lane
+    const auto it = lanes_.find(req.lane);
+    if (it != lanes_.end() && it->second) throw *it->second;  // this rank aborted the lane
+  }
   engine_.throwFailure(req, peerError(req.peer), describePeer(req.peer));
 }
 

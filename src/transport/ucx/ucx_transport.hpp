@@ -55,6 +55,9 @@ bool ucxAvailable() noexcept;
 std::string ucxUnavailableReason();
 /// "1.13.1" (the UCX library this process runs with), or "" without UCX.
 std::string ucxVersion();
+/// Endpoints this process's UCX transports have made so far (all of them together; 0 without
+/// UCX): how tests see that a sub-communicator on shared endpoints made none.
+std::size_t ucxEndpointsMade() noexcept;
 
 /// Collective over all `size` ranks: creates this rank's UCX worker, publishes its address,
 /// creates an endpoint to every peer and authenticates every pair (the higher rank initiates);

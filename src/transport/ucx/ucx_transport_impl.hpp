@@ -1,6 +1,6 @@
 // The UCX transport (built only with UCX; entry points in ucx_transport.hpp, docs/ucx.md).
 //
-// Wire. Every braid message is one ucp tagged send of a 16-byte header {braid tag, bytes}
+// Wire. Every braid message is one ucp tagged send of a 24-byte header {braid tag, bytes, lane}
 // followed, when bytes <= kInlineBytes, by the payload (copied once on each side); a larger
 // payload follows as a second tagged send straight from the caller's buffer into the receiver's
 // (UCX's rendezvous: zero-copy, registered through UCX's registration cache). The 64 ucp tag
@@ -12,18 +12,23 @@
 //   kind 2   handshake message of the pair (setup only; sequence all ones: a ring, below)
 //   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive)
 //
+// Lanes (ucx_lanes.cpp): sub-communicators post on this transport's worker and endpoints, each
+// on its own lane, the header's third word; a header whose byte count is all ones is a control
+// message saying the sender's communicator on that lane is gone.
+//
 // Matching is the engine's (engine.hpp), as over TCP and shared memory. The receiver keeps
 // exactly one header receive posted per peer, for that peer's next sequence number, so headers
 // reach the peer's engine::Inbox in the order the peer sent them whatever UCX's own ordering: a
 // collective receive takes the peer's next collective message and fails with Error(Mismatch)
 // if its tag or size differs (before anything is written to the caller's buffer); a
 // point-to-point receive (kP2PTagBit) takes the peer's first unmatched message of the same
-// tag, and one no receive wants yet is held aside: a small one with its payload, a large one as
-// its header only (Inbox::rxPark: its payload waits inside UCX until the receive is posted, so
-// it still lands zero-copy). A collective message no receive wants yet stalls the peer's
-// stream, as over TCP: it and the headers behind it wait in the peer's backlog. A large
-// payload is received apart from the inbox (Inbox::rxDetach), so the next header is taken
-// while it arrives. Requests, deadlines, errors and the wait loop are the engine's too.
+// tag and lane, and one no receive wants yet is held aside: a small one with its payload, a large
+// one as its header only (Inbox::rxPark: its payload waits inside UCX until the receive is posted,
+// so it still lands zero-copy). A collective message no receive of its lane wants yet is held aside
+// too while other receives wait; with none posted at all it stalls the peer's stream, as over TCP:
+// it and the headers behind it wait in the peer's backlog. A large payload is received apart from
+// the inbox (Inbox::rxDetach), so the next header is taken while it arrives. Requests, deadlines,
+// errors and the wait loop are the engine's too.
 //
 // Connections (docs/architecture.md, "When connections are made"). Every rank's worker address
 // is known from creation (the factory's host entries); an endpoint and the pair's handshake
@@ -78,6 +83,8 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/fd.hpp"
@@ -88,7 +95,13 @@
 
 namespace braid::transport::ucx {
 
-inline constexpr std::size_t kHeaderBytes = 16;
+/// {braid tag, bytes, lane}, little-endian.
+inline constexpr std::size_t kHeaderBytes = 24;
+/// A header whose byte count is all ones is a control message: tag kLaneDestroyed or
+/// kLaneAborted says that the sender's communicator on the header's lane is gone.
+inline constexpr std::uint64_t kControlBytes = ~std::uint64_t{0};
+inline constexpr std::uint64_t kLaneDestroyed = 1;
+inline constexpr std::uint64_t kLaneAborted = 2;
 /// Payloads up to this size travel inside the header message.
 inline constexpr std::size_t kInlineBytes = 8192;
 
@@ -137,8 +150,13 @@ struct Slot {
 /// or the payload receive of a large message (Inbox::rxDetach).
 struct Op {
   enum class Fail : std::uint8_t { None, Peer, Transport };  // where its error lives
-  Request* req = nullptr;
+  Request* req = nullptr;  // nullptr once its lane closed (endLaneRequests): nobody is told
   int peer = -1;
+  // The request's, kept here: the Op may outlive a detached request.
+  bool isSend = false;
+  std::size_t bytes = 0;
+  std::uint64_t tag = 0;
+  std::uint64_t lane = 0;
   std::uint64_t seq = 0;           // sends: this message's sequence number
   int pending = 0;                 // ucp operations still outstanding
   std::vector<std::uint8_t> wire;  // sends: the header (+ inline payload)
@@ -149,7 +167,9 @@ struct Op {
 /// A header taken from UCX that the peer's inbox has not taken yet (it stalls on a collective
 /// message no receive wants yet).
 struct Arrived {
-  std::uint64_t tag = 0;
+  std::uint64_t tag = 0;  // (control: its kind)
+  std::uint64_t lane = 0;
+  bool control = false;  // a lane-gone control header (ucx_lanes.cpp), kept in order
   std::size_t bytes = 0;
   std::uint64_t seq = 0;
   std::vector<std::uint8_t> payload;  // inline payloads only
@@ -169,9 +189,19 @@ struct PeerState {
   Slot header;
   engine::Inbox inbox;
   std::deque<Arrived> backlog;
-  /// {tag, sequence} of the large P2P messages held with their payload inside UCX (rxPark), in
-  /// arrival order (the inbox takes held messages of one tag in that order too).
-  std::deque<std::pair<std::uint64_t, std::uint64_t>> parked;
+  /// The large messages held with their payload inside UCX (rxPark), in arrival order (the
+  /// inbox takes held messages of one tag and lane in that order too).
+  struct Parked {
+    std::uint64_t tag;
+    std::uint64_t lane;
+    std::uint64_t seq;
+  };
+  std::deque<Parked> parked;
+  /// Lanes whose communicator the peer said is gone there (its control message), with the error
+  /// of this rank's operations with it on them.
+  std::unordered_map<std::uint64_t, Error> laneGone;
+  /// Lanes closed (false) or aborted (true) here to tell the peer once the pair is connected.
+  std::vector<std::pair<std::uint64_t, bool>> untold;
   std::optional<Error> error;                 // the link failed (PeerLost, Mismatch)
   std::optional<std::uint64_t> finalSeq;      // a goodbye said: no header at or past this one
   std::optional<Error> broken;                // UCX reported the endpoint failed
@@ -234,6 +264,16 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
   void abort(const std::string& why) override;
+  // Lanes (ucx_lanes.cpp; docs/architecture.md, "Shared connections").
+  bool carriesLanes() const override { return true; }
+  void openLane(std::uint64_t lane, std::vector<int> peers) override;
+  void closeLane(std::uint64_t lane) override;
+  void abortLane(std::uint64_t lane, const std::string& why) override;
+  bool peerLeftLane(std::uint64_t lane, int peer) const override;
+  void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override;
+  void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override;
   /// Endpoints this rank made (to a peer it needed, or one that connected to it).
   std::size_t connectionCount() const override {
     return endpoints_.load(std::memory_order_relaxed);
@@ -249,6 +289,10 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::string tagText(std::uint64_t tag) const override { return describeTag(tag); }
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);
+  }
+  void mismatchSeenOnLane(int peer, std::uint64_t expected, std::uint64_t received,
+                          std::uint64_t lane) const override {
+    noteMismatch(peer, expected, received, lane);
   }
 
   void open();
@@ -272,6 +316,15 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void discardUnexpected();
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req);
+  // (mu_) The posted request (its lane set) goes to the peer.
+  void send(Request& req);
+  void receive(Request& req);
+  bool laneFailed(Request& req);
+  bool laneClosed(std::uint64_t lane) const { return closedLanes_.count(lane) != 0; }
+  void tellLanePeers(std::uint64_t lane, bool aborted);
+  void sendLaneGone(int peer, std::uint64_t lane, bool aborted);
+  void onLaneGone(int peer, std::uint64_t lane, std::uint64_t kind);
+  void endLaneRequests(std::uint64_t lane, Op::Fail why);
   // Everything below requires mu_.
   void progress();
   void drain();
@@ -279,7 +332,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void postHeaderRecv(int peer);
   void postGoodbyeRecv();
   void onHeader(int peer);
-  bool take(int peer, std::uint64_t tag, std::size_t bytes, std::uint64_t seq,
+  bool take(int peer, std::uint64_t tag, std::uint64_t lane, std::size_t bytes, std::uint64_t seq,
             const std::uint8_t* payload);
   void deliver(int peer);
   void endCheck(int peer);
@@ -328,6 +381,11 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::vector<int> linking_;  // peers whose link is Linking
   std::string lastDrop_;      // the last handshake a responder dropped
   std::atomic<std::size_t> endpoints_{0};
+  // Lanes (mu_): the open ones, with the error of those aborted; the closed ones; the peers each
+  // open lane's communicator talks to (told when it closes or aborts here).
+  std::unordered_map<std::uint64_t, std::optional<Error>> lanes_;
+  std::unordered_set<std::uint64_t> closedLanes_;
+  std::unordered_map<std::uint64_t, std::vector<int>> lanePeers_;
   std::optional<bool> selfProbe_;  // failureDetectionWorks()
   bool tearingDown_ = false;
   // Lazy: the connector thread answers peers' handshakes (and drives the worker) while no

@@ -1,6 +1,7 @@
-// Lanes on a TCP transport (docs/architecture.md, "Shared connections"): several communicators'
-// messages on one connection, each matched only by receives of its own lane. One stream and
-// two striped streams alike.
+// Lanes (docs/architecture.md, "Shared connections"): several communicators' messages on one
+// transport's connections, each matched only by receives of its own lane. Over TCP with one
+// stream and two striped streams, and over UCX (UCX's tcp) with eager and lazy connections:
+// every test runs on each kind.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "transport/factory.hpp"
 #include "transport/lane_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport {
 namespace {
@@ -34,21 +36,37 @@ Deadline after(Clock::duration d) {
   return Clock::now() + d;
 }
 
-// Runs body(rank, transport) on 2 threads over TCP with 1 or 2 streams per peer.
-void runPair(int streams, const std::function<void(int, Transport&)>& body) {
-  TcpOptions o;
-  o.connectTimeout = 10s;
-  o.socketThreads = streams;
-  o.stripeMinBytes = 4096;
-  test::runTransportRanks(
-      2, [&](Store& store, int r) { return createTcpTransport(store, r, 2, o); }, body);
+// The transports with lanes: "tcp" (one stream per peer), "tcp2" (two striped streams), and,
+// where the build has UCX, "ucx" and "ucx_lazy" (UCX's tcp transport, set per transport).
+std::vector<std::string> kinds() {
+  std::vector<std::string> out{"tcp", "tcp2"};
+  if (ucxAvailable()) {
+    out.push_back("ucx");
+    out.push_back("ucx_lazy");
+  }
+  return out;
 }
 
-// The transport of rank r of 3 over TCP, for runTransportRanks.
-std::unique_ptr<Transport> tcpOfThree(Store& store, int r) {
+// The transport of rank r of `size` of that kind, for runTransportRanks.
+std::unique_ptr<Transport> make(const std::string& kind, Store& store, int r, int size) {
+  if (kind.starts_with("ucx")) {
+    UcxOptions o;
+    o.connectTimeout = 10s;
+    o.config = {{"TLS", "tcp"}};
+    o.lazyConnect = kind == "ucx_lazy";
+    return createUcxTransport(store, r, size, o);
+  }
   TcpOptions o;
   o.connectTimeout = 10s;
-  return createTcpTransport(store, r, 3, o);
+  o.socketThreads = kind == "tcp2" ? 2 : 1;
+  o.stripeMinBytes = 4096;
+  return createTcpTransport(store, r, size, o);
+}
+
+// Runs body(rank, transport) on 2 threads over a transport of that kind.
+void runPair(const std::string& kind, const std::function<void(int, Transport&)>& body) {
+  test::runTransportRanks(
+      2, [&](Store& store, int r) { return make(kind, store, r, 2); }, body);
 }
 
 Bytes payload(std::size_t n, int seed) {
@@ -60,41 +78,44 @@ Bytes payload(std::size_t n, int seed) {
 // Rank 1 sends lane A's message, then lane B's. Rank 0 posts B's receive first and waits for it
 // alone: A's message, ahead of it on the stream with no receive of its lane, must not hold it up.
 // Then A's receive takes A's message, held aside meanwhile.
-TEST(TcpLanes, AMessageWithoutAReceiveOfItsLaneDoesNotHoldUpAnotherLane) {
-  for (int streams : {1, 2})
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4099}, std::size_t{70001}}) {
-      SCOPED_TRACE(std::to_string(streams) + " stream(s), " + std::to_string(n) + " bytes");
-      std::latch bDone(2);
-      runPair(streams, [&](int rank, Transport& t) {
-        ASSERT_TRUE(t.carriesLanes());
-        t.openLane(kLaneA);
-        t.openLane(kLaneB);
-        const Bytes a = payload(n, 1), b = payload(n, 2);
-        Request ra, rb;
-        if (rank == 1) {
-          t.postSendOnLane(kLaneA, 0, a.data(), n, kTag, ra);
-          t.postSendOnLane(kLaneB, 0, b.data(), n, kTag, rb);
-          t.wait(rb, after(5s));
-          bDone.arrive_and_wait();
-          t.wait(ra, after(5s));
-        } else {
-          Bytes gotA(n), gotB(n);
-          t.postRecvOnLane(kLaneB, 1, gotB.data(), n, kTag, rb);
-          t.wait(rb, after(5s));
-          EXPECT_EQ(gotB, b);
-          bDone.arrive_and_wait();
-          t.postRecvOnLane(kLaneA, 1, gotA.data(), n, kTag, ra);
-          t.wait(ra, after(5s));
-          EXPECT_EQ(gotA, a);
-        }
-        t.closeLane(kLaneA);
-        t.closeLane(kLaneB);
-      });
-    }
+class Lanes : public testing::TestWithParam<std::string> {};
+
+TEST_P(Lanes, AMessageWithoutAReceiveOfItsLaneDoesNotHoldUpAnotherLane) {
+  const std::string kind = GetParam();
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4099}, std::size_t{70001}}) {
+    SCOPED_TRACE(std::to_string(n) + " bytes");
+    std::latch bDone(2);
+    runPair(kind, [&](int rank, Transport& t) {
+      ASSERT_TRUE(t.carriesLanes());
+      t.openLane(kLaneA);
+      t.openLane(kLaneB);
+      const Bytes a = payload(n, 1), b = payload(n, 2);
+      Request ra, rb;
+      if (rank == 1) {
+        t.postSendOnLane(kLaneA, 0, a.data(), n, kTag, ra);
+        t.postSendOnLane(kLaneB, 0, b.data(), n, kTag, rb);
+        t.wait(rb, after(5s));
+        bDone.arrive_and_wait();
+        t.wait(ra, after(5s));
+      } else {
+        Bytes gotA(n), gotB(n);
+        t.postRecvOnLane(kLaneB, 1, gotB.data(), n, kTag, rb);
+        t.wait(rb, after(5s));
+        EXPECT_EQ(gotB, b);
+        bDone.arrive_and_wait();
+        t.postRecvOnLane(kLaneA, 1, gotA.data(), n, kTag, ra);
+        t.wait(ra, after(5s));
+        EXPECT_EQ(gotA, a);
+      }
+      t.closeLane(kLaneA);
+      t.closeLane(kLaneB);
+    });
+  }
 }
 
-TEST(TcpLanes, AMismatchInsideALaneIsStillAMismatch) {
-  runPair(1, [&](int rank, Transport& t) {
+TEST_P(Lanes, AMismatchInsideALaneIsStillAMismatch) {
+  const std::string kind = GetParam();
+  runPair(kind, [&](int rank, Transport& t) {
     t.openLane(kLaneA);
     t.openLane(kLaneB);
     Bytes buf(64, 3);
@@ -115,11 +136,11 @@ TEST(TcpLanes, AMismatchInsideALaneIsStillAMismatch) {
 }
 
 // Aborting lane A fails its pending receive with Aborted; lane B on the same connection goes on.
-TEST(TcpLanes, AbortingOneLaneLeavesTheOtherWorking) {
-  for (int streams : {1, 2}) {
-    SCOPED_TRACE(std::to_string(streams) + " stream(s)");
+TEST_P(Lanes, AbortingOneLaneLeavesTheOtherWorking) {
+  const std::string kind = GetParam();
+  {
     std::latch aborted(2);
-    runPair(streams, [&](int rank, Transport& t) {
+    runPair(kind, [&](int rank, Transport& t) {
       t.openLane(kLaneA);
       t.openLane(kLaneB);
       const Bytes b = payload(5000, 4);
@@ -159,9 +180,10 @@ TEST(TcpLanes, AbortingOneLaneLeavesTheOtherWorking) {
 // Messages of a lane closed on the receiver are dropped; the other lanes' messages behind them
 // arrive. (The sender's lane-A send either went out before it read rank 0's "lane gone" frame,
 // and is dropped, or fails with PeerLost once it has read it.)
-TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
+TEST_P(Lanes, MessagesOfAClosedLaneAreDropped) {
+  const std::string kind = GetParam();
   std::latch closed(2);
-  runPair(1, [&](int rank, Transport& t) {
+  runPair(kind, [&](int rank, Transport& t) {
     t.openLane(kLaneA);
     t.openLane(kLaneB);
     const Bytes a = payload(3000, 5), b = payload(3000, 6);
@@ -189,9 +211,10 @@ TEST(TcpLanes, MessagesOfAClosedLaneAreDropped) {
 // Closing a lane (its communicator is destroyed) takes its pending requests out of the shared
 // connections, so none is left referring to memory that goes with the communicator; the other
 // lanes go on.
-TEST(TcpLanes, ClosingALaneTakesItsPendingRequestsOut) {
+TEST_P(Lanes, ClosingALaneTakesItsPendingRequestsOut) {
+  const std::string kind = GetParam();
   std::latch closed(2);
-  runPair(1, [&](int rank, Transport& t) {
+  runPair(kind, [&](int rank, Transport& t) {
     t.openLane(kLaneA);
     t.openLane(kLaneB);
     const Bytes b = payload(3000, 7);
@@ -220,12 +243,11 @@ TEST(TcpLanes, ClosingALaneTakesItsPendingRequestsOut) {
 // A lane closed (its communicator destroyed) or aborted on one rank: the peer is told by a
 // control frame behind the lane's last frames, so its receive waiting on the lane fails with
 // PeerLost saying which, and so do its later sends and receives on the lane; the other lane goes
-// on both ways. One stream and two striped streams alike.
-void laneGoneOnOneRank(bool abort) {
-  for (int streams : {1, 2}) {
-    SCOPED_TRACE(std::to_string(streams) + " stream(s)");
+// on both ways.
+void laneGoneOnOneRank(const std::string& kind, bool abort) {
+  {
     std::latch posted(2), gone(2);
-    runPair(streams, [&](int rank, Transport& t) {
+    runPair(kind, [&](int rank, Transport& t) {
       t.openLane(kLaneA);
       t.openLane(kLaneB);
       Bytes got(5000);
@@ -267,67 +289,76 @@ void laneGoneOnOneRank(bool abort) {
   }
 }
 
-TEST(TcpLanes, ClosingALaneFailsWhatThePeerWaitsForOnIt) {
-  laneGoneOnOneRank(false);
+TEST_P(Lanes, ClosingALaneFailsWhatThePeerWaitsForOnIt) {
+  laneGoneOnOneRank(GetParam(), false);
 }
 
-TEST(TcpLanes, AbortingALaneFailsWhatThePeerWaitsForOnIt) {
-  laneGoneOnOneRank(true);
+TEST_P(Lanes, AbortingALaneFailsWhatThePeerWaitsForOnIt) {
+  laneGoneOnOneRank(GetParam(), true);
 }
 
 // Only the lane's peers (openLane's list) are told: rank 0 opens lane A with rank 1 alone, so
 // when it closes the lane rank 1's receive fails while rank 2's (a rank outside the lane, which
 // opened a lane of the same id for the test) is not touched and runs into its own deadline.
-TEST(TcpLanes, OnlyTheLanesPeersAreTold) {
+TEST_P(Lanes, OnlyTheLanesPeersAreTold) {
+  const std::string kind = GetParam();
   std::latch posted(3), done(3);
-  test::runTransportRanks(3, tcpOfThree, [&](int rank, Transport& t) {
-    t.openLane(kLaneA, rank == 0 ? std::vector<int>{1} : std::vector<int>{});
-    Bytes got(64);
-    Request ra;
-    if (rank != 0) t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
-    posted.arrive_and_wait();
-    std::string message;
-    if (rank == 0) {
-      t.closeLane(kLaneA);
-    } else if (rank == 1) {
-      EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost) << message;
-    } else {
-      EXPECT_EQ(codeOf([&] { t.wait(ra, after(300ms)); }, message), ErrorCode::Timeout) << message;
-    }
-    done.arrive_and_wait();  // no rank's transport goes before the others are done
-  });
+  test::runTransportRanks(
+      3, [&](Store& store, int r) { return make(kind, store, r, 3); },
+      [&](int rank, Transport& t) {
+        t.openLane(kLaneA, rank == 0 ? std::vector<int>{1} : std::vector<int>{});
+        Bytes got(64);
+        Request ra;
+        if (rank != 0) t.postRecvOnLane(kLaneA, 0, got.data(), got.size(), kTag, ra);
+        posted.arrive_and_wait();
+        std::string message;
+        if (rank == 0) {
+          t.closeLane(kLaneA);
+        } else if (rank == 1) {
+          EXPECT_EQ(codeOf([&] { t.wait(ra, after(20s)); }, message), ErrorCode::PeerLost)
+              << message;
+        } else {
+          EXPECT_EQ(codeOf([&] { t.wait(ra, after(300ms)); }, message), ErrorCode::Timeout)
+              << message;
+        }
+        done.arrive_and_wait();  // no rank's transport goes before the others are done
+      });
 }
 
 // A LaneTransport renumbers: view rank r is the shared transport's rank toBase[r].
-TEST(TcpLanes, ALaneViewMapsItsRanksToTheSharedTransport) {
+TEST_P(Lanes, ALaneViewMapsItsRanksToTheSharedTransport) {
+  const std::string kind = GetParam();
   std::vector<std::shared_ptr<Transport>> shared(3);
-  test::runTransportRanks(3, tcpOfThree, [&](int rank, Transport& t) {
-    // A non-owning handle: the harness owns the transport and outlives the view.
-    std::shared_ptr<Transport> base(&t, [](Transport*) {});
-    if (rank == 1) return;  // the view is {2, 0}: world ranks 2 and 0 as view ranks 0 and 1
-    const int mine = rank == 2 ? 0 : 1;
-    LaneTransport view(base, kLaneA, mine, {2, 0});
-    EXPECT_EQ(view.size(), 2);
-    Bytes out = payload(100, rank), in(100);
-    Request s, r;
-    view.postSend(1 - mine, out.data(), out.size(), kTag, s);
-    view.postRecv(1 - mine, in.data(), in.size(), kTag, r);
-    view.wait(s, after(5s));
-    view.wait(r, after(5s));
-    EXPECT_EQ(in, payload(100, rank == 2 ? 0 : 2));
-    EXPECT_NE(view.describePeer(1 - mine).find("world rank " + std::to_string(rank == 2 ? 0 : 2)),
-              std::string::npos)
-        << view.describePeer(1 - mine);
-    std::string message;
-    EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
-              ErrorCode::InvalidArgument);
-  });
+  test::runTransportRanks(
+      3, [&](Store& store, int r) { return make(kind, store, r, 3); },
+      [&](int rank, Transport& t) {
+        // A non-owning handle: the harness owns the transport and outlives the view.
+        std::shared_ptr<Transport> base(&t, [](Transport*) {});
+        if (rank == 1) return;  // the view is {2, 0}: world ranks 2 and 0 as view ranks 0 and 1
+        const int mine = rank == 2 ? 0 : 1;
+        LaneTransport view(base, kLaneA, mine, {2, 0});
+        EXPECT_EQ(view.size(), 2);
+        Bytes out = payload(100, rank), in(100);
+        Request s, r;
+        view.postSend(1 - mine, out.data(), out.size(), kTag, s);
+        view.postRecv(1 - mine, in.data(), in.size(), kTag, r);
+        view.wait(s, after(5s));
+        view.wait(r, after(5s));
+        EXPECT_EQ(in, payload(100, rank == 2 ? 0 : 2));
+        EXPECT_NE(
+            view.describePeer(1 - mine).find("world rank " + std::to_string(rank == 2 ? 0 : 2)),
+            std::string::npos)
+            << view.describePeer(1 - mine);
+        std::string message;
+        EXPECT_EQ(codeOf([&] { view.postSend(2, out.data(), 1, kTag, s); }, message),
+                  ErrorCode::InvalidArgument);
+      });
 }
 
 // A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (a segment of
 // their own), rank 2 on host B is reached over the parent's TCP connections on the child's lane.
 // The child's creation opens no socket, and every pair's messages arrive intact.
-TEST(TcpLanes, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
+TEST(LanesTcp, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
   auto store = std::make_shared<MemoryStore>();
   std::latch parentsUp(4), childrenUp(4), done(4);
   std::atomic<std::size_t> before{0}, after{0};
@@ -368,6 +399,55 @@ TEST(TcpLanes, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   EXPECT_EQ(after.load(), before.load());
 }
+
+// A lane closed on the sender while a large message of it is in flight (UCX's rendezvous reads
+// the communicator's buffer until the receiver takes it): the link to that peer closes, as a TCP
+// connection does when a frame is cut, and the buffer may go at once; the peer's requests on
+// any lane fail with PeerLost, and nothing hangs.
+TEST(LanesUcx, ClosingALaneWithALargeSendInFlightClosesThatLink) {
+  if (!ucxAvailable()) GTEST_SKIP() << ucxUnavailableReason();
+  for (const char* kind : {"ucx", "ucx_lazy"}) {
+    SCOPED_TRACE(kind);
+    std::latch closed(2);
+    runPair(kind, [&](int rank, Transport& t) {
+      t.openLane(kLaneA);
+      t.openLane(kLaneB);
+      Bytes small(64);
+      Request rb;
+      std::string message;
+      if (rank == 1) {
+        // Connect the pair first (lazy), then a large send no receive takes.
+        t.postSendOnLane(kLaneB, 0, small.data(), small.size(), kTag, rb);
+        t.wait(rb, after(5s));
+        auto big = std::make_unique<Bytes>(4 << 20, 9);
+        Request ra;
+        t.postSendOnLane(kLaneA, 0, big->data(), big->size(), kTag, ra);
+        t.closeLane(kLaneA);
+        big.reset();  // gone with its communicator
+        closed.arrive_and_wait();
+        EXPECT_EQ(codeOf(
+                      [&] {
+                        t.postSendOnLane(kLaneB, 0, small.data(), small.size(), kTag, rb);
+                        t.wait(rb, after(5s));
+                      },
+                      message),
+                  ErrorCode::PeerLost)
+            << message;
+        EXPECT_NE(message.find("destroyed in the middle of a message"), std::string::npos)
+            << message;
+      } else {
+        t.postRecvOnLane(kLaneB, 1, small.data(), small.size(), kTag, rb);
+        t.wait(rb, after(5s));
+        closed.arrive_and_wait();
+        t.postRecvOnLane(kLaneB, 1, small.data(), small.size(), kTag, rb);
+        EXPECT_EQ(codeOf([&] { t.wait(rb, after(10s)); }, message), ErrorCode::PeerLost) << message;
+      }
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, Lanes, testing::ValuesIn(kinds()),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace braid::transport
