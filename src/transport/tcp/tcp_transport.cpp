@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "transport/engine.hpp"
+#include "transport/lane_book.hpp"
 #include "transport/tcp/socket.hpp"
 #include "transport/tcp/tcp_bootstrap.hpp"
 #include "transport/tcp/tcp_connection.hpp"
@@ -121,7 +122,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
     return connections_[static_cast<std::size_t>(peer)].peerLaneError(lane) != nullptr;
   }
   // Queues the "lane gone" control frame to each peer of the lane (tcp_connection.hpp).
-  void tellLanePeers(std::uint64_t lane, bool aborted);
+  void tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted);
   void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
                       std::uint64_t tag, Request& req) override {
     prepare("postSend", peer, data, bytes, tag, true, req);
@@ -151,7 +152,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   void connectionFailed(const Error& error) override {
     if (onFailure_) onFailure_(error);
   }
-  bool laneClosed(std::uint64_t lane) const override { return closedLanes_.count(lane) != 0; }
+  bool laneClosed(std::uint64_t lane) const override { return lanes_.closed(lane); }
 
   void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
                bool isSend, Request& req) {
@@ -210,11 +211,7 @@ class TcpTransport final : public Transport, private tcp::CompletionSink {
   std::thread progress_;
   std::atomic<std::size_t> connected_{0};  // sockets opened or accepted
 
-  // Lanes (require mu_): the open ones, with the error of those aborted; the closed ones.
-  std::unordered_map<std::uint64_t, std::optional<Error>> lanes_;
-  std::unordered_set<std::uint64_t> closedLanes_;
-  // The peers each open lane's communicator talks to: told when it closes or aborts here.
-  std::unordered_map<std::uint64_t, std::vector<int>> lanePeers_;
+  LaneBook lanes_;  // requires mu_
   // Lazy: lanes closed or aborted here while the pair had no connection yet, per peer; the
   // peer is told once it connects.
   struct UntoldLane {
@@ -322,8 +319,7 @@ std::string TcpTransport::tagText(std::uint64_t tag) const {
 
 void TcpTransport::post(Request& req) {
   if (req.lane != 0) {
-    const auto it = lanes_.find(req.lane);
-    if (it != lanes_.end() && it->second) {  // the lane was aborted
+    if (lanes_.aborted(req.lane) != nullptr) {
       finish(req, State::Failed, false);
       notifyCompletions();
       return;
@@ -405,9 +401,8 @@ void TcpTransport::abort(const std::string& why) {
 void TcpTransport::throwFailure(const Request& req) const {
   const Connection& c = connections_[static_cast<std::size_t>(req.peer)];
   if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
-    if (const Error* gone = c.peerLaneError(req.lane)) throw *gone;  // the peer left the lane
-    const auto it = lanes_.find(req.lane);
-    if (it != lanes_.end() && it->second) throw *it->second;  // this rank aborted the lane
+    if (const Error* gone = c.peerLaneError(req.lane)) throw *gone;       // the peer left the lane
+    if (const Error* aborted = lanes_.aborted(req.lane)) throw *aborted;  // aborted here
   }
   engine_.throwFailure(req, c.error(), c.description());
 }
@@ -416,22 +411,11 @@ void TcpTransport::throwFailure(const Request& req) const {
 
 void TcpTransport::openLane(std::uint64_t lane, std::vector<int> peers) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
-    throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
-                                         std::to_string(lane) +
-                                         " is open already on this rank's connections (two "
-                                         "communicators whose ids hash alike)");
-  closedLanes_.erase(lane);
-  if (peers.empty())  // every other rank
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) peers.push_back(r);
-  lanePeers_[lane] = std::move(peers);
+  lanes_.open(lane, std::move(peers), rank_, size_, "this rank's connections");
 }
 
-void TcpTransport::tellLanePeers(std::uint64_t lane, bool aborted) {
-  const auto it = lanePeers_.find(lane);
-  if (it == lanePeers_.end()) return;
-  for (int p : it->second) {
+void TcpTransport::tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted) {
+  for (int p : peers) {
     if (p < 0 || p >= size_ || p == rank_) continue;
     Connection& c = connections_[static_cast<std::size_t>(p)];
     if (c.connected())
@@ -443,8 +427,7 @@ void TcpTransport::tellLanePeers(std::uint64_t lane, bool aborted) {
 
 void TcpTransport::closeLane(std::uint64_t lane) {
   std::lock_guard<std::mutex> lk(mu_);
-  lanes_.erase(lane);
-  closedLanes_.insert(lane);
+  const std::vector<int> peers = lanes_.close(lane);
   // Nothing of the lane may stay queued: its requests belong to a communicator that is going
   // away. A frame of it half moved cannot be finished without them: that connection closes.
   // Otherwise the peer is told, so that what it still waits for on the lane fails at once.
@@ -456,8 +439,7 @@ void TcpTransport::closeLane(std::uint64_t lane) {
                                                 "the middle of a message"));
     c.dropLane(lane);
   }
-  tellLanePeers(lane, false);
-  lanePeers_.erase(lane);
+  tellLanePeers(lane, peers, false);
   kickSleeper_ = true;
   engine_.markCompleted();
   notifyCompletions();
@@ -465,22 +447,21 @@ void TcpTransport::closeLane(std::uint64_t lane) {
 
 void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (lanes_.size() <= 1 && (lanes_.empty() || lanes_.count(lane) != 0)) {
+  if (lanes_.onlyOpen(lane)) {
     // No other communicator uses these connections: close them, as abort() does, so that the
     // peers see this rank lost at once.
     failTransport(Error(ErrorCode::Aborted, why));
     notifyCompletions();
     return;
   }
-  auto& failure = lanes_[lane];
-  if (!failure) failure = Error(ErrorCode::Aborted, why);
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
   for (Connection& c : connections_)
     if (!c.failLane(lane))
       c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
                                                 " closed its connection to " + c.description() +
                                                 ": a communicator sharing it was aborted (" + why +
                                                 ") in the middle of a message"));
-  tellLanePeers(lane, true);  // the peers' operations on the lane fail at once
+  tellLanePeers(lane, peers, true);  // the peers' operations on the lane fail at once
   kickSleeper_ = true;
   engine_.markCompleted();
   notifyCompletions();
@@ -719,9 +700,7 @@ void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
   if (const auto it = untold_.find(peer); it != untold_.end()) {
     for (const UntoldLane& u : it->second) {
       // Still gone here (a lane opened again under the same id is another communicator's).
-      const auto open = lanes_.find(u.lane);
-      if (closedLanes_.count(u.lane) != 0 || (open != lanes_.end() && open->second))
-        c.sendLaneGone(u.lane, u.aborted);
+      if (lanes_.gone(u.lane)) c.sendLaneGone(u.lane, u.aborted);
     }
     untold_.erase(it);
   }

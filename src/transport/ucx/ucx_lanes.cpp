@@ -33,16 +33,7 @@ void UcxTransport::postRecvOnLane(std::uint64_t lane, int peer, void* data, std:
 
 void UcxTransport::openLane(std::uint64_t lane, std::vector<int> peers) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (lane == 0 || !lanes_.emplace(lane, std::nullopt).second)
-    throw Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": lane " +
-                                         std::to_string(lane) +
-                                         " is open already on this rank's UCX endpoints (two "
-                                         "communicators whose ids hash alike)");
-  closedLanes_.erase(lane);
-  if (peers.empty())  // every other rank
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) peers.push_back(r);
-  lanePeers_[lane] = std::move(peers);
+  lanes_.open(lane, std::move(peers), rank_, size_, "this rank's UCX endpoints");
 }
 
 bool UcxTransport::peerLeftLane(std::uint64_t lane, int peer) const {
@@ -54,8 +45,7 @@ bool UcxTransport::peerLeftLane(std::uint64_t lane, int peer) const {
 void UcxTransport::closeLane(std::uint64_t lane) {
   std::lock_guard<std::mutex> lk(mu_);
   if (worker_ == nullptr) return;
-  lanes_.erase(lane);
-  closedLanes_.insert(lane);
+  const std::vector<int> peers = lanes_.close(lane);
   // Nothing of the lane may stay with the transport: its requests belong to a communicator
   // that is going away. Receives posted and sends not started fail now; a small send already
   // in UCX carries a copy of its data and completes unseen; a large one, or a payload arriving,
@@ -89,23 +79,21 @@ void UcxTransport::closeLane(std::uint64_t lane) {
     ps.inbox.dropLane(lane);
     std::erase_if(ps.parked, [&](const PeerState::Parked& p) { return p.lane == lane; });
   }
-  tellLanePeers(lane, false);
-  lanePeers_.erase(lane);
+  tellLanePeers(lane, peers, false);
   if (sleepers_ > 0) kick();
 }
 
 void UcxTransport::abortLane(std::uint64_t lane, const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
   if (worker_ == nullptr) return;
-  if (lanes_.size() <= 1 && (lanes_.empty() || lanes_.count(lane) != 0)) {
+  if (lanes_.onlyOpen(lane)) {
     // No other communicator uses these endpoints: fail the transport, as abort() does, so that
     // the peers see this rank lost at once.
     failTransport(Error(ErrorCode::Aborted, why));
     kick();
     return;
   }
-  auto& failure = lanes_[lane];
-  if (!failure) failure = Error(ErrorCode::Aborted, why);
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
   endLaneRequests(lane, Op::Fail::Transport);
   for (Op* op : live_) {
     if (op->lane != lane || op->pending == 0) continue;
@@ -113,7 +101,7 @@ void UcxTransport::abortLane(std::uint64_t lane, const std::string& why) {
     if (!op->isSend && op->slots[0].outstanding && op->slots[0].handle != nullptr)
       ucp_request_cancel(worker_, op->slots[0].handle);
   }
-  tellLanePeers(lane, true);  // the peers' operations on the lane fail at once
+  tellLanePeers(lane, peers, true);  // the peers' operations on the lane fail at once
   kick();
 }
 
@@ -134,10 +122,8 @@ void UcxTransport::endLaneRequests(std::uint64_t lane, Op::Fail why) {
   }
 }
 
-void UcxTransport::tellLanePeers(std::uint64_t lane, bool aborted) {
-  const auto it = lanePeers_.find(lane);
-  if (it == lanePeers_.end()) return;
-  for (int p : it->second)
+void UcxTransport::tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted) {
+  for (int p : peers)
     if (p >= 0 && p < size_ && p != rank_) sendLaneGone(p, lane, aborted);
 }
 

@@ -2,14 +2,11 @@
 // for every pair at creation (eager) or when a pair is first used (lazy). The rules are in
 // ucx_transport_impl.hpp ("Connections").
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <braid/error.hpp>
-#include <cerrno>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -95,17 +92,7 @@ void UcxTransport::connect(const Lookup& lookup) {
     return;
   }
   drain();
-  connectorWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  connectorEpoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!connectorWake_ || !connectorEpoll_)
-    throw Error(ErrorCode::Internal, self_ + ": eventfd/epoll: " + std::strerror(errno));
-  for (int fd : {workerFd_, connectorWake_.get()}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (::epoll_ctl(connectorEpoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-      throw Error(ErrorCode::Internal, self_ + ": epoll_ctl: " + std::strerror(errno));
-  }
+  openWaitFds(connectorWake_, connectorEpoll_);
   connector_ = std::thread([this] { connectorLoop(); });
 }
 
@@ -391,9 +378,7 @@ void UcxTransport::linkReady(int peer) {
   std::vector<std::pair<std::uint64_t, bool>> untold;
   untold.swap(ps.untold);
   for (const auto& [lane, aborted] : untold) {
-    const auto open = lanes_.find(lane);
-    if (laneClosed(lane) || (open != lanes_.end() && open->second))
-      sendLaneGone(peer, lane, aborted);
+    if (lanes_.gone(lane)) sendLaneGone(peer, lane, aborted);
   }
 }
 
@@ -439,15 +424,7 @@ std::string UcxTransport::linkReason(int peer) const {
 // The one handshake receive: any peer's handshake message.
 void UcxTransport::postHandshakeRecv() {
   arm(hs_, this, Slot::Owner::Handshake);
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = recvDone;
-  param.user_data = &hs_;
-  launched(hs_,
-           ucp_tag_recv_nbx(worker_, hsBuf_.data(), hsBuf_.size(), makeTag(Kind::Handshake, 0, 0),
-                            kKindMask, &param),
-           &hs_.info);
+  postTagRecv(hs_, hsBuf_.data(), hsBuf_.size(), makeTag(Kind::Handshake, 0, 0), kKindMask);
 }
 
 void UcxTransport::sendSide(int peer, Kind kind, std::uint64_t seq,

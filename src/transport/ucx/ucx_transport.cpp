@@ -138,6 +138,22 @@ UcxTransport::UcxTransport(int rank, int size, const UcxOptions& options)
   }
 }
 
+// A wake-up eventfd and an epoll set of it and the worker's event fd: how a thread sleeps
+// until the worker or another thread has something for it.
+void UcxTransport::openWaitFds(Fd& wake, Fd& epoll) const {
+  wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!wake || !epoll)
+    throw Error(ErrorCode::Internal, self_ + ": eventfd/epoll: " + std::strerror(errno));
+  for (int fd : {workerFd_, wake.get()}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+      throw Error(ErrorCode::Internal, self_ + ": epoll_ctl: " + std::strerror(errno));
+  }
+}
+
 UcxTransport::~UcxTransport() {
   stopConnector();
   std::unique_lock<std::mutex> lk(mu_);
@@ -174,17 +190,7 @@ void UcxTransport::open() {
   wp.events = UCP_WAKEUP_TAG_SEND | UCP_WAKEUP_TAG_RECV;
   checkUcs(ucp_worker_create(context_, &wp, &worker_), self_, "ucp_worker_create");
   checkUcs(ucp_worker_get_efd(worker_, &workerFd_), self_, "ucp_worker_get_efd");
-  wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  epollFd_.reset(::epoll_create1(EPOLL_CLOEXEC));
-  if (!wakeFd_ || !epollFd_)
-    throw Error(ErrorCode::Internal, self_ + ": eventfd/epoll: " + std::strerror(errno));
-  for (int fd : {workerFd_, wakeFd_.get()}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (::epoll_ctl(epollFd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
-      throw Error(ErrorCode::Internal, self_ + ": epoll_ctl: " + std::strerror(errno));
-  }
+  openWaitFds(wakeFd_, epollFd_);
 
   // Publish {u32 description bytes, description, worker address}.
   ucp_address_t* address = nullptr;
@@ -243,8 +249,7 @@ void UcxTransport::send(Request& req) {
 // (true). (A receive on a lane the peer left still takes what arrived before it left.)
 bool UcxTransport::laneFailed(Request& req) {
   if (req.lane == 0) return false;
-  const auto it = lanes_.find(req.lane);
-  if ((it != lanes_.end() && it->second) ||
+  if (lanes_.aborted(req.lane) != nullptr ||
       (req.isSend && peers_[static_cast<std::size_t>(req.peer)].laneGone.count(req.lane) != 0)) {
     finish(req, State::Failed, false);
     return true;
@@ -336,28 +341,25 @@ void UcxTransport::postHeaderRecv(int peer) {
   ps.headerBuf.resize(kHeaderBytes + kInlineBytes);
   arm(ps.header, this, Slot::Owner::Header);
   ps.header.peer = peer;
+  postTagRecv(ps.header, ps.headerBuf.data(), ps.headerBuf.size(),
+              makeTag(Kind::Header, peer, ps.recvSeq), kFullMask);
+}
+
+// A tagged receive into `s` (armed by the caller).
+void UcxTransport::postTagRecv(Slot& s, void* data, std::size_t bytes, ucp_tag_t tag,
+                               ucp_tag_t mask) {
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = recvDone;
-  param.user_data = &ps.header;
-  launched(ps.header,
-           ucp_tag_recv_nbx(worker_, ps.headerBuf.data(), ps.headerBuf.size(),
-                            makeTag(Kind::Header, peer, ps.recvSeq), kFullMask, &param),
-           &ps.header.info);
+  param.user_data = &s;
+  launched(s, ucp_tag_recv_nbx(worker_, data, bytes, tag, mask, &param), &s.info);
 }
 
 void UcxTransport::postGoodbyeRecv() {
   arm(goodbye_, this, Slot::Owner::Goodbye);
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = recvDone;
-  param.user_data = &goodbye_;
-  launched(goodbye_,
-           ucp_tag_recv_nbx(worker_, goodbyeBuf_.data(), goodbyeBuf_.size(),
-                            makeTag(Kind::Goodbye, 0, 0), kKindMask, &param),
-           &goodbye_.info);
+  postTagRecv(goodbye_, goodbyeBuf_.data(), goodbyeBuf_.size(), makeTag(Kind::Goodbye, 0, 0),
+              kKindMask);
 }
 
 // The payload of the peer's message `seq`, straight into the request (UCX's rendezvous).
@@ -375,15 +377,7 @@ void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
   s.op = op;
   s.peer = op->peer;
   op->pending = 1;
-  ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  param.cb.recv = recvDone;
-  param.user_data = &s;
-  launched(s,
-           ucp_tag_recv_nbx(worker_, req.data, req.bytes, makeTag(Kind::Payload, op->peer, seq),
-                            kFullMask, &param),
-           &s.info);
+  postTagRecv(s, req.data, req.bytes, makeTag(Kind::Payload, op->peer, seq), kFullMask);
 }
 
 // ---- completions ----
@@ -986,9 +980,8 @@ void UcxTransport::throwFailure(const Request& req) const {
   if (req.lane != 0 && engine::Engine::failedByTransport(req) && !engine_.failure()) {
     const PeerState& ps = peers_[static_cast<std::size_t>(req.peer)];
     const auto gone = ps.laneGone.find(req.lane);
-    if (gone != ps.laneGone.end()) throw gone->second;  // the peer left the lane
-    const auto it = lanes_.find(req.lane);
-    if (it != lanes_.end() && it->second) throw *it->second;  // this rank aborted the lane
+    if (gone != ps.laneGone.end()) throw gone->second;                    // the peer left the lane
+    if (const Error* aborted = lanes_.aborted(req.lane)) throw *aborted;  // aborted here
   }
   engine_.throwFailure(req, peerError(req.peer), describePeer(req.peer));
 }

@@ -84,13 +84,13 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/fd.hpp"
 #include "common/handshake.hpp"
 #include "common/peer_policy.hpp"
 #include "transport/engine.hpp"
+#include "transport/lane_book.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
 namespace braid::transport::ucx {
@@ -296,6 +296,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   }
 
   void open();
+  void openWaitFds(Fd& wake, Fd& epoll) const;
   // Connections (ucx_link.cpp); all but connect() require mu_.
   void awaitLinks(Deadline deadline);
   void makeEndpoint(int peer);
@@ -320,8 +321,8 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void send(Request& req);
   void receive(Request& req);
   bool laneFailed(Request& req);
-  bool laneClosed(std::uint64_t lane) const { return closedLanes_.count(lane) != 0; }
-  void tellLanePeers(std::uint64_t lane, bool aborted);
+  bool laneClosed(std::uint64_t lane) const { return lanes_.closed(lane); }
+  void tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted);
   void sendLaneGone(int peer, std::uint64_t lane, bool aborted);
   void onLaneGone(int peer, std::uint64_t lane, std::uint64_t kind);
   void endLaneRequests(std::uint64_t lane, Op::Fail why);
@@ -330,6 +331,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void drain();
   void startSend(Op* op, const void* data);
   void postHeaderRecv(int peer);
+  void postTagRecv(Slot& s, void* data, std::size_t bytes, ucp_tag_t tag, ucp_tag_t mask);
   void postGoodbyeRecv();
   void onHeader(int peer);
   bool take(int peer, std::uint64_t tag, std::uint64_t lane, std::size_t bytes, std::uint64_t seq,
@@ -381,11 +383,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::vector<int> linking_;  // peers whose link is Linking
   std::string lastDrop_;      // the last handshake a responder dropped
   std::atomic<std::size_t> endpoints_{0};
-  // Lanes (mu_): the open ones, with the error of those aborted; the closed ones; the peers each
-  // open lane's communicator talks to (told when it closes or aborts here).
-  std::unordered_map<std::uint64_t, std::optional<Error>> lanes_;
-  std::unordered_set<std::uint64_t> closedLanes_;
-  std::unordered_map<std::uint64_t, std::vector<int>> lanePeers_;
+  LaneBook lanes_;                 // (mu_)
   std::optional<bool> selfProbe_;  // failureDetectionWorks()
   bool tearingDown_ = false;
   // Lazy: the connector thread answers peers' handshakes (and drives the worker) while no
