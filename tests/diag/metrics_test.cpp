@@ -183,7 +183,7 @@ TEST(Straggler, ReportNamesTheLateRankAsProcesses) {
     runProcesses(n, o, [&](Comm& c) {
       float v = 1;
       for (int i = 0; i < 40; ++i) {
-        if (c.rank() == late) std::this_thread::sleep_for(2ms);
+        if (c.rank() == late) std::this_thread::sleep_for(5ms);
         c.allreduce(&v, &v, 1, DataType::Float32, ReduceOp::Sum);
       }
       const std::string report = c.stragglerReport();

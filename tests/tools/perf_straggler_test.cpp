@@ -54,11 +54,11 @@ TEST(PerfStraggler, NamesTheInjectedRankInAtLeast95PercentOfOperations) {
     const ProcessResult r =
         perfUnderRun(4,
                      {"allreduce,broadcast", "-b", "8", "-e", "64K", "-n", "20", "--reps", "3",
-                      "--straggler", std::to_string(late) + ":2000"},
+                      "--straggler", std::to_string(late) + ":5000"},
                      {{"BRAID_METRICS_FILE", dir + "/m.%r.prom"}, {"BRAID_DEBUG", "INFO"}});
     ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
     EXPECT_NE(r.out.find("# injected: rank " + std::to_string(late) +
-                         " sleeps 2000 us before every operation"),
+                         " sleeps 5000 us before every operation"),
               std::string::npos)
         << r.out;
     // The report, as braid-perf prints it at the end.
@@ -84,7 +84,7 @@ TEST(PerfStraggler, NamesTheInjectedRankInAtLeast95PercentOfOperations) {
     EXPECT_GE(analyzed, static_cast<double>(v.of));
     EXPECT_GE(e.sum("braid_straggler_last_total", {{"last_rank", std::to_string(late)}}),
               0.95 * analyzed);
-    EXPECT_GT(e.sum("braid_straggler_lateness_seconds"), 0.0015);
+    EXPECT_GT(e.sum("braid_straggler_lateness_seconds"), 0.003);
     EXPECT_GT(e.sum("braid_operations_total", {{"collective", "broadcast"}}), 0);
     // The summary at destruction (BRAID_DEBUG=INFO), logged by rank 0.
     const std::size_t at = r.err.find("straggler report, communicator 0, 4 ranks");
