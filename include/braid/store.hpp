@@ -71,6 +71,8 @@ class TcpStoreServer {
   /// keys held now; read from any thread (tests and benchmarks count the bootstrap's load).
   std::uint64_t requestCount() const noexcept;
   std::size_t keyCount() const noexcept;
+  /// Client connections open now (in the handshake or past it).
+  std::size_t connectionCount() const noexcept;
 
   struct Impl;
 
@@ -101,6 +103,9 @@ class TcpStore : public Store {
   std::int64_t deletePrefix(const std::string& prefix) override;
   std::int64_t numKeys() override;
   bool supportsDelete() const override { return true; }
+  /// Waits until at least one of `keys` (one or more) is set and returns the index of the first
+  /// that is; throws Error(Timeout) when none is within `timeout`. Parked server-side, as wait().
+  std::size_t waitAny(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   /// The local address of the connection to the store: an address of this host that the store's
   /// network can reach (used as the default listen address).
   std::string localAddress() const;
@@ -113,6 +118,8 @@ class TcpStore : public Store {
   void cancelOnClose(const std::string& key);
   /// A second, independent connection to the same server with the same settings.
   std::unique_ptr<TcpStore> connectAgain() const;
+  /// The server's "host:port", as given to the constructor.
+  const std::string& address() const noexcept;
   /// Shuts the connection down from any thread: a request in progress (a parked GET) fails with
   /// Error(PeerLost) at once, and ONCLOSE keys are set.
   void disconnect();

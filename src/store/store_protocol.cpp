@@ -187,6 +187,8 @@ const char* toString(RequestType t) noexcept {
       return "NUMKEYS";
     case RequestType::DeletePrefix:
       return "DELPREFIX";
+    case RequestType::WaitAny:
+      return "WAITANY";
   }
   return "UNKNOWN";
 }
@@ -198,6 +200,7 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
                       req.type == RequestType::UnClose || req.type == RequestType::DeletePrefix;
   if (oneKey && req.keys.size() != 1) return false;
   if (req.type == RequestType::NumKeys && !req.keys.empty()) return false;
+  if (req.type == RequestType::WaitAny && req.keys.empty()) return false;
   if ((req.type == RequestType::Set || req.type == RequestType::OnClose) &&
       req.value.size() > kMaxValueBytes)
     return false;
@@ -218,6 +221,7 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
         putU64(out, static_cast<std::uint64_t>(req.delta));
         break;
       case RequestType::Wait:
+      case RequestType::WaitAny:
         putU64(out, req.timeoutMs);
         putKeys(out, req.keys);
         break;
@@ -292,6 +296,10 @@ DecodeResult decodeRequest(std::span<const std::uint8_t> bytes, Request& out) {
     }
     case RequestType::Wait:
       ok = in.u64(out.timeoutMs) && in.keys(out.keys);
+      break;
+    case RequestType::WaitAny:
+      ok = in.u64(out.timeoutMs) && in.keys(out.keys);
+      if (ok && out.keys.empty()) return malformed(r, "WAITANY without a key");
       break;
     case RequestType::Check:
     case RequestType::Delete:

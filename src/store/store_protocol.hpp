@@ -18,6 +18,8 @@
 //            DELETE keys                  -> INTEGER how many of the keys existed (all removed)
 //            NUMKEYS                      -> INTEGER how many keys the store holds
 //            DELPREFIX key                -> INTEGER how many keys starting with key it removed
+//            WAITANY u64 timeoutMs, keys  -> INTEGER the index of the first key present (of at
+//                                            least one), or TIMEOUT keys   (parked server-side)
 //
 // A connection carries one request at a time: the client sends a request and reads its reply
 // before sending the next. Every length is checked against its bound before anything is
@@ -50,7 +52,8 @@ enum class RequestType : std::uint8_t {
   UnClose = 7,
   Delete = 8,
   NumKeys = 9,
-  DeletePrefix = 10
+  DeletePrefix = 10,
+  WaitAny = 11
 };
 enum class ResponseType : std::uint8_t {
   Ok = 1,
@@ -67,10 +70,11 @@ const char* toString(RequestType t) noexcept;
 struct Request {
   RequestType type = RequestType::Set;
   std::vector<std::string> keys;  ///< one key for SET/GET/ADD/ONCLOSE/UNCLOSE/DELPREFIX; any number
-                                  ///< for WAIT/CHECK/DELETE; none for NUMKEYS
+                                  ///< for WAIT/CHECK/DELETE, at least one for WAITANY;
+                                  ///< none for NUMKEYS
   std::vector<std::uint8_t> value;  ///< SET, ONCLOSE
   std::int64_t delta = 0;           ///< ADD
-  std::uint64_t timeoutMs = 0;      ///< GET/WAIT
+  std::uint64_t timeoutMs = 0;      ///< GET/WAIT/WAITANY
 };
 
 struct Response {

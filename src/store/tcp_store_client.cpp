@@ -490,6 +490,26 @@ void TcpStore::wait(const std::vector<std::string>& keys, milliseconds timeout) 
   unexpectedReply(impl_->address_, req, resp);
 }
 
+std::size_t TcpStore::waitAny(const std::vector<std::string>& keys, milliseconds timeout) {
+  if (keys.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "store WAITANY: no key given (store at " + impl_->address_ + ")");
+  proto::Request req;
+  req.type = proto::RequestType::WaitAny;
+  req.keys = keys;
+  req.timeoutMs = static_cast<std::uint64_t>(clampTimeout(timeout).count());
+  std::lock_guard<std::mutex> lk(impl_->mu_);
+  const auto resp = impl_->request(req, impl_->waitDeadline(timeout));
+  if (resp.type == proto::ResponseType::Integer && resp.integer >= 0 &&
+      static_cast<std::size_t>(resp.integer) < keys.size())
+    return static_cast<std::size_t>(resp.integer);
+  if (resp.type == proto::ResponseType::Timeout)
+    throw Error(ErrorCode::Timeout, "store WAITANY: none of the keys [" + joinKeys(keys) +
+                                        "] set within " + std::to_string(timeout.count()) +
+                                        " ms (store at " + impl_->address_ + ")");
+  unexpectedReply(impl_->address_, req, resp);
+}
+
 bool TcpStore::check(const std::vector<std::string>& keys) {
   proto::Request req;
   req.type = proto::RequestType::Check;
@@ -555,6 +575,10 @@ std::unique_ptr<TcpStore> TcpStore::connectAgain() const {
   security.authKey = impl_->authKey_;
   return std::make_unique<TcpStore>(impl_->host_, impl_->port_, impl_->connectTimeout_,
                                     impl_->opTimeout_, security);
+}
+
+const std::string& TcpStore::address() const noexcept {
+  return impl_->address_;
 }
 
 void TcpStore::disconnect() {

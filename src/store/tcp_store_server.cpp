@@ -4,7 +4,8 @@
 // nothing here is locked. A GET or WAIT whose keys are missing is parked: the connection stops
 // reading (one request at a time per connection) and waits in the waiter list of its first
 // missing key and in the deadline set. A SET or ADD of that key moves it on to its next missing
-// key or answers it; the deadline set answers TIMEOUT when the client's timeout elapses. The
+// key or answers it; the deadline set answers TIMEOUT when the client's timeout elapses. A
+// WAITANY none of whose keys is present waits in the waiter list of every one of its keys. The
 // destructor wakes the thread through an eventfd, joins it, and every fd closes with its owner.
 //
 // Admission (docs/security.md). A connection from an address outside the whitelist is closed at
@@ -70,14 +71,18 @@ constexpr std::size_t kReadBudgetBytes = 4 * 1024 * 1024;
 constexpr int kMaxEvents = 64;
 // Deadlines further out than this are clamped, so a "forever" timeout cannot overflow.
 constexpr std::chrono::hours kMaxParkTime{24 * 365};
-// ONCLOSE registrations one connection may hold (a communicator registers one or two).
-constexpr std::size_t kMaxOnClosePerConnection = 64;
+// ONCLOSE registrations one connection may hold: a process's liveness connection registers two
+// for every communicator rank it holds over this server (core/liveness.hpp); their bytes count
+// against the memory bound too.
+constexpr std::size_t kMaxOnClosePerConnection = 8192;
 
 struct Parked {
   proto::RequestType type = proto::RequestType::Get;
   std::vector<std::string> keys;
   Clock::time_point deadline;
-  std::string waitingOn;  // the key whose waiter list holds this request
+  // The keys whose waiter lists hold this request: the first missing one (GET, WAIT), every
+  // key (WAITANY).
+  std::vector<std::string> waitingOn;
 };
 
 struct Connection {
@@ -158,6 +163,7 @@ struct TcpStoreServer::Impl {
   void serve(Connection& c);
   void handle(Connection& c, proto::Request& req);
   bool tryAnswerParked(Connection& c);
+  bool tryAnswerWaitAny(Connection& c);
   void onKeyChanged(const std::string& key);
   void expireDeadlines();
   void unpark(Connection& c);
@@ -198,6 +204,7 @@ struct TcpStoreServer::Impl {
   // Written by the server thread, read by requestCount()/keyCount() from any thread.
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::size_t> keys_{0};
+  std::atomic<std::size_t> connectionsNow_{0};
 
   // Owned by the server thread once it starts.
   std::unordered_map<std::string, Entry> data_;
@@ -387,6 +394,7 @@ void TcpStoreServer::Impl::accept() {
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;
     handshakeDeadlines_.emplace(deadline, c->id);
     connections_.emplace(c->id, std::move(c));
+    connectionsNow_.store(connections_.size(), std::memory_order_relaxed);
   }
 }
 
@@ -713,7 +721,8 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
       reply(c, resp);
       return;
     case proto::RequestType::Get:
-    case proto::RequestType::Wait: {
+    case proto::RequestType::Wait:
+    case proto::RequestType::WaitAny: {
       Parked p;
       p.type = req.type;
       p.keys = std::move(req.keys);
@@ -733,6 +742,7 @@ void TcpStoreServer::Impl::handle(Connection& c, proto::Request& req) {
 // otherwise files it under its first missing key. True when answered.
 bool TcpStoreServer::Impl::tryAnswerParked(Connection& c) {
   Parked& p = *c.parked;
+  if (p.type == proto::RequestType::WaitAny) return tryAnswerWaitAny(c);
   auto missing =
       std::find_if(p.keys.begin(), p.keys.end(), [&](const std::string& k) { return !present(k); });
   proto::Response resp;
@@ -756,8 +766,32 @@ bool TcpStoreServer::Impl::tryAnswerParked(Connection& c) {
     std::copy_if(missing, p.keys.end(), std::back_inserter(resp.keys),
                  [&](const std::string& k) { return !present(k); });
   } else {
-    p.waitingOn = *missing;
-    waiters_[p.waitingOn].push_back(c.id);
+    p.waitingOn = {*missing};
+    waiters_[*missing].push_back(c.id);
+    return false;
+  }
+  c.parked.reset();
+  reply(c, resp);
+  return true;
+}
+
+// WAITANY: answers the index of the first of its keys present, or TIMEOUT; otherwise files it
+// under every key. True when answered.
+bool TcpStoreServer::Impl::tryAnswerWaitAny(Connection& c) {
+  Parked& p = *c.parked;
+  unpark(c);
+  const auto first =
+      std::find_if(p.keys.begin(), p.keys.end(), [&](const std::string& k) { return present(k); });
+  proto::Response resp;
+  if (first != p.keys.end()) {
+    resp.type = proto::ResponseType::Integer;
+    resp.integer = first - p.keys.begin();
+  } else if (Clock::now() >= p.deadline) {
+    resp.type = proto::ResponseType::Timeout;
+    resp.keys = p.keys;
+  } else {
+    p.waitingOn = p.keys;
+    for (const std::string& k : p.waitingOn) waiters_[k].push_back(c.id);
     return false;
   }
   c.parked.reset();
@@ -797,12 +831,15 @@ void TcpStoreServer::Impl::expireDeadlines() {
   }
 }
 
-// Takes c's parked request out of its waiter list (it stays in c.parked).
+// Takes c's parked request out of its waiter lists (it stays in c.parked).
 void TcpStoreServer::Impl::unpark(Connection& c) {
-  auto it = waiters_.find(c.parked->waitingOn);
-  if (it == waiters_.end()) return;
-  std::erase(it->second, c.id);
-  if (it->second.empty()) waiters_.erase(it);
+  for (const std::string& key : c.parked->waitingOn) {
+    auto it = waiters_.find(key);
+    if (it == waiters_.end()) continue;
+    std::erase(it->second, c.id);
+    if (it->second.empty()) waiters_.erase(it);
+  }
+  c.parked->waitingOn.clear();
 }
 
 void TcpStoreServer::Impl::reply(Connection& c, const proto::Response& resp) {
@@ -864,6 +901,7 @@ void TcpStoreServer::Impl::close(std::uint64_t id) {
   charge(host, 0, c.onCloseBytes);
   // Closing the fd removes it from the epoll set.
   connections_.erase(it);
+  connectionsNow_.store(connections_.size(), std::memory_order_relaxed);
   if (stop_.load()) return;
   for (auto& [key, value] : onClose) {
     auto entry = data_.find(key);
@@ -908,6 +946,10 @@ std::uint64_t TcpStoreServer::requestCount() const noexcept {
 
 std::size_t TcpStoreServer::keyCount() const noexcept {
   return impl_->keys_.load(std::memory_order_relaxed);
+}
+
+std::size_t TcpStoreServer::connectionCount() const noexcept {
+  return impl_->connectionsNow_.load(std::memory_order_relaxed);
 }
 
 }  // namespace braid

@@ -410,6 +410,83 @@ TEST(Elastic, RevokeFailsAPendingOperationOnEveryRank) {
   EXPECT_EQ(braidShmEntries(), shmBefore);
 }
 
+// Every communicator of a process shares its liveness connection (core/liveness.cpp): rank 2,
+// in a communicator, a split of it and a second communicator, is killed before anything ran.
+// The server sets "revoked" in all three namespaces (the text names rank 2's process), and the
+// survivors' next operation on each fails with PeerLost.
+TEST(Elastic, AKilledProcessRevokesEveryCommunicatorItWasIn) {
+  {
+    StoreProcess store;
+    ASSERT_NE(store.port(), 0);
+    const std::uint16_t port = store.port();
+    std::vector<Child> ranks;
+    for (int r = 0; r < 3; ++r)
+      ranks.push_back(spawn([&, r](int fd) {
+        Options o = elasticOptions(true);
+        o.execTimeout = 20s;
+        auto st = std::make_shared<TcpStore>("127.0.0.1", port, o.connectTimeout);
+        auto a = Comm::create(st, r, 3, o);
+        auto b = a->split(0, r);
+        auto c = Comm::create(st, r, 3, o);
+        writeAll(fd, "R\n");
+        if (r == 2) {
+          std::this_thread::sleep_for(60s);
+          return 1;
+        }
+        std::string out;
+        for (Comm* comm : {a.get(), b.get(), c.get()}) {
+          PrefixStore ns(st, "braid/" + comm->id() + "/");
+          const auto v = ns.get("revoked", 30s);
+          out += "K " + std::string(v.begin(), v.end()) + "\n";
+        }
+        // Both survivors read the keys before either runs an operation: a failing operation
+        // publishes its own revoke, which replaces the text.
+        st->setString("test/read/" + std::to_string(r), "1");
+        st->wait({"test/read/0", "test/read/1"}, 30s);
+        for (Comm* comm : {a.get(), b.get(), c.get()}) {
+          try {
+            comm->barrier();
+            out += "N\n";
+          } catch (const Error& e) {
+            out += "E " + std::to_string(static_cast<int>(e.code())) + " " + errorLine(e) + "\n";
+          }
+        }
+        writeAll(fd, out);
+        return 0;
+      }));
+    const auto readyBy = Clock::now() + 60s;
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(readLine(ranks[r].fd, readyBy), "R");
+    ::kill(ranks[2].pid, SIGKILL);
+    std::vector<Child*> all;
+    for (auto& c : ranks) all.push_back(&c);
+    reapAll(all, Clock::now() + 60s);
+    for (int r = 0; r < 2; ++r) {
+      const std::string out = readAll(ranks[r].fd);
+      ::close(ranks[r].fd);
+      EXPECT_TRUE(exitedZero(ranks[r])) << "rank " << r << ": " << out;
+      std::istringstream in(out);
+      std::string line;
+      int keys = 0, errors = 0;
+      while (std::getline(in, line)) {
+        if (line.rfind("K ", 0) == 0) {
+          ++keys;
+          EXPECT_NE(line.find("rank 2 (pid " + std::to_string(ranks[2].pid)), std::string::npos)
+              << line;
+          EXPECT_NE(line.find("exited or was killed"), std::string::npos) << line;
+        } else if (line.rfind("E ", 0) == 0) {
+          ++errors;
+          EXPECT_EQ(line.rfind("E " + std::to_string(static_cast<int>(ErrorCode::PeerLost)), 0), 0u)
+              << line;
+        }
+      }
+      EXPECT_EQ(keys, 3) << "rank " << r << ": " << out;
+      EXPECT_EQ(errors, 3) << "rank " << r << ": " << out;
+    }
+    ::close(ranks[2].fd);
+  }
+  EXPECT_EQ(childrenOfThisProcess(), std::vector<int>{});
+}
+
 // ---------------------------------------------------------------- dying during the shrink
 
 // Rank 4 is killed; every survivor says "S" just before it calls shrink(), and the test kills

@@ -199,5 +199,34 @@ TEST(StoreProtocol, DeleteRequestsRoundTrip) {
   EXPECT_FALSE(proto::appendRequest(bad, wire));
   EXPECT_EQ(at, wire.size()) << "a refused request appends nothing";
 }
+TEST(StoreProtocol, WaitAnyRoundTripsAndNeedsAKey) {
+  std::vector<proto::Request> reqs(2);
+  reqs[0].type = proto::RequestType::WaitAny;
+  reqs[0].keys = {"braid/liveness/ab/wake", "braid/0//revoked", ""};
+  reqs[0].timeoutMs = 86400000;
+  reqs[1].type = proto::RequestType::WaitAny;
+  reqs[1].keys = {"only"};
+  std::vector<std::uint8_t> wire;
+  const auto back = requestsBack(reqs, wire);
+  for (std::size_t i = 0; i < back.size(); ++i)
+    EXPECT_EQ(std::tie(back[i].type, back[i].keys, back[i].timeoutMs),
+              std::tie(reqs[i].type, reqs[i].keys, reqs[i].timeoutMs));
+  EXPECT_STREQ(proto::toString(proto::RequestType::WaitAny), "WAITANY");
+  // None: refused by the encoder, and malformed when a peer sends it anyway (a WAIT frame with
+  // no key, retyped).
+  proto::Request none;
+  none.type = proto::RequestType::WaitAny;
+  std::vector<std::uint8_t> out;
+  EXPECT_FALSE(proto::appendRequest(none, out));
+  EXPECT_TRUE(out.empty());
+  none.type = proto::RequestType::Wait;
+  ASSERT_TRUE(proto::appendRequest(none, out));
+  out[proto::kFrameHeaderBytes] = static_cast<std::uint8_t>(proto::RequestType::WaitAny);
+  proto::Request decoded;
+  const auto r = proto::decodeRequest(out, decoded);
+  EXPECT_EQ(r.status, proto::DecodeStatus::Malformed);
+  EXPECT_NE(r.error.find("WAITANY without a key"), std::string::npos) << r.error;
+}
+
 }  // namespace
 }  // namespace braid

@@ -317,6 +317,57 @@ TEST(TcpStore, WaitAndCheck) {
       << "names only the missing keys: " << e.what();
 }
 
+// WAITANY answers the index of the first of its keys present: at once, when one is set by
+// another client (parked until then, under every key), or TIMEOUT naming them all. A waiter
+// answered through one key is gone from the others' waiter lists.
+TEST(TcpStore, WaitAnyAnswersTheFirstKeyPresent) {
+  TcpStoreServer server("127.0.0.1", 0);
+  auto store = connectTo(server);
+  auto writer = connectTo(server);
+  store->setString("b", "1");
+  store->setString("c", "1");
+  EXPECT_EQ(store->waitAny({"a", "c", "b"}, kLong), 1u);
+  EXPECT_EQ(store->waitAny({"b"}, milliseconds(0)), 0u);
+
+  for (int round = 0; round < 3; ++round) {
+    const std::string late = "late" + std::to_string(round);
+    std::thread t([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      writer->setString(late, "x");
+    });
+    const auto start = Clock::now();
+    EXPECT_EQ(store->waitAny({"x", "y", late, "z"}, kLong), 2u);
+    EXPECT_GE(since(start), milliseconds(50));
+    t.join();
+  }
+  // The keys it also waited on are set afterwards: nothing is answered twice, and the
+  // connection goes on in step.
+  writer->setString("x", "1");
+  writer->setString("z", "1");
+  EXPECT_EQ(store->getString("x", kLong), "1");
+  EXPECT_EQ(store->waitAny({"y", "z"}, kLong), 1u);
+
+  const Error e = thrownBy([&] { store->waitAny({"m", "n"}, milliseconds(200)); });
+  EXPECT_EQ(e.code(), ErrorCode::Timeout);
+  EXPECT_NE(e.detail().find("WAITANY"), std::string::npos) << e.what();
+  EXPECT_NE(e.detail().find("'n'"), std::string::npos) << e.what();
+  const Error none = thrownBy([&] { store->waitAny({}, kLong); });
+  EXPECT_EQ(none.code(), ErrorCode::InvalidArgument);
+  EXPECT_NE(none.detail().find("no key"), std::string::npos) << none.what();
+
+  // Disconnected while parked: fails at once; another client's waits are undisturbed.
+  auto parked = connectTo(server);
+  std::thread d([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    parked->disconnect();
+  });
+  EXPECT_THROW(parked->waitAny({"never", "nor"}, kLong), Error);
+  d.join();
+  writer->setString("never", "1");
+  EXPECT_EQ(store->waitAny({"nor", "never"}, kLong), 1u);
+  EXPECT_GE(server.connectionCount(), 2u);
+}
+
 TEST(TcpStore, ManyClientsRendezvous) {
   TcpStoreServer server("127.0.0.1", 0);
   constexpr int kClients = 32;
