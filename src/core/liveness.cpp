@@ -280,9 +280,13 @@ Liveness::~Liveness() {
 void Liveness::publishRevoke(const std::string& why, bool wait) {
   if (published_.exchange(true)) return;
   auto store = commStore_;
+  // The first cause stays: a rank whose operation failed because a peer had died (or had
+  // revoked it) does not replace the text that names that peer. (Two ranks setting it at the
+  // same moment may still both write; every rank keeps the first text it received.)
   auto set = [store, why] {
     try {
-      store->set("revoked", std::vector<std::uint8_t>(why.begin(), why.end()));
+      if (!store->check({"revoked"}))
+        store->set("revoked", std::vector<std::uint8_t>(why.begin(), why.end()));
     } catch (const std::exception&) {
     }
   };

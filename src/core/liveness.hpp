@@ -37,8 +37,9 @@ class Liveness {
   /// Where this rank's protocol writes go: ordered before its dead key (the liveness
   /// connection, under this communicator's namespace).
   Store& writes() { return *writes_; }
-  /// Sets "revoked" once: on a thread of its own (`wait` false: a failing operation must not
-  /// wait for a store that may be gone), or before returning.
+  /// Sets "revoked" once, unless it is set already (the first cause stays): on a thread of its own
+  /// (`wait` false: a failing operation must not wait for a store that may be gone), or before
+  /// returning.
   void publishRevoke(const std::string& why, bool wait);
 
  private:

@@ -142,6 +142,29 @@ TEST(LivenessHub, ARevokeReachesOnlyItsCommunicator) {
   for (int r = 1; r < kSize; ++r) std::printf("[ liveness ] rank %d: %s\n", r, seen[r].c_str());
 }
 
+// The first cause of a revoke stays in the store: rank 1 revokes; rank 0, once it sees the
+// key, revokes too; the key still names rank 1 (kept after the communicator for the check).
+TEST(LivenessHub, TheFirstRevokeTextStays) {
+  TcpStoreServer server("127.0.0.1", 0);
+  Options o = tcpOptions();
+  o.storeCleanup = false;
+  std::string id;
+  runOnTcpStore(server, 2, [&](int rank, std::shared_ptr<TcpStore> store) {
+    auto comm = Comm::create(store, rank, 2, o);
+    if (rank == 1) {
+      comm->revoke();
+    } else {
+      id = comm->id();
+      PrefixStore ns(store, "braid/" + id + "/");
+      ns.get("revoked", 20s);
+      comm->revoke();
+    }
+  });  // the destructors wait for their revokes' publication
+  auto reader = std::make_shared<TcpStore>("127.0.0.1", server.port(), 5000ms);
+  PrefixStore ns(reader, "braid/" + id + "/");
+  EXPECT_EQ(ns.getString("revoked", 5000ms), "rank 1 (Comm::revoke)");
+}
+
 // Over one server, communicators of two different stores' clients in the same process share the
 // hub; after the server is replaced by a new one on another port, a communicator over it gets a
 // hub of its own and revokes still reach it.
