@@ -1,5 +1,6 @@
 // The TCP transport: who moves the bytes, and when (framing and matching are in
-// tcp_connection.cpp, connection setup in tcp_bootstrap.cpp).
+// tcp_connection.cpp, connection setup in tcp_bootstrap.cpp and, when lazy, tcp_lazy.cpp; the
+// class is in tcp_transport_impl.hpp).
 //
 // One mutex guards all state. The epoll set is driven by one thread at a time, the "driver"
 // (driving_): a waiter, test(), or the background thread. A waiter spins for `spin` polling
@@ -12,8 +13,8 @@
 // The background thread stays asleep unless work is outstanding that nobody waits for: a send
 // not yet fully written, or a receive large enough to hold up its sender. Even then it first
 // leaves the work to its owner for kBackgroundGrace, since a blocking caller is usually about to
-// wait on it, and it steps aside (the waiter kicks it) as soon as a thread waits.
-#include "transport/tcp/tcp_transport.hpp"
+// wait on it, and it steps aside (the waiter kicks it) as soon as a thread waits.#include
+// "transport/tcp/tcp_transport.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -42,21 +43,18 @@
 #include "transport/tcp/tcp_bootstrap.hpp"
 #include "transport/tcp/tcp_connection.hpp"
 #include "transport/tcp/tcp_streams.hpp"
+#include "transport/tcp/tcp_transport_impl.hpp"
 
-namespace braid::transport {
+namespace braid::transport::tcp {
 
 namespace {
 
-using tcp::Connection;
 using State = Request::State;
 
 constexpr int kMaxEvents = 64;
 // Longest single sleep in epoll_wait or on the condition variable: waiters recheck at least
 // this often.
 constexpr int kMaxSleepMs = 50;
-// Receives at least this large need the background thread when nobody waits (smaller ones sit
-// in the kernel's socket buffer without holding up the sender).
-constexpr std::size_t kBackgroundRecvBytes = 64 * 1024;
 constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
 // The background thread's epoll sleep: whatever needs it sooner (a waiter taking over, abort,
 // destruction) writes the wake eventfd.
@@ -65,8 +63,6 @@ constexpr std::uint64_t kWakeId = ~std::uint64_t{0};
 
 // Request::aux while pending: counted in backgroundWork_ (once finished, the engine's).
 constexpr std::size_t kAuxBackground = 1;
-
-std::atomic<std::size_t> socketsOpened{0};  // by every TCP transport of this process
 
 // Holds the right to drive the epoll set (TcpTransport::driving_) for one round.
 class DrivingToken {
@@ -80,167 +76,9 @@ class DrivingToken {
   bool& driving_;
 };
 
-class TcpTransport final : public Transport, private tcp::CompletionSink {
- public:
-  /// `onFailure` (optional) is told of every connection or transport failure, with mu_ held (it
-  /// must only record). Pending receives of at least `backgroundRecvBytes` are background work.
-  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
-               std::function<void(const Error&)> onFailure = {},
-               std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
-  /// A lazy transport (TcpOptions::lazyConnect): `mesh` holds no sockets yet; `listener` is
-  /// this rank's published listener, `addresses` where the peers' addresses are.
-  struct Lazy {
-    Fd listener;
-    std::shared_ptr<tcp::Addresses> addresses;
-  };
-  TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh, Lazy lazy,
-               std::function<void(const Error&)> onFailure,
-               std::size_t backgroundRecvBytes = kBackgroundRecvBytes);
-  ~TcpTransport() override;
-  TcpTransport(const TcpTransport&) = delete;
-  TcpTransport& operator=(const TcpTransport&) = delete;
+}  // namespace
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  void postSend(int peer, const void* data, std::size_t bytes, std::uint64_t tag,
-                Request& req) override;
-  void postRecv(int peer, void* data, std::size_t bytes, std::uint64_t tag, Request& req) override;
-  bool test(Request& req) override;
-  void wait(Request& req, Deadline deadline) override;
-  std::string describePeer(int peer) const override;
-  void abort(const std::string& why) override;
-  std::size_t connectionCount() const override {
-    return connected_.load(std::memory_order_relaxed);
-  }
-  bool carriesLanes() const override { return true; }
-  void openLane(std::uint64_t lane, std::vector<int> peers) override;
-  void closeLane(std::uint64_t lane) override;
-  void abortLane(std::uint64_t lane, const std::string& why) override;
-  bool peerLeftLane(std::uint64_t lane, int peer) const override {
-    if (peer < 0 || peer >= size_) return false;
-    std::lock_guard<std::mutex> lk(mu_);
-    return connections_[static_cast<std::size_t>(peer)].peerLaneError(lane) != nullptr;
-  }
-  // Queues the "lane gone" control frame to each peer of the lane (tcp_connection.hpp).
-  void tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted);
-  void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
-                      std::uint64_t tag, Request& req) override {
-    prepare("postSend", peer, data, bytes, tag, true, req);
-    req.lane = lane;
-    std::lock_guard<std::mutex> lk(mu_);
-    post(req);
-  }
-  void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
-                      std::uint64_t tag, Request& req) override {
-    prepare("postRecv", peer, data, bytes, tag, false, req);
-    req.lane = lane;
-    std::lock_guard<std::mutex> lk(mu_);
-    post(req);
-  }
-
- private:
-  // CompletionSink (called with mu_ held).
-  void finish(Request& req, State state, bool connectionError) override;
-  std::string tagText(std::uint64_t tag) const override;
-  void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
-    noteMismatch(peer, expected, received);
-  }
-  void mismatchSeenOnLane(int peer, std::uint64_t expected, std::uint64_t received,
-                          std::uint64_t lane) const override {
-    noteMismatch(peer, expected, received, lane);
-  }
-  void connectionFailed(const Error& error) override {
-    if (onFailure_) onFailure_(error);
-  }
-  bool laneClosed(std::uint64_t lane) const override { return lanes_.closed(lane); }
-
-  void prepare(const char* op, int peer, const void* data, std::size_t bytes, std::uint64_t tag,
-               bool isSend, Request& req) {
-    engine::armRequest(
-        req, op, rank_, size_, peer, data, bytes, tag, isSend, true, "",
-        [] { return std::string(); }, [this](int p) { return describePeer(p); });
-  }
-  // Everything below requires mu_.
-  void post(Request& req);
-  void failTransport(Error error);
-  [[noreturn]] void throwFailure(const Request& req) const;
-  void drive(std::unique_lock<std::mutex>& lk, int timeoutMs, Request* sleeper);
-  void notifyCompletions();
-  void wakeBackground();
-  void kick() const;
-  void leaveWait();
-  void progressLoop();
-
-  // ---- lazy connection setup (docs/architecture.md, "When connections are made") ----
-  enum class Link : std::uint8_t { None, Dialing, Awaiting, Accepting, Connected, Failed };
-  void startLazy(Lazy lazy);
-  void stopLazy();
-  void startConnecting(int peer);                                          // mu_ held
-  void attachPeer(int peer, Fd fd, const std::string& address);            // mu_ held
-  std::string lookupAddress(int peer, std::chrono::milliseconds timeout);  // mu_ not held
-  std::string connectReason(int peer) const;                               // mu_ held
-  std::string stallText(const Request& r) const;                           // mu_ held
-  std::string acceptDecision(int peer);                                    // takes mu_
-  void acceptTake(int peer, Fd fd);                                        // takes mu_
-  void dialLoop();
-  void acceptLoop();
-
-  const int rank_;
-  const int size_;
-  const std::chrono::microseconds spin_;
-  const std::chrono::microseconds busyPoll_;  // spin_ when TcpOptions::busyPoll, else 0
-  const std::function<void(const Error&)> onFailure_;
-  const std::size_t backgroundRecvBytes_;
-  engine::Engine engine_;
-  std::mutex& mu_;  // engine_.mutex()
-  Fd epoll_;
-  Fd wake_;
-  std::vector<Connection> connections_;  // indexed by rank; this rank's has no socket
-
-  std::condition_variable waitCv_;        // waiters that are not driving
-  std::condition_variable backgroundCv_;  // the background thread
-  bool driving_ = false;
-  bool backgroundDriving_ = false;
-  bool backgroundIdle_ = false;
-  bool stopping_ = false;
-  int waiters_ = 0;
-  int cvWaiters_ = 0;
-  std::size_t backgroundWork_ = 0;     // pending requests counted with kAuxBackground
-  Request* sleeperRequest_ = nullptr;  // what the driver sleeping in epoll_wait waits for
-  bool kickSleeper_ = false;
-  std::thread progress_;
-  std::atomic<std::size_t> connected_{0};  // sockets opened or accepted
-
-  LaneBook lanes_;  // requires mu_
-  // Lazy: lanes closed or aborted here while the pair had no connection yet, per peer; the
-  // peer is told once it connects.
-  struct UntoldLane {
-    std::uint64_t lane;
-    bool aborted;
-  };
-  std::unordered_map<int, std::vector<UntoldLane>> untold_;
-
-  // Lazy only. link_, dialQueue_, lastDialError_, dialers_ and idleDialers_ require mu_.
-  bool lazy_ = false;
-  TcpOptions options_;
-  std::shared_ptr<tcp::Addresses> addresses_;
-  Fd listener_;
-  Fd acceptWake_;  // eventfd: wakes the acceptor thread to stop
-  std::vector<Link> link_;
-  std::vector<std::string> lastDialError_;
-  std::deque<int> dialQueue_;
-  std::condition_variable dialCv_;
-  std::atomic<bool> stopSetup_{false};
-  std::mutex dialSocketMu_;
-  std::unordered_set<int> dialSockets_;  // the dials in progress (shut down to stop them)
-  std::thread acceptor_;
-  // Dialer threads, started on demand: one more when a dial is queued and none is idle, up to
-  // kMaxDialers, so a peer that is slow to answer holds up only its own pair.
-  static constexpr std::size_t kMaxDialers = 4;
-  std::vector<std::thread> dialers_;
-  int idleDialers_ = 0;
-  void stopDials();  // dialSocketMu_ not held
-};
+std::atomic<std::size_t> socketsOpened{0};
 
 TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::Mesh mesh,
                            std::function<void(const Error&)> onFailure,
@@ -616,249 +454,19 @@ void TcpTransport::progressLoop() {
   }
 }
 
-// ---- lazy connection setup ----
-//
-// A pair connects when a request to the peer is first posted on either side: the poster's
-// dialer threads dial (started on demand, up to kMaxDialers at once, so a slow peer holds up
-// only its own pair), the other side's acceptor thread
-// (always polling the listener, independent of who waits) takes it. When both dial at once
-// the higher rank's dial wins: a rank refuses a lower rank's dial while its own dial to that
-// rank is in progress, and always takes a higher rank's, so exactly one connection is made.
-// The lower rank, refused, waits for the higher rank's dial (Link::Awaiting).
-
-void TcpTransport::startLazy(Lazy lazy) {
-  lazy_ = true;
-  addresses_ = std::move(lazy.addresses);
-  listener_ = std::move(lazy.listener);
-  link_.assign(static_cast<std::size_t>(size_), Link::None);
-  link_[static_cast<std::size_t>(rank_)] = Link::Connected;
-  lastDialError_.assign(static_cast<std::size_t>(size_), std::string());
-  acceptWake_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!acceptWake_) throw Error(ErrorCode::Internal, "tcp transport: eventfd: " + errnoText(errno));
-  acceptor_ = std::thread([this] { acceptLoop(); });
-}
-
-void TcpTransport::stopDials() {
-  std::lock_guard<std::mutex> g(dialSocketMu_);
-  for (int s : dialSockets_) ::shutdown(s, SHUT_RDWR);
-}
-
-void TcpTransport::stopLazy() {
-  if (!lazy_) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stopSetup_ = true;
-    dialCv_.notify_all();
-  }
-  stopDials();
-  if (acceptWake_) {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(acceptWake_.get(), &one, sizeof one);
-  }
-  if (acceptor_.joinable()) acceptor_.join();
-  // No dialer is added once stopSetup_ is set (startConnecting checks it under mu_).
-  for (std::thread& d : dialers_)
-    if (d.joinable()) d.join();
-  lazy_ = false;
-}
-
-void TcpTransport::startConnecting(int peer) {
-  Link& link = link_[static_cast<std::size_t>(peer)];
-  if (link != Link::None || engine_.failure() || stopSetup_) return;
-  link = Link::Dialing;
-  dialQueue_.push_back(peer);
-  if (idleDialers_ == 0 && dialers_.size() < kMaxDialers)
-    dialers_.emplace_back([this] { dialLoop(); });
-  else
-    dialCv_.notify_one();
-}
-
-std::string TcpTransport::lookupAddress(int peer, std::chrono::milliseconds timeout) {
-  const Deadline until = Clock::now() + timeout;
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-    try {
-      return addresses_->of(
-          peer, std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(200)));
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::Timeout) throw;
-      if (stopSetup_ || Clock::now() >= until)
-        throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + " timed out after " +
-                                            std::to_string(timeout.count()) +
-                                            " ms waiting for rank " + std::to_string(peer) +
-                                            " to publish its address (" + e.detail() + ")");
-    }
-  }
-}
-
-void TcpTransport::attachPeer(int peer, Fd fd, const std::string& address) {
-  link_[static_cast<std::size_t>(peer)] = Link::Connected;
-  connected_.fetch_add(1, std::memory_order_relaxed);
-  socketsOpened.fetch_add(1, std::memory_order_relaxed);
-  Connection& c = connections_[static_cast<std::size_t>(peer)];
-  c.attach(std::move(fd), "rank " + std::to_string(peer) + " (" + address + ")");
-  if (const auto it = untold_.find(peer); it != untold_.end()) {
-    for (const UntoldLane& u : it->second) {
-      // Still gone here (a lane opened again under the same id is another communicator's).
-      if (lanes_.gone(u.lane)) c.sendLaneGone(u.lane, u.aborted);
-    }
-    untold_.erase(it);
-  }
-  notifyCompletions();
-  wakeBackground();
-  kick();  // a driver asleep in epoll_wait picks up the new socket's queued work
-}
-
-void TcpTransport::dialLoop() {
-  std::unique_lock<std::mutex> lk(mu_);
-  while (!stopSetup_) {
-    if (dialQueue_.empty()) {
-      ++idleDialers_;
-      dialCv_.wait(lk);
-      --idleDialers_;
-      continue;
-    }
-    const int peer = dialQueue_.front();
-    dialQueue_.pop_front();
-    if (link_[static_cast<std::size_t>(peer)] != Link::Dialing) continue;
-    lk.unlock();
-    Fd fd;
-    std::string address = "?";
-    std::string refused;
-    std::optional<Error> error;
-    try {
-      address = lookupAddress(peer, options_.connectTimeout);
-      tcp::DialHooks hooks;
-      hooks.cancelled = [this] { return stopSetup_.load(); };
-      int mine = -1;
-      hooks.socket = [this, &mine](int s) {
-        std::lock_guard<std::mutex> g(dialSocketMu_);
-        if (mine >= 0) dialSockets_.erase(mine);
-        mine = s;
-        if (s < 0) return;
-        dialSockets_.insert(s);
-        if (stopSetup_) ::shutdown(s, SHUT_RDWR);
-      };
-      hooks.peerListened = true;
-      hooks.refused = &refused;
-      fd = tcp::dialRank(rank_, size_, peer, address, options_,
-                         Clock::now() + options_.connectTimeout, hooks);
-    } catch (const Error& e) {
-      error = e;
-    } catch (const std::exception& e) {
-      error = Error(ErrorCode::Internal, "rank " + std::to_string(rank_) + ": dialing rank " +
-                                             std::to_string(peer) + ": " + e.what());
-    }
-    lk.lock();
-    if (stopSetup_ || engine_.failure()) break;
-    Link& link = link_[static_cast<std::size_t>(peer)];
-    if (link == Link::Connected || link == Link::Accepting) continue;  // its dial won
-    if (error) {
-      link = Link::Failed;
-      connections_[static_cast<std::size_t>(peer)].attach(
-          Fd(), "rank " + std::to_string(peer) + " (" + address + ")");
-      connections_[static_cast<std::size_t>(peer)].failUnconnected(*error);
-      notifyCompletions();
-    } else if (fd) {
-      attachPeer(peer, std::move(fd), address);
-    } else if (!refused.empty()) {
-      // A crossing dial: the higher rank's wins, so it will connect here.
-      link = Link::Awaiting;
-      lastDialError_[static_cast<std::size_t>(peer)] = refused;
-    }
-  }
-}
-
-std::string TcpTransport::acceptDecision(int peer) {
-  std::lock_guard<std::mutex> lk(mu_);
-  Link& link = link_[static_cast<std::size_t>(peer)];
-  if (engine_.failure() || stopSetup_)
-    return "the transport of rank " + std::to_string(rank_) + " failed";
-  switch (link) {
-    case Link::Connected:
-    case Link::Accepting:
-      return "rank " + std::to_string(rank_) + " is already connected to rank " +
-             std::to_string(peer);
-    case Link::Failed:
-      return "the connection of rank " + std::to_string(rank_) + " to rank " +
-             std::to_string(peer) + " failed";
-    case Link::Dialing:
-      if (peer < rank_)
-        return "rank " + std::to_string(rank_) + " dials rank " + std::to_string(peer) +
-               " itself (the higher rank's dial wins)";
-      break;
-    case Link::None:
-    case Link::Awaiting:
-      break;
-  }
-  link = Link::Accepting;
-  return {};
-}
-
-void TcpTransport::acceptTake(int peer, Fd fd) {
-  std::string address = "?";
-  if (fd) {
-    try {  // published before the peer dialed: at once
-      address = lookupAddress(peer, std::chrono::milliseconds(1000));
-    } catch (const Error&) {
-    }
-  }
-  std::lock_guard<std::mutex> lk(mu_);
-  Link& link = link_[static_cast<std::size_t>(peer)];
-  if (!fd || engine_.failure() || stopSetup_) {
-    if (link == Link::Accepting) {
-      link = Link::None;
-      if (connections_[static_cast<std::size_t>(peer)].hasPending()) startConnecting(peer);
-    }
-    return;
-  }
-  attachPeer(peer, std::move(fd), address);
-}
-
-void TcpTransport::acceptLoop() {
-  try {
-    const std::string self = connections_[static_cast<std::size_t>(rank_)].description();
-    tcp::Acceptor acceptor(
-        rank_, size_, options_, self, listener_.get(),
-        [this](int peer) { return acceptDecision(peer); },
-        [this](int peer, Fd fd) { acceptTake(peer, std::move(fd)); }, nullptr, Deadline::max());
-    acceptor.serve(acceptWake_.get(), stopSetup_);
-  } catch (const Error& e) {
-    std::lock_guard<std::mutex> lk(mu_);
-    failTransport(e);
-    notifyCompletions();
-  } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lk(mu_);
-    failTransport(Error(ErrorCode::Internal,
-                        "rank " + std::to_string(rank_) + ": tcp acceptor: " + e.what()));
-    notifyCompletions();
-  }
-  listener_.reset();  // peers that dial from now on are refused: this rank is gone for them
-}
-
-std::string TcpTransport::connectReason(int peer) const {
-  const std::string p = "rank " + std::to_string(peer);
-  switch (link_[static_cast<std::size_t>(peer)]) {
-    case Link::Dialing:
-      return "this rank's connection to " + p + " is not made yet (" + p +
-             " has not answered the dial)";
-    case Link::Awaiting:
-      return p + " never connected to this rank (it refused this rank's dial: " +
-             lastDialError_[static_cast<std::size_t>(peer)] + ")";
-    case Link::Accepting:
-      return p + " is connecting to this rank (handshake in progress)";
-    default:
-      return "no connection to " + p + " was made";
-  }
-}
-
 std::string TcpTransport::stallText(const Request& r) const {
   const Connection& c = connections_[static_cast<std::size_t>(r.peer)];
   if (lazy_ && !c.connected() && !c.error()) return connectReason(r.peer);
   return c.stallReason(r);
 }
 
-}  // namespace
+}  // namespace braid::transport::tcp
+
+namespace braid::transport {
+
+using tcp::kBackgroundRecvBytes;
+using tcp::socketsOpened;
+using tcp::TcpTransport;
 
 std::size_t tcpSocketsOpened() noexcept {
   return socketsOpened.load(std::memory_order_relaxed);
