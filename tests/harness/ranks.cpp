@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/store_process.hpp"
 #include "store/memory_store.hpp"
 
 namespace braid::test {
@@ -81,8 +82,12 @@ void runThreads(int n, const Options& opts, const RankFn& fn, std::chrono::secon
 }
 
 void runProcesses(int n, const Options& opts, const RankFn& fn, std::chrono::seconds deadline) {
-  TcpStoreServer server("127.0.0.1", 0);
+  // The store runs in a process of its own: a store thread of this process could hold an
+  // allocator lock at a fork (ASan's allocator has no fork handler) and leave a rank deadlocked
+  // in its first malloc.
+  StoreProcess server;
   const std::uint16_t port = server.port();
+  ASSERT_NE(port, 0) << "the store process did not start";
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;

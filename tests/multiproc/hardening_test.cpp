@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/handshake.hpp"
+#include "harness/store_process.hpp"
 #include "store/memory_store.hpp"
 #include "store/store_protocol.hpp"
 #include "transport/tcp/tcp_bootstrap.hpp"
@@ -120,7 +121,8 @@ TEST(WorldSizeMismatch, EveryRankFailsAtOnceNamingBothSizes) {
   o.logLevel = 0;
   for (const auto& sizes : cases) {
     SCOPED_TRACE(::testing::PrintToString(sizes));
-    TcpStoreServer server("127.0.0.1", 0);
+    test::StoreProcess server;  // no store thread in this process while it forks
+    ASSERT_NE(server.port(), 0);
     auto children = forkRanks(sizes, server.port(), o, [](Comm& c) { c.barrier(); });
     collect(children, 50s);
     for (std::size_t r = 0; r < children.size(); ++r) {
@@ -142,7 +144,8 @@ TEST(WorldSizeMismatch, AgreeingRanksJoin) {
   Options o;
   o.connectTimeout = 30000ms;
   o.logLevel = 0;
-  TcpStoreServer server("127.0.0.1", 0);
+  test::StoreProcess server;  // no store thread in this process while it forks
+  ASSERT_NE(server.port(), 0);
   auto children = forkRanks({3, 3, 3}, server.port(), o, [](Comm& c) {
     int v = c.rank() + 1, sum = 0;
     c.allreduce(&v, &sum, 1, DataType::Int32, ReduceOp::Sum);
