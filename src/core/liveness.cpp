@@ -168,8 +168,16 @@ class LivenessHub {
           throw;
         }
         if (at == 0) continue;
-        const auto v = watch_->get(keys[at], 10s);
-        const std::string why(v.begin(), v.end());
+        std::string why;
+        try {
+          // Not waited for: the key may be gone again (the communicator ended everywhere, its
+          // namespace deleted), and then there is nobody to tell.
+          const auto v = watch_->get(keys[at], 0ms);
+          why.assign(v.begin(), v.end());
+        } catch (const Error& err) {
+          if (err.code() == ErrorCode::Timeout) continue;
+          throw;
+        }
         // Every rank of the process in that communicator (ranks as threads share the key), each
         // on a thread of its own: a revoke aborts its transport, which may take a while, and the
         // others' (or another communicator's) must not wait for it.
