@@ -76,6 +76,27 @@ void UcxTransport::sendGoodbyes(const std::string& why) {
     const std::string text = why.substr(0, security::kMaxReasonBytes);
     bye.insert(bye.end(), text.begin(), text.end());
     sendSide(p, Kind::Goodbye, 0, std::move(bye));
+    // A peer acknowledges the goodbye of an authenticated pair only (it ignores the others).
+    ps.goodbyeSent = ps.link == PeerState::Link::Ready;
+  }
+}
+
+// Until every peer told goodbye acknowledged it, or its endpoint failed or closed, at most
+// `bound` (mu_ held). UCX's tcp completes a send once the bytes are in the socket, and closing
+// a socket that still has bytes to read resets the connection, which throws away what is still
+// queued to go out: the messages before the goodbye would be lost with it. The peer's
+// acknowledgement says its UCX has read them.
+void UcxTransport::awaitGoodbyeAcks(std::chrono::milliseconds bound) {
+  const Deadline until = Clock::now() + bound;
+  for (;;) {
+    progress();
+    bool waiting = false;
+    for (int p = 0; p < size_ && !waiting; ++p) {
+      const PeerState& ps = peers_[static_cast<std::size_t>(p)];
+      waiting = ps.goodbyeSent && !ps.goodbyeAcked && !ps.error && !ps.broken && ps.ep != nullptr;
+    }
+    if (!waiting || Clock::now() >= until) return;
+    sleep(std::min(until, Clock::now() + std::chrono::milliseconds(5)));
   }
 }
 
@@ -168,6 +189,7 @@ void UcxTransport::teardown() {
       flush(std::chrono::milliseconds(2000));
       sendGoodbyes("closed its transport");
       flush(std::chrono::milliseconds(1000));
+      awaitGoodbyeAcks(std::chrono::milliseconds(2000));
     }
     closing_ = true;
     for (PeerState& ps : peers_)

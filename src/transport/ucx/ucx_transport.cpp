@@ -453,6 +453,12 @@ void UcxTransport::drain() {
         case Slot::Owner::Goodbye: {
           if (s->status != UCS_OK) break;
           const int peer = senderOf(s->senderTag);
+          if ((s->senderTag & kSeqMask) == kGoodbyeAckSeq) {
+            if (peer >= 0 && peer < size_ && peer != rank_)
+              peers_[static_cast<std::size_t>(peer)].goodbyeAcked = true;
+            if (!closing_) postGoodbyeRecv();
+            break;
+          }
           // A peer that never authenticated sent nothing this rank took: its goodbye says
           // nothing (and is not trusted).
           if (peer >= 0 && peer < size_ && peer != rank_ && s->length >= 8 &&
@@ -462,6 +468,9 @@ void UcxTransport::drain() {
               ps.finalSeq = getU64(goodbyeBuf_.data());
               ps.goodbyeReason.assign(goodbyeBuf_.begin() + 8,
                                       goodbyeBuf_.begin() + static_cast<long>(s->length));
+              // The peer closes its endpoint once this arrives: what it sent before has left
+              // its socket by then (teardown).
+              sendSide(peer, Kind::Goodbye, kGoodbyeAckSeq, {});
             }
             endCheck(peer);
           }

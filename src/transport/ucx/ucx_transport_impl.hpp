@@ -10,7 +10,8 @@
 //   kind 0   header of the sender's n-th message to this rank (n = sequence)
 //   kind 1   payload of that message (large messages only)
 //   kind 2   handshake message of the pair (setup only; sequence all ones: a ring, below)
-//   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive)
+//   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive);
+//            sequence 1: the acknowledgement of this rank's goodbye
 //
 // Lanes (ucx_lanes.cpp): sub-communicators post on this transport's worker and endpoints, each
 // on its own lane, the header's third word; a header whose byte count is all ones is a control
@@ -62,7 +63,9 @@
 // connection breaks fails every pending and later request with it with Error(PeerLost) naming
 // it. A transport that closes (or fails, or is aborted) first sends every peer a goodbye
 // carrying how many messages it sent, so peers fail the receives it will never satisfy with
-// PeerLost at once. A wait past its deadline fails the whole transport with Error(Timeout)
+// PeerLost at once; a transport that closes waits (bounded) for the peers' acknowledgements
+// before it closes its endpoints, so no message still queued in its sockets is lost to a reset.
+// A wait past its deadline fails the whole transport with Error(Timeout)
 // naming the peer; abort() with Error(Aborted); before such a request is reported failed, UCX
 // has given its buffer back (receives cancelled, endpoints closed).
 #pragma once
@@ -108,6 +111,9 @@ inline constexpr std::size_t kInlineBytes = 8192;
 enum class Kind : std::uint64_t { Header = 0, Payload = 1, Handshake = 2, Goodbye = 3 };
 /// The sequence field of a ring (Kind::Handshake): "send me your hello".
 inline constexpr std::uint64_t kRingSeq = (std::uint64_t{1} << 40) - 1;
+/// The sequence field of a Kind::Goodbye message that acknowledges the peer's goodbye (a goodbye
+/// itself has 0): the goodbye, and so everything sent before it, left the sender's socket.
+inline constexpr std::uint64_t kGoodbyeAckSeq = 1;
 inline constexpr int kRankBits = 22;
 inline constexpr int kSeqBits = 40;
 inline constexpr std::uint64_t kSeqMask = (std::uint64_t{1} << kSeqBits) - 1;
@@ -209,6 +215,8 @@ struct PeerState {
   std::optional<Clock::time_point> doomedAt;  // broken or ended: failed after kGrace
 
   std::string goodbyeReason;
+  bool goodbyeSent = false;   // this rank's goodbye went to the peer (sendGoodbyes)
+  bool goodbyeAcked = false;  // and the peer acknowledged it (teardown waits for that)
   // While Linking: the handshake (one side, by rank order), since when, why it has not
   // finished, and the sends posted meanwhile (in order; started once Ready).
   std::unique_ptr<security::Initiator> initiator;
@@ -348,6 +356,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void settle(std::chrono::milliseconds bound, bool sideOnly);
   void flush(std::chrono::milliseconds bound);
   void sendGoodbyes(const std::string& why);
+  void awaitGoodbyeAcks(std::chrono::milliseconds bound);
   void closeEndpoints();
   void kick();
   [[noreturn]] void throwFailure(const Request& req) const;
