@@ -297,6 +297,69 @@ TEST_P(UcxThreads, APeerThatClosesFailsReceivesWithPeerLostAtOnce) {
   });
 }
 
+// A rank that closes its transport right after its sends completed waits for its peer's UCX
+// to have taken them (the peer acknowledges the goodbye) before it closes its endpoints: over
+// UCX's tcp a send completes once its bytes are in the socket, and a socket closed with bytes
+// still to read is reset, which drops what is still queued behind. Eager transports have no
+// background thread, so rank 0, asleep outside braid, takes nothing until it calls in: rank
+// 1's destruction lasts until then, and at most about 2 s (flushes and the wait are bounded)
+// when rank 0 stays away longer. Either way every message arrives. (UCX's tcp: its sends of a
+// few inline messages complete without the receiver; its shared-memory FIFO holds fewer.)
+TEST(UcxTcp, AClosingRankWaitsUntilItsPeerTookWhatItSent) {
+  useUcxTls("tcp");
+  constexpr int kMessages = 8;
+  constexpr std::size_t kBytes = 8000;  // inline, 64 KB in all: fits the sockets' buffers
+  for (const auto away : {600ms, 3000ms}) {
+    SCOPED_TRACE("rank 0 away for " + std::to_string(away.count()) + " ms");
+    MemoryStore store;
+    std::unique_ptr<Transport> t[2];
+    std::thread creators[2];
+    for (int r = 0; r < 2; ++r)
+      creators[r] = std::thread([&, r] { t[r] = createUcxTransport(store, r, 2, quick()); });
+    for (auto& c : creators) c.join();
+    Clock::duration closing{};
+    std::string errors[2];
+    std::thread ranks[2];
+    ranks[1] = std::thread([&] {
+      errors[1] = test::errorOf([&] {
+        std::vector<Bytes> out(kMessages);
+        std::vector<Request> sends(kMessages);
+        for (int i = 0; i < kMessages; ++i) {
+          out[i] = test::makePayload(1, 0, kBytes, static_cast<std::size_t>(i));
+          t[1]->postSend(0, out[i].data(), kBytes, 7, sends[i]);
+        }
+        for (auto& s : sends) t[1]->wait(s, Clock::now() + 10s);
+        const auto start = Clock::now();
+        t[1].reset();
+        closing = Clock::now() - start;
+      });
+    });
+    ranks[0] = std::thread([&] {
+      errors[0] = test::errorOf([&] {
+        std::this_thread::sleep_for(away);
+        std::vector<Bytes> in(kMessages, Bytes(kBytes));
+        std::vector<Request> recvs(kMessages);
+        for (int i = 0; i < kMessages; ++i) t[0]->postRecv(1, in[i].data(), kBytes, 7, recvs[i]);
+        for (int i = 0; i < kMessages; ++i) {
+          t[0]->wait(recvs[i], Clock::now() + 10s);
+          EXPECT_EQ(test::firstWrong(in[i], 1, 0, static_cast<std::size_t>(i)), -1)
+              << "message " << i;
+        }
+        t[0].reset();
+      });
+    });
+    for (auto& r : ranks) r.join();
+    EXPECT_EQ(errors[0], "") << "rank 0";
+    EXPECT_EQ(errors[1], "") << "rank 1";
+    if (away < 1000ms) {
+      EXPECT_GE(closing, 400ms) << "rank 1 closed before rank 0 took its messages";
+    } else {
+      EXPECT_GE(closing, 1500ms) << "rank 1 did not wait for rank 0's acknowledgement";
+      EXPECT_LT(closing, 4500ms) << "rank 1 waited past its bounds";
+    }
+  }
+}
+
 // The factory's two steps (openUcx, then createUcxTransport with every rank's entry), and an
 // opened worker dropped without connecting (what the factory does with one it turns out not to
 // need): it tears down without touching endpoints it never made.
