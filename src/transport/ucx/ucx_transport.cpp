@@ -28,15 +28,6 @@ std::string statusText(ucs_status_t s) {
   return ucs_status_string(s);
 }
 
-void putU64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint64_t getU64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
 void sendDone(void*, ucs_status_t status, void* user) {
   auto* s = static_cast<Slot*>(user);
   if (s->fired) return;
@@ -232,14 +223,8 @@ void UcxTransport::send(Request& req) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   if (ps.link == PeerState::Link::Idle) startLink(peer, peer > rank_);
   if (peerError(peer)) return finish(req, State::Failed, true);
-  auto* op = new Op;
-  op->req = &req;
-  op->peer = peer;
+  Op* op = newOp(peer, req);
   op->isSend = true;
-  op->bytes = req.bytes;
-  op->tag = req.tag;
-  op->lane = req.lane;
-  live_.push_back(op);
   if (ps.link == PeerState::Link::Ready)
     startSend(op, req.data);
   else
@@ -350,6 +335,9 @@ void UcxTransport::postHeaderRecv(int peer) {
 // A tagged receive into `s` (armed by the caller).
 void UcxTransport::postTagRecv(Slot& s, void* data, std::size_t bytes, ucp_tag_t tag,
                                ucp_tag_t mask) {
+  // Completions always come through the callback: UCX 1.13 does not describe a receive that
+  // completes inside the call (param.recv_info is filled only from 1.16), and the length and
+  // sender of every receive here matter.
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -366,14 +354,8 @@ void UcxTransport::postGoodbyeRecv() {
 
 // The payload of the peer's message `seq`, straight into the request (UCX's rendezvous).
 void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
-  auto* op = new Op;
-  op->req = &req;
-  op->peer = req.peer;
-  op->bytes = req.bytes;
-  op->tag = req.tag;
-  op->lane = req.lane;
+  Op* op = newOp(req.peer, req);
   op->seq = seq;
-  live_.push_back(op);
   Slot& s = op->slots[0];
   arm(s, this, Slot::Owner::PayloadRecv);
   s.op = op;
@@ -394,8 +376,11 @@ void UcxTransport::progress() {
 }
 
 void UcxTransport::drain() {
+  // The completions are taken in batches (a completion handled may post an operation that
+  // completes at once); fired_ gets its storage back, so a steady state allocates nothing.
+  std::vector<Slot*> batch;
   while (!fired_.empty()) {
-    std::vector<Slot*> batch;
+    batch.clear();
     batch.swap(fired_);
     for (Slot* s : batch) {
       if (s->handle != nullptr) {
@@ -488,6 +473,10 @@ void UcxTransport::drain() {
           break;
       }
     }
+  }
+  if (fired_.empty() && batch.capacity() > fired_.capacity()) {
+    batch.clear();
+    fired_.swap(batch);
   }
 }
 
@@ -653,12 +642,45 @@ void UcxTransport::reap() {
   }
 }
 
+// A live Op for `req` (to `peer`): a spare one when there is one.
+Op* UcxTransport::newOp(int peer, Request& req) {
+  std::unique_ptr<Op> op;
+  if (spareOps_.empty()) {
+    op = std::make_unique<Op>();
+  } else {
+    op = std::move(spareOps_.back());
+    spareOps_.pop_back();
+  }
+  // (Its slots are armed when used.)
+  op->req = &req;
+  op->peer = peer;
+  op->isSend = false;
+  op->bytes = req.bytes;
+  op->tag = req.tag;
+  op->lane = req.lane;
+  op->seq = 0;
+  op->pending = 0;
+  op->fail = Op::Fail::None;
+  op->liveIndex = live_.size();
+  live_.push_back(op.get());
+  return op.release();
+}
+
 // The request of an Op whose ucp operations have all completed.
 void UcxTransport::finishOp(Op* op) {
   Request* detached = op->req;
   const Op::Fail fail = op->fail;
-  live_.remove(op);
-  delete op;
+  Op* last = live_.back();
+  live_[op->liveIndex] = last;
+  last->liveIndex = op->liveIndex;
+  live_.pop_back();
+  // Kept for the next message, its wire buffer with it (a few are enough: an Op is needed per
+  // message in flight, and most are small).
+  if (spareOps_.size() < 64) {
+    spareOps_.emplace_back(op);
+  } else {
+    delete op;
+  }
   if (detached == nullptr) return;  // of a lane closed meanwhile (closeLane): nobody waits
   Request& req = *detached;
   if (fail == Op::Fail::None)

@@ -168,6 +168,7 @@ struct Op {
   std::vector<std::uint8_t> wire;  // sends: the header (+ inline payload)
   Fail fail = Fail::None;          // it failed while ucp operations were outstanding
   Slot slots[2];
+  std::size_t liveIndex = 0;  // its place in UcxTransport::live_
 };
 
 /// A header taken from UCX that the peer's inbox has not taken yet (it stalls on a collective
@@ -229,8 +230,14 @@ struct PeerState {
 // Shared by the transport's files (ucx_transport.cpp, ucx_link.cpp).
 std::string msText(std::chrono::milliseconds ms);
 std::string statusText(ucs_status_t s);
-void putU64(std::uint8_t* p, std::uint64_t v);
-std::uint64_t getU64(const std::uint8_t* p);
+inline void putU64(std::uint8_t* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+inline std::uint64_t getU64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
 void sendDone(void*, ucs_status_t status, void* user);
 void recvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
 void endpointFailed(void* arg, ucp_ep_h, ucs_status_t status);
@@ -347,6 +354,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void deliver(int peer);
   void endCheck(int peer);
   void startPayloadRecv(Request& req, std::uint64_t seq);
+  Op* newOp(int peer, Request& req);
   void finishOp(Op* op);
   void failHeld(PeerState& ps, Op::Fail why);
   void failPeer(int peer, Error error);
@@ -384,7 +392,10 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::vector<std::uint8_t> goodbyeBuf_;
   Slot goodbye_;
   std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
-  std::list<Op*> live_;                                              // every Op not yet finished
+  // Every Op not yet finished (unordered: an Op knows its index, so it leaves in O(1)), and
+  // finished ones kept for reuse (with their wire buffers), so a small message allocates nothing.
+  std::vector<Op*> live_;
+  std::vector<std::unique_ptr<Op>> spareOps_;
   std::vector<EndpointArg> endpointArgs_;
   const security::PeerPolicy policy_;
   std::vector<std::uint8_t> hsBuf_;  // the one handshake receive (any peer)
