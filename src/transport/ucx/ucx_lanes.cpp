@@ -62,17 +62,17 @@ void UcxTransport::closeLane(std::uint64_t lane) {
              Error(ErrorCode::PeerLost,
                    "rank " + std::to_string(rank_) + " closed its UCX link to " + describePeer(p) +
                        ": a communicator sharing it was destroyed in the middle of a message"));
-  if (!cut.empty()) {
-    const Deadline until = Clock::now() + std::chrono::milliseconds(2000);
-    auto busy = [&] {
-      for (const Op* op : live_)
-        if (op->lane == lane && op->pending > 0 && op->req != nullptr &&
-            (!op->isSend || op->bytes > kInlineBytes))
+  if (!cut.empty())
+    progressUntil(
+        Clock::now() + std::chrono::milliseconds(2000),
+        [&] {
+          for (const Op* op : live_)
+            if (op->lane == lane && op->pending > 0 && op->req != nullptr &&
+                (!op->isSend || op->bytes > kInlineBytes))
+              return false;
           return true;
-      return false;
-    };
-    while (busy() && Clock::now() < until) progress();
-  }
+        },
+        false);
   for (Op* op : live_)
     if (op->lane == lane) op->req = nullptr;  // completes unseen
   for (PeerState& ps : peers_) {

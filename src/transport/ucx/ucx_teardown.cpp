@@ -87,17 +87,15 @@ void UcxTransport::sendGoodbyes(const std::string& why) {
 // queued to go out: the messages before the goodbye would be lost with it. The peer's
 // acknowledgement says its UCX has read them.
 void UcxTransport::awaitGoodbyeAcks(std::chrono::milliseconds bound) {
-  const Deadline until = Clock::now() + bound;
-  for (;;) {
-    progress();
-    bool waiting = false;
-    for (int p = 0; p < size_ && !waiting; ++p) {
-      const PeerState& ps = peers_[static_cast<std::size_t>(p)];
-      waiting = ps.goodbyeSent && !ps.goodbyeAcked && !ps.error && !ps.broken && ps.ep != nullptr;
-    }
-    if (!waiting || Clock::now() >= until) return;
-    sleep(std::min(until, Clock::now() + std::chrono::milliseconds(5)));
-  }
+  progressUntil(
+      Clock::now() + bound,
+      [&] {
+        for (const PeerState& ps : peers_)
+          if (ps.goodbyeSent && !ps.goodbyeAcked && !ps.error && !ps.broken && ps.ep != nullptr)
+            return false;
+        return true;
+      },
+      true);
 }
 
 void UcxTransport::failTransport(Error error) {
@@ -160,22 +158,28 @@ void UcxTransport::flush(std::chrono::milliseconds bound) {
   param.cb.send = sendDone;
   param.user_data = &slot;
   launched(slot, ucp_worker_flush_nbx(worker_, &param));
-  const Deadline until = Clock::now() + bound;
-  for (;;) {
-    progress();
-    if (!slot.outstanding || Clock::now() >= until) return;
-    std::this_thread::yield();
-  }
+  progressUntil(
+      Clock::now() + bound, [&] { return !slot.outstanding; }, false);
 }
 
 // Progresses until no ucp operation is outstanding (or only side sends are checked), at most
 // `bound`.
 void UcxTransport::settle(std::chrono::milliseconds bound, bool sideOnly) {
-  const Deadline until = Clock::now() + bound;
+  progressUntil(
+      Clock::now() + bound, [&] { return !anyOutstanding(sideOnly); }, false);
+}
+
+// Progresses the worker until done() or `until`. Between polls it yields the CPU (UCX's
+// shared-memory protocols raise no event for their steps), or, with `onEvents`, sleeps on the
+// worker's events, at most 5 ms at a time.
+void UcxTransport::progressUntil(Deadline until, const std::function<bool()>& done, bool onEvents) {
   for (;;) {
     progress();
-    if (!anyOutstanding(sideOnly) || Clock::now() >= until) return;
-    std::this_thread::yield();
+    if (done() || Clock::now() >= until) return;
+    if (onEvents)
+      sleep(std::min(until, Clock::now() + std::chrono::milliseconds(5)));
+    else
+      std::this_thread::yield();
   }
 }
 

@@ -362,6 +362,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void reap();
   void failTransport(Error error);
   void settle(std::chrono::milliseconds bound, bool sideOnly);
+  void progressUntil(Deadline until, const std::function<bool()>& done, bool onEvents);
   void flush(std::chrono::milliseconds bound);
   void sendGoodbyes(const std::string& why);
   void awaitGoodbyeAcks(std::chrono::milliseconds bound);
