@@ -10,7 +10,15 @@
 #   UCX_TLS sm,cma,self UCX's shared memory and CMA (UCX_POSIX_ERROR_HANDLING=y, which braid's
 #                       endpoints need for peer failure detection, is set for both)
 # braid runs with BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1, so UCX carries every message.
-# Output: results/ucx-<tls>-vs-<ref>/*.txt|json and report.md there (printed).
+# HOSTS=2 (environment): the 2 ranks of both sides run on two emulated hosts instead, one rank
+#   each: network namespaces anc_a (198.18.0.1) and anc_b (198.18.0.2), each with its own host
+#   name, joined by a veth pair whose ends are both called emu0 (UCX_NET_DEVICES=emu0; UCX_TLS
+#   must be tcp); RATE=1gbit shapes both ends with tc tbf as the anchors' netns run does. braid
+#   starts one braid-run per host; Open MPI's mpirun starts the second host's daemon through the
+#   anchors' netns/ns_agent.sh, with mpi_yield_when_idle as the anchors' netns run (busy-polling
+#   ranks otherwise starve the veth's soft interrupts on 2 CPUs: milliseconds per small message).
+#   The namespaces are deleted on every exit.
+# Output: results/ucx-<tls>-vs-<ref>[-2hosts]/*.txt|json and report.md there (printed).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -19,13 +27,25 @@ maxb="${2:-64M}"
 tls="${3:-tcp,self}"
 ref="${4:-mpi}"
 case "$ref" in mpi | tcp) ;; *) echo "REF must be mpi or tcp, not '$ref'" >&2; exit 2 ;; esac
+hosts="${HOSTS:-1}"
+case "$hosts" in 1 | 2) ;; *) echo "HOSTS must be 1 or 2, not '$hosts'" >&2; exit 2 ;; esac
 out="$repo/results/ucx-${tls//,/-}-vs-$ref"
+if [ "$hosts" = 2 ]; then
+  case "$tls" in *sm* | *posix* | *sysv* | *cma* | *xpmem* | *knem*)
+    echo "HOSTS=2 needs UCX_TLS without shared-memory transports (tcp,self), not '$tls'" >&2
+    exit 2 ;;
+  esac
+  out="$out-2hosts${RATE:+-$RATE}"
+fi
 rm -rf "$out" && mkdir -p "$out"
 # Open MPI's side is the anchors' benchmark (../shared/anchors/mpi), built here.
 anchors="$repo/results/anchors"
 rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
-if ! command -v mpicc >/dev/null; then
-  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y openmpi-bin libopenmpi-dev
+# Open MPI's compiler wrapper and its headers (mpicc may exist without mpi.h: libopenmpi-dev).
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null ||
+  ! printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
 fi
 mkdir -p "$anchors/build"
 mpicc -O2 -Wall "$anchors/mpi/mpi_coll_bench.c" -o "$anchors/build/mpi_coll_bench"
@@ -41,7 +61,7 @@ esac
 # The same UCX for both.
 export UCX_TLS="$tls"
 case "$tls" in
-  *tcp*) export UCX_NET_DEVICES=lo ;;
+  *tcp*) [ "$hosts" = 2 ] && export UCX_NET_DEVICES=emu0 || export UCX_NET_DEVICES=lo ;;
 esac
 case "$tls" in
   *sm* | *posix* | *sysv*) export UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y ;;
@@ -52,14 +72,62 @@ for v in UCX_TLS UCX_NET_DEVICES UCX_POSIX_ERROR_HANDLING UCX_SYSV_ERROR_HANDLIN
   [ -n "${!v:-}" ] && pass+=(-x "$v")
 done
 
+# Two emulated hosts (HOSTS=2): the namespaces the anchors' ns_agent.sh knows.
+A=anc_a B=anc_b IPA=198.18.0.1 IPB=198.18.0.2
+in_host() {  # in_host NS HOSTNAME CMD...: CMD on that emulated host
+  local ns=$1 hn=$2
+  shift 2
+  ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$hn" "$@"
+}
+if [ "$hosts" = 2 ]; then
+  cleanup() {
+    ip netns del $A 2>/dev/null || true
+    ip netns del $B 2>/dev/null || true
+  }
+  trap cleanup EXIT
+  cleanup
+  ip netns add $A
+  ip netns add $B
+  ip link add name emu0 netns $A type veth peer name emu0 netns $B
+  ip -n $A addr add $IPA/24 dev emu0
+  ip -n $B addr add $IPB/24 dev emu0
+  for ns in $A $B; do
+    ip -n $ns link set lo up
+    ip -n $ns link set emu0 up
+    [ -n "${RATE:-}" ] && tc -n $ns qdisc add dev emu0 root tbf rate "$RATE" burst 256kb latency 20ms
+  done
+  # UCX lists only links that are up and running: wait for the carrier on both ends.
+  for _ in $(seq 50); do
+    ip -n $A link show emu0 | grep -q 'state UP' && ip -n $B link show emu0 | grep -q 'state UP' &&
+      break
+    sleep 0.1
+  done
+  export BRAID_AUTH_KEY="${BRAID_AUTH_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+  printf '%s slots=1\n%s slots=1\n' $IPA $IPB >"$out/hostfile"
+fi
+port=29700
+
 colls=(allreduce reducescatter allgather broadcast reduce alltoall)
-echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, against $ref, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
+where="1 host"
+[ "$hosts" = 2 ] && where="2 emulated hosts (veth${RATE:+, tbf $RATE})"
+echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, $where, against $ref, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee "$out/conditions.txt"
 # braid_perf PREFIX TRANSPORT ROUND: every collective with BRAID_TRANSPORT=TRANSPORT.
 braid_perf() {
   for c in "${colls[@]}"; do
-    BRAID_TRANSPORT=$2 "$BIN/braid-run" -n 2 --timeout 900 -- "$BIN/braid-perf" "$c" -b 8 \
-      -e "$maxb" -f 4 -w 5 --reps 7 -c 0 --json "$out/$1.$c.run$3.json" >"$out/$1.$c.run$3.txt"
+    local perf=("$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -w 5 --reps 7 -c 0
+      --json "$out/$1.$c.run$3.json")
+    if [ "$hosts" = 1 ]; then
+      BRAID_TRANSPORT=$2 "$BIN/braid-run" -n 2 --timeout 900 -- "${perf[@]}" >"$out/$1.$c.run$3.txt"
+      continue
+    fi
+    port=$((port + 1))
+    local run=(env BRAID_TRANSPORT="$2" "$BIN/braid-run" -n 1 --nnodes 2 --master "$IPA:$port"
+      --timeout 900)
+    in_host $B anchost-b "${run[@]}" --node-rank 1 -- "${perf[@]}" >/dev/null &
+    local second=$!
+    in_host $A anchost-a "${run[@]}" --node-rank 0 -- "${perf[@]}" >"$out/$1.$c.run$3.txt"
+    wait "$second"
   done
 }
 for k in $(seq 1 "$rounds"); do
@@ -73,9 +141,17 @@ for k in $(seq 1 "$rounds"); do
   echo "== round $k/$rounds: Open MPI (pml ucx)"
   # As the anchors' mpi/run.sh ucx: Open MPI takes pml ucx without an RDMA device only with
   # pml_ucx_tls/devices set to any.
-  mpirun --allow-run-as-root --mca oob_tcp_if_include lo -np 2 --mca pml ucx \
-    --mca pml_ucx_tls any --mca pml_ucx_devices any "${pass[@]}" \
-    "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 >"$out/mpi_ucx.run$k.txt"
+  if [ "$hosts" = 1 ]; then
+    mpirun --allow-run-as-root --mca oob_tcp_if_include lo -np 2 --mca pml ucx \
+      --mca pml_ucx_tls any --mca pml_ucx_devices any "${pass[@]}" \
+      "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 >"$out/mpi_ucx.run$k.txt"
+  else
+    in_host $A anchost-a mpirun --allow-run-as-root -np 2 --hostfile "$out/hostfile" \
+      --map-by slot --mca plm_rsh_agent "$anchors/netns/ns_agent.sh" --mca mpi_yield_when_idle 1 \
+      --mca oob_tcp_if_include 198.18.0.0/24 --mca pml ucx --mca pml_ucx_tls any \
+      --mca pml_ucx_devices any "${pass[@]}" \
+      "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 >"$out/mpi_ucx.run$k.txt"
+  fi
   grep -E '^# total' "$out/mpi_ucx.run$k.txt" || true
 done
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/conditions.txt"
