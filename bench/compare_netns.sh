@@ -22,15 +22,8 @@ out="$repo/results/netns"
 mkdir -p "$out"
 rm -f "$out"/braid_"$mode".allreduce.run*.json "$out"/gloo4_"$mode".run*.txt
 anchors="$repo/results/anchors"
-# The anchors: $ANCHORS, else ../shared/anchors beside the repository (or beside a worktree's
-# parent folder).
-src="${ANCHORS:-}"
-for d in "$repo/../shared/anchors" "$repo/../../shared/anchors"; do
-  [ -z "$src" ] && [ -d "$d" ] && src="$d"
-done
-[ -n "$src" ] || { echo "compare_netns: anchors not found; set ANCHORS=DIR" >&2; exit 2; }
-rm -rf "$anchors" && cp -r "$src" "$anchors" && chmod -R u+w "$anchors"
-bash "$anchors/run_all.sh" setup >/dev/null
+. "$here/anchors.sh"
+anchors_prepare "$anchors" setup
 BIN="$repo/build/bin"
 for k in $(seq 1 "$rounds"); do
   echo "== round $k/$rounds: braid (2 hosts x 2 ranks, $mode)"

@@ -7,7 +7,7 @@
 #   COLLS="allgather reduce ..." (environment): only these collectives (default: all six);
 #   BINDIR=DIR: braid-run, braid-perf and placement-probe from DIR instead of build/bin;
 #   RESULTS=DIR: write there instead of results/shm
-#   (root the first time: installs Open MPI through the anchors' setup)
+#   (root the first time: installs Open MPI and its headers)
 # Output: results/shm/*.txt|json, results/shm/placement.tsv, results/shm/report.md (printed) and
 # results/shm/plots/braid<N>.<collective>.png (bench/plot.py).
 #
@@ -31,25 +31,9 @@ ranks="${3:-2 4 8}"
 out="${RESULTS:-$repo/results/shm}"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt
-# The anchors: $ANCHORS, else ../shared/anchors beside the repository (or beside a worktree's
-# parent folder).
-src="${ANCHORS:-}"
-for cand in "$repo/../shared/anchors" "$repo/../../shared/anchors"; do
-  [ -n "$src" ] || { [ -d "$cand" ] && src="$cand"; } || true
-done
-[ -d "$src" ] || { echo "no anchors folder (set ANCHORS=.../shared/anchors)" >&2; exit 1; }
 anchors="$out/anchors"
-rm -rf "$anchors"
-cp -r "$src" "$anchors"
-chmod -R u+w "$anchors"
-# Open MPI's compiler wrapper and its headers (mpicc may exist without mpi.h: libopenmpi-dev).
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null ||
-  ! printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
-fi
-mkdir -p "$anchors/build"
-mpicc -O2 -Wall "$anchors/mpi/mpi_coll_bench.c" -o "$anchors/build/mpi_coll_bench"
+. "$here/anchors.sh"
+anchors_prepare "$anchors"
 maxbytes="$(numfmt --from=iec "$maxb")"
 BIN="${BINDIR:-$repo/build/bin}"  # BINDIR: another build's bin folder (A/B)
 colls="${COLLS:-allreduce reducescatter allgather broadcast reduce alltoall}"

@@ -13,8 +13,8 @@ out="$repo/results/tcp"
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.txt  # runs of an earlier, longer comparison would mix in
 anchors="$repo/results/anchors"
-rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
-bash "$anchors/run_all.sh" setup >/dev/null
+. "$here/anchors.sh"
+anchors_prepare "$anchors" setup
 BIN="$repo/build/bin"
 export BRAID_SHM_DISABLE=1  # TCP only: this comparison is about the TCP transport
 for k in $(seq 1 "$rounds"); do

@@ -40,15 +40,8 @@ fi
 rm -rf "$out" && mkdir -p "$out"
 # Open MPI's side is the anchors' benchmark (../shared/anchors/mpi), built here.
 anchors="$repo/results/anchors"
-rm -rf "$anchors" && cp -r "$repo/../shared/anchors" "$anchors" && chmod -R u+w "$anchors"
-# Open MPI's compiler wrapper and its headers (mpicc may exist without mpi.h: libopenmpi-dev).
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null ||
-  ! printf '#include <mpi.h>\n' | mpicc -E -x c - >/dev/null 2>&1; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev >/dev/null
-fi
-mkdir -p "$anchors/build"
-mpicc -O2 -Wall "$anchors/mpi/mpi_coll_bench.c" -o "$anchors/build/mpi_coll_bench"
+. "$here/anchors.sh"
+anchors_prepare "$anchors"
 BIN="$repo/build/bin"
 # braid-perf's byte suffixes for Open MPI's benchmark, which takes plain numbers.
 case "$maxb" in
