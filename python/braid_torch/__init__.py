@@ -80,12 +80,13 @@ def listen_address_for(host=None):
 
 def _create_backend(store, rank, world_size, timeout, parent=None, global_ranks=(), name="",
                     why="torch did not say the group's global ranks (register_backend without "
-                        "extended_api)"):
+                        "extended_api)", enable_reconfigure=False):
     """The creator torch.distributed calls for each group using backend "braid" (torch's plain
     API: store, rank, size, timeout; _create_backend_extended passes the rest). With `parent`
     (the default group's ProcessGroupBraid) the group is derived from its communicator and
     shares its connections; otherwise it bootstraps through the store with sockets of its own
-    (`why` says why, in the line logged at BRAID_DEBUG=INFO)."""
+    (`why` says why, in the line logged at BRAID_DEBUG=INFO). With `enable_reconfigure` it has
+    no communicator until torch.distributed._reconfigure() (docs/pytorch.md, "Reconfigure")."""
     global _chosen_listen_address
     if _chosen_listen_address is None:
         _chosen_listen_address = listen_address_for()
@@ -94,7 +95,8 @@ def _create_backend(store, rank, world_size, timeout, parent=None, global_ranks=
     grace_us = int(os.environ.get("BRAID_TORCH_GRACE_US", "1000"))
     return ProcessGroupBraid._create_group(store, rank, world_size, timeout,
                                            _chosen_listen_address, grace_us, parent,
-                                           list(global_ranks), str(name), why)
+                                           list(global_ranks), str(name), why,
+                                           bool(enable_reconfigure))
 
 
 def _sharing_parent(global_ranks, group_rank):
@@ -110,6 +112,8 @@ def _sharing_parent(global_ranks, group_rank):
         parent = backend_of(default)
     except ValueError:
         return None, "the default group's CPU backend is not braid"
+    if not parent.initialized:
+        return None, "the default group has no communicator yet (enable_reconfigure=True)"
     if not parent.shares_connections:
         return None, "BRAID_SHARE_CONNECTIONS=0"
     if not 0 <= group_rank < len(global_ranks) or global_ranks[group_rank] != default.rank():
@@ -123,10 +127,15 @@ def _create_backend_extended(opts, backend_options=None):
     carries the group's name and global ranks, so a subgroup of a braid default group is
     derived from the default group's communicator (docs/pytorch.md, "Shared connections")."""
     global_ranks = list(getattr(opts, "global_ranks_in_group", None) or [])
-    parent, why = _sharing_parent(global_ranks, opts.group_rank)
+    enable_reconfigure = bool(getattr(opts, "enable_reconfigure", False))
+    if enable_reconfigure:
+        parent, why = None, "enable_reconfigure=True (members meet through the store)"
+    else:
+        parent, why = _sharing_parent(global_ranks, opts.group_rank)
     return _create_backend(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                            parent=parent, global_ranks=global_ranks,
-                           name=getattr(opts, "group_id", "") or "", why=why)
+                           name=getattr(opts, "group_id", "") or "", why=why,
+                           enable_reconfigure=enable_reconfigure)
 
 
 def backend_of(group=None):

@@ -11,14 +11,33 @@
 // destroyed its group is gone at once, one that died or exited too where braid's store watches
 // the ranks (store_adapter.hpp, bootstrapStore); any other is left out once the group's timeout
 // passed.
+//
+// Reconfigure (torch.distributed._reconfigure, docs/pytorch.md "Reconfigure"): a process's
+// handle names its group object ("braid;host=H;pid=P;id=X", X random, the same for the object's
+// life). reconfigure(uuid, handles) meets the other members through the group's store, under
+// "braid-reconfigure/<uuid>/": the first member of the list publishes the list, every other
+// member compares its own with it (so members given different lists fail at once, naming both,
+// instead of waiting out the timeout), and all of them create a communicator with
+// braid::Comm::create in a namespace of the uuid and the list's hash. The new communicator then
+// serves every later operation; the old one is released when the operations issued to it are
+// done. The store is the one the group was created on, so every member (a replacement process
+// too) must have joined the same rendezvous: init_process_group with the same MASTER_ADDR and
+// MASTER_PORT, or the same init_method.
 #include <Python.h>
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <braid/error.hpp>
+#include <cstdio>
+#include <random>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <variant>
 
 #include "process_group.hpp"
+#include "store_adapter.hpp"
 
 namespace braid_torch {
 
@@ -62,11 +81,13 @@ ProcessGroupBraid::ProcessGroupBraid(std::unique_ptr<braid::Comm> comm,
 }
 
 void ProcessGroupBraid::revoke() {
+  checkInitialized("revoke");
   comm_->revoke();
   p2p_->comm().revoke();
 }
 
 std::vector<int> ProcessGroupBraid::agreeShrink() {
+  checkInitialized("shrink");
   NoGil nogil;
   std::lock_guard<std::mutex> lk(shrinkMu_);
   if (shrunk_) return shrunkOut_;
@@ -134,6 +155,156 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::shrink(
   auto group = shrunkGroup();
   if (optsOverride && optsOverride->timeout.count() > 0) group->setTimeout(optsOverride->timeout);
   return group;
+}
+#endif
+
+std::string newReconfigureHandle() {
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0)
+    std::snprintf(host.data(), host.size(), "?");
+  std::random_device rd;
+  const std::uint64_t id = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  std::array<char, 17> hex{};
+  std::snprintf(hex.data(), hex.size(), "%016llx", static_cast<unsigned long long>(id));
+  return "braid;host=" + std::string(host.data()) + ";pid=" + std::to_string(::getpid()) +
+         ";id=" + hex.data();
+}
+
+#if BRAID_TORCH_HAS_RECONFIGURE
+namespace {
+
+std::string joinedList(const std::vector<std::string>& handles) {
+  std::string s;
+  for (const auto& h : handles) s += h + "\n";
+  return s;
+}
+
+// The list as an error shows it: "[a, b, c]".
+std::string shownList(const std::string& joined) {
+  std::string s = "[";
+  for (std::size_t at = 0, next; (next = joined.find('\n', at)) != std::string::npos; at = next + 1)
+    s += (at ? ", " : "") + joined.substr(at, next - at);
+  return s + "]";
+}
+
+std::string fnv1aHex(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  std::array<char, 17> hex{};
+  std::snprintf(hex.data(), hex.size(), "%016llx", static_cast<unsigned long long>(h));
+  return hex.data();
+}
+
+}  // namespace
+
+c10d::ReconfigureHandle ProcessGroupBraid::get_reconfigure_handle() const {
+  TORCH_CHECK(store_, "braid: get_reconfigure_handle on rank ", rank_,
+              ": this group was derived from another group's communicator (it shares that "
+              "group's connections) and has no store to reconfigure through; reconfigure the "
+              "group it came from, or create it with a store of its own "
+              "(BRAID_SHARE_CONNECTIONS=0)");
+  return handle_;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reconfigure(
+    const c10d::ReconfigureOptions& opts) {
+  const std::string self = "braid: reconfigure (uuid " + std::to_string(opts.uuid) + ") on rank " +
+                           std::to_string(rank_);
+  get_reconfigure_handle();  // throws for a group without a store
+  TORCH_CHECK(!shutDown_, self,
+              ": the process group was shut down (destroy_process_group or shutdown()); an "
+              "aborted group can be reconfigured, a shut-down one cannot");
+  TORCH_CHECK(opts.hints.empty(), self, ": braid takes no hints, got '", opts.hints.begin()->first,
+              "'");
+  std::vector<std::string> handles;
+  std::visit([&](const auto& hs) { handles.assign(hs.begin(), hs.end()); }, opts.handles);
+  // A set leaves the order to the backend: sorted, so every member derives the same ranks.
+  if (std::holds_alternative<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles))
+    std::sort(handles.begin(), handles.end());
+  TORCH_CHECK(!handles.empty(), self, ": no handles");
+  for (std::size_t i = 0; i < handles.size(); ++i)
+    TORCH_CHECK(handles[i].rfind("braid;", 0) == 0, self, ": handle ", i, " ('", handles[i],
+                "') is not a braid handle (torch.distributed._get_reconfigure_handle() of a "
+                "braid group)");
+  {
+    std::vector<std::string> sorted = handles;
+    std::sort(sorted.begin(), sorted.end());
+    const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    TORCH_CHECK(twice == sorted.end(), self, ": handle '", twice == sorted.end() ? "" : *twice,
+                "' is listed twice");
+  }
+  const auto me = std::find(handles.begin(), handles.end(), handle_);
+  TORCH_CHECK(me != handles.end(), self, ": this process's handle (", handle_,
+              ") is not among the ", handles.size(), " handles");
+  TORCH_CHECK(std::find(usedUuids_.begin(), usedUuids_.end(), opts.uuid) == usedUuids_.end(), self,
+              ": uuid ", opts.uuid, " was used before on this group; pass a fresh one");
+  usedUuids_.push_back(opts.uuid);  // also when this attempt fails: its keys may be in the store
+  const int newRank = static_cast<int>(me - handles.begin());
+  const int newSize = static_cast<int>(handles.size());
+  BackendConfig config = config_;
+  config.timeout = opts.timeout ? *opts.timeout : timeout();
+  TORCH_CHECK(config.timeout.count() > 0, self, ": the timeout must be positive, got ",
+              config.timeout.count(), " ms");
+
+  const std::string base = "braid-reconfigure/" + std::to_string(opts.uuid) + "/";
+  const std::string joined = joinedList(handles);
+  std::shared_ptr<braid::Comm> comm;
+  std::shared_ptr<P2P> p2p;
+  {
+    NoGil nogil;  // the rendezvous waits for the other members
+    // The members must be given the same list: the first publishes it, the others compare.
+    if (newRank == 0) {
+      store_->set(base + "members", std::vector<std::uint8_t>(joined.begin(), joined.end()));
+    } else {
+      try {
+        store_->wait({base + "members"}, config.timeout);
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, self, ": the first member of the list (", handles[0],
+                    ") did not publish it within ", config.timeout.count(), " ms: ", e.what());
+      }
+      const auto got = store_->get(base + "members");
+      const std::string theirs(got.begin(), got.end());
+      TORCH_CHECK(theirs == joined, self, ": the members were given different lists: the first (",
+                  handles[0], ") has ", shownList(theirs), ", this rank ", shownList(joined));
+    }
+    auto store = c10::make_intrusive<c10d::PrefixStore>(base + fnv1aHex(joined) + "/", store_);
+    const braid::Options options = makeOptions(config);
+    comm = braid::Comm::create(bootstrapStore(store, newRank, options), newRank, newSize, options);
+    p2p = std::make_shared<P2P>(comm->split(0, newRank));
+  }
+  // Operations issued before keep the communicator they captured; later ones get this one.
+  comm_ = std::move(comm);
+  p2p_ = std::move(p2p);
+  rank_ = newRank;
+  size_ = newSize;
+  timeoutMs_ = config.timeout.count();
+  {
+    std::lock_guard<std::mutex> lk(shrinkMu_);
+    shrunk_.reset();
+    shrunkOut_.clear();
+  }
+  if (closed_.load()) {  // aborted: its queue was stopped
+    queue_ = std::make_shared<OpQueue>(config_.grace);
+    closed_ = false;
+  }
+  // Completes behind the operations queued before (on the old communicator).
+  auto work = c10::make_intrusive<BraidWork>(queue_, c10d::OpType::UNKNOWN, "braid:reconfigure",
+                                             std::vector<at::Tensor>{}, std::vector<at::Tensor>{},
+                                             BraidWork::RunFn([] {}));
+  queue_->push(work);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::merge(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts, const int& rank, const int& size) {
+  TORCH_CHECK(size > 0 && rank >= 0 && rank < size, "braid: merge_remote_group on rank ", rank_,
+              ": rank ", rank, " is outside the merged group of ", size);
+  BackendConfig config = config_;
+  config.enableReconfigure = false;
+  config.timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout();
+  NoGil nogil;  // bootstrap waits for the other ranks
+  return c10::make_intrusive<ProcessGroupBraid>(store->clone(), rank, size, config);
 }
 #endif
 

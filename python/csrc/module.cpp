@@ -38,13 +38,16 @@ c10::intrusive_ptr<ProcessGroupBraid> createGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
     std::chrono::milliseconds timeout, const std::string& listenAddress,
     std::int64_t graceMicroseconds, const py::object& parentObject,
-    const std::vector<int>& parentRanks, const std::string& name, const std::string& why) {
+    const std::vector<int>& parentRanks, const std::string& name, const std::string& why,
+    bool enableReconfigure) {
   c10::intrusive_ptr<ProcessGroupBraid> parent;
   if (!parentObject.is_none()) parent = parentObject.cast<c10::intrusive_ptr<ProcessGroupBraid>>();
   BackendConfig config;
   config.timeout = timeout;
   config.listenAddress = listenAddress;
   config.grace = std::chrono::microseconds(std::max<std::int64_t>(0, graceMicroseconds));
+  config.enableReconfigure = enableReconfigure;
+  if (enableReconfigure && parent) parent.reset();  // it meets its members through the store
   py::gil_scoped_release nogil;
   return ProcessGroupBraid::create(store, rank, size, config, parent.get(), parentRanks, name, why);
 }
@@ -81,8 +84,14 @@ PYBIND11_MODULE(_C, m) {
           "sharing its parent's connections counts the parent's)")
       .def_property_readonly(
           "shares_connections",
-          [](ProcessGroupBraid& pg) { return pg.comm().options().shareConnections; },
-          "whether the group's sub-groups share its connections (BRAID_SHARE_CONNECTIONS)")
+          [](ProcessGroupBraid& pg) {
+            return pg.initialized() && pg.comm().options().shareConnections;
+          },
+          "whether the group's sub-groups share its connections (BRAID_SHARE_CONNECTIONS); "
+          "False before the first reconfigure of a group created with enable_reconfigure=True")
+      .def_property_readonly("initialized", &ProcessGroupBraid::initialized,
+                             "False only for a group created with enable_reconfigure=True "
+                             "before torch.distributed._reconfigure() gave it a communicator")
       .def_property_readonly(
           "timeout", [](ProcessGroupBraid& pg) { return pg.timeout(); },
           "the bound on one operation (init_process_group's timeout, or set_timeout's)")
@@ -104,7 +113,7 @@ PYBIND11_MODULE(_C, m) {
       .def_static("_create_group", &braid_torch::createGroup, py::arg("store"), py::arg("rank"),
                   py::arg("size"), py::arg("timeout"), py::arg("listen_address"),
                   py::arg("grace_us"), py::arg("parent"), py::arg("parent_ranks"), py::arg("name"),
-                  py::arg("why"),
+                  py::arg("why"), py::arg("enable_reconfigure") = false,
                   "a torch group's backend: derived from `parent` (None: through the store)")
       .def("_agree_shrink", &ProcessGroupBraid::agreeShrink,
            "braid's shrink agreement over the live ranks (braid_torch.shrink): the group's "

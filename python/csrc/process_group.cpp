@@ -17,10 +17,6 @@
 
 namespace braid_torch {
 
-namespace {
-
-constexpr auto kByte = braid::DataType::Uint8;
-
 braid::Options makeOptions(const BackendConfig& config) {
   braid::Options o = braid::Options::fromEnv();
   if (config.timeout.count() > 0) {
@@ -31,6 +27,10 @@ braid::Options makeOptions(const BackendConfig& config) {
     o.listenAddress = config.listenAddress;
   return o;
 }
+
+namespace {
+
+constexpr auto kByte = braid::DataType::Uint8;
 
 std::vector<std::size_t> byteCounts(const std::vector<at::Tensor>& ts) {
   std::vector<std::size_t> c;
@@ -79,12 +79,16 @@ bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
 ProcessGroupBraid::ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                      int size, const BackendConfig& config)
     : BackendBase(rank, size), config_(config), timeoutMs_(config.timeout.count()) {
-  const braid::Options options = makeOptions(config);
-  auto adapter = bootstrapStore(store, rank, options);
-  comm_ = braid::Comm::create(adapter, rank, size, options);
-  // Split off the collectives' communicator: it shares that one's connections.
-  p2p_ = std::make_shared<P2P>(comm_->split(0, rank));
+  store_ = store;
+  handle_ = newReconfigureHandle();
   queue_ = std::make_shared<OpQueue>(config.grace);
+  if (!config.enableReconfigure) {
+    const braid::Options options = makeOptions(config);
+    auto adapter = bootstrapStore(store, rank, options);
+    comm_ = braid::Comm::create(adapter, rank, size, options);
+    // Split off the collectives' communicator: it shares that one's connections.
+    p2p_ = std::make_shared<P2P>(comm_->split(0, rank));
+  }
   init();
 }
 
@@ -144,6 +148,7 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(
     return pg;
   }
   auto pg = c10::make_intrusive<ProcessGroupBraid>(store, rank, size, config);
+  if (!pg->initialized()) return pg;  // enable_reconfigure: no communicator to log about yet
   logInfo(pg->comm(), name,
           "connections of its own, bootstrapped through torch's store (Comm::create): " + why);
   return pg;
@@ -168,10 +173,19 @@ void ProcessGroupBraid::checkOpen(const char* op) const {
   TORCH_CHECK(!closed_.load(), "braid: ", op, " on rank ", rank_,
               ": the process group was shut down (destroy_process_group, shutdown() or abort()); "
               "it takes no new operations");
+  checkInitialized(op);
+}
+
+void ProcessGroupBraid::checkInitialized(const char* op) const {
+  TORCH_CHECK(comm_ != nullptr, "braid: ", op, " on rank ", rank_,
+              ": the process group was created with enable_reconfigure=True and has no "
+              "communicator until torch.distributed._reconfigure() (ProcessGroup.reconfigure) "
+              "is called");
 }
 
 void ProcessGroupBraid::shutdown() {
   closed_ = true;
+  shutDown_ = true;
   stopQueue();
 }
 
@@ -179,8 +193,10 @@ void ProcessGroupBraid::abort() {
   // Pending and later operations of both communicators fail with braid's Aborted error; the
   // queue then runs what is left (each fails at once) and refuses new operations.
   closed_ = true;
-  comm_->abort();
-  p2p_->comm().abort();
+  if (comm_) {
+    comm_->abort();
+    p2p_->comm().abort();
+  }
   stopQueue();
 }
 
@@ -192,14 +208,17 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupBraid::getBackendOptions(
 void ProcessGroupBraid::setTimeout(std::chrono::milliseconds timeout) {
   TORCH_CHECK(timeout.count() > 0, "braid: set_timeout on rank ", rank_,
               ": the timeout must be positive, got ", timeout.count(), " ms");
-  comm_->setOpTimeout(timeout);
-  p2p_->comm().setOpTimeout(timeout);
+  if (comm_) {
+    comm_->setOpTimeout(timeout);
+    p2p_->comm().setOpTimeout(timeout);
+  }
   timeoutMs_ = timeout.count();
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  checkOpen("split_group");
   const auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;  // not a member of the new group
   for (int r : ranks)
@@ -896,6 +915,7 @@ void ProcessGroupBraid::monitoredBarrier(const c10d::BarrierOptions& opts, bool 
   // Tags of its own, so a stray user message is reported instead of taken for a token.
   constexpr int kArriveTag = -0x6d62;
   constexpr int kReleaseTag = -0x6d63;
+  checkOpen("monitored_barrier");
   const auto timeout = opts.timeout == c10d::kUnsetTimeout ? this->timeout() : opts.timeout;
   at::Tensor token = at::full({1}, rank_, at::kLong);
   if (rank_ != 0) {

@@ -34,6 +34,14 @@
 //
 // shutdown() (destroy_process_group) runs what is queued, then refuses new operations;
 // abort() fails what is pending at once (braid::Comm::abort) and refuses new operations.
+//
+// Reconfigure (torch >= 2.15; elastic.cpp, docs/pytorch.md "Reconfigure"): a group created with
+// enable_reconfigure=True has no communicator until reconfigure() builds one among the processes
+// whose handles it is given; reconfigure() may be called again (after a failure or abort(), to
+// shrink or to grow), each time with a fresh uuid. It replaces the communicators that the
+// issuing calls read, so it must not run concurrently with other calls on the same group (as
+// torch's API implies: the controller calls it between steps). merge()
+// (ProcessGroup.merge_remote_group) creates a new group through the store torch passes.
 #pragma once
 
 #include <braid/comm.hpp>
@@ -57,7 +65,16 @@ struct BackendConfig {
   /// How long a queued collective is left to a caller about to wait() on it before the worker
   /// runs it (BRAID_TORCH_GRACE_US, see work.hpp).
   std::chrono::microseconds grace{1000};
+  /// enable_reconfigure=True: no communicator until reconfigure() (torch >= 2.15).
+  bool enableReconfigure = false;
 };
+
+/// braid's Options for a group: BRAID_* from the environment, with the group's timeout bounding
+/// every operation and connection setup, and its listen address.
+braid::Options makeOptions(const BackendConfig& config);
+
+/// A new reconfigure handle, "braid;host=H;pid=P;id=X" with X random (elastic.cpp).
+std::string newReconfigureHandle();
 
 class ProcessGroupBraid : public BackendBase {
  public:
@@ -150,6 +167,26 @@ class ProcessGroupBraid : public BackendBase {
       const std::vector<std::int64_t>& ranksToExclude, int shrinkFlags,
       const c10::intrusive_ptr<c10d::Backend::Options>& optsOverride) override;
 #endif
+#if BRAID_TORCH_HAS_RECONFIGURE
+  /// torch's reconfigure API (torch.distributed._reconfigure, elastic.cpp): groups created
+  /// through a store (init_process_group, a new_group with sockets of its own, merge); a group
+  /// derived from another's communicator has no store to meet through.
+  bool supportsReconfigure() const override {
+    return store_ != nullptr;
+  }
+  /// "braid;host=H;pid=P;id=X": names this process's backend object; stable across reconfigures.
+  c10d::ReconfigureHandle get_reconfigure_handle() const override;
+  /// Builds a new communicator among the processes of `opts.handles` (this one among them),
+  /// through this group's store in a namespace of `opts.uuid`, and serves every later operation
+  /// with it (rank: the handle's position in a list, or in the sorted set). Operations issued
+  /// before keep running on the communicator they were issued to. The returned Work completes
+  /// once they finished. Allowed after abort(), not after shutdown().
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
+  /// ProcessGroup.merge_remote_group: a new group of `size` ranks through `store`.
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts,
+                                          const int& rank, const int& size) override;
+#endif
   /// Collective over the live ranks: braid::Comm::shrink of the collectives' communicator
   /// (which revokes it on every rank first), then a point-to-point communicator split off the
   /// result. Returns this group's ranks that were left out, ascending. Done once: later calls
@@ -167,9 +204,15 @@ class ProcessGroupBraid : public BackendBase {
   void setSequenceNumberForGroup() override;
   std::uint64_t getSequenceNumberForGroup() override;
 
-  /// The braid communicator of the collectives (for introspection from Python).
+  /// The braid communicator of the collectives (for introspection from Python). Throws when
+  /// there is none yet (enable_reconfigure=True before reconfigure()).
   braid::Comm& comm() {
+    checkInitialized("this group's communicator");
     return *comm_;
+  }
+  /// False only for a group created with enable_reconfigure=True before its first reconfigure().
+  bool initialized() const {
+    return comm_ != nullptr;
   }
   const BackendConfig& config() const {
     return config_;
@@ -203,7 +246,9 @@ class ProcessGroupBraid : public BackendBase {
   /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
   /// it (the worker may be running a Python future callback).
   void stopQueue();
+  /// Throws unless the group takes operations: not shut down or aborted, and initialized.
   void checkOpen(const char* op) const;
+  void checkInitialized(const char* op) const;
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceOptions& opts);
 
@@ -216,8 +261,12 @@ class ProcessGroupBraid : public BackendBase {
   std::mutex shrinkMu_;  // agreeShrink: one at a time, and the result below
   c10::intrusive_ptr<ProcessGroupBraid> shrunk_;
   std::vector<int> shrunkOut_;       // this group's ranks the agreement left out
-  std::atomic<bool> closed_{false};  // shutdown() or abort() was called  // the group's bound
-                                     // (config_.timeout, setTimeout)
+  std::atomic<bool> closed_{false};  // shutdown() or abort() was called
+  bool shutDown_ = false;            // shutdown() was called: reconfigure() is refused too
+  // The store the group was created with, for reconfigure()'s rendezvous (enable_reconfigure).
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string handle_;                   // get_reconfigure_handle()
+  std::vector<std::int64_t> usedUuids_;  // reconfigure(): each uuid once per group
 };
 
 }  // namespace braid_torch

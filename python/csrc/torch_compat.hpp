@@ -24,6 +24,14 @@
 #define BRAID_TORCH_HAS_SHRINK 0
 #endif
 
+// c10d::Backend's reconfigure API (supportsReconfigure, get_reconfigure_handle, reconfigure;
+// torch.distributed._reconfigure) and merge (ProcessGroup.merge_remote_group): torch 2.15 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define BRAID_TORCH_HAS_RECONFIGURE 1
+#else
+#define BRAID_TORCH_HAS_RECONFIGURE 0
+#endif
+
 namespace braid_torch {
 
 using BackendBase = c10d::Backend;
