@@ -96,12 +96,18 @@ void UcxTransport::connect(const Lookup& lookup) {
   connector_ = std::thread([this] { connectorLoop(); });
 }
 
-// The connector thread (lazy only): drives the worker while nobody of this rank waits on it.
+// The connector thread (lazy only): drives the worker while nobody of this rank waits on it,
+// and nobody did for kConnectorIdle (a rank between two operations drives it again soon).
 void UcxTransport::connectorLoop() {
   std::unique_lock<std::mutex> lk(mu_);
   while (!stopping_) {
     if (waiting_ > 0 || engine_.failure() || worker_ == nullptr) {
       connectorCv_.wait_for(lk, std::chrono::milliseconds(20));
+      continue;
+    }
+    const auto idle = std::chrono::steady_clock::now() - lastDriven_;
+    if (idle < kConnectorIdle) {
+      connectorCv_.wait_for(lk, kConnectorIdle - idle);
       continue;
     }
     progress();

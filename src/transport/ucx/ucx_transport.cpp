@@ -732,7 +732,10 @@ bool UcxTransport::test(Request& req) {
   State s = req.state.load(std::memory_order_acquire);
   if (s == State::Done || s == State::Idle) return true;
   std::unique_lock<std::mutex> lk(mu_);
-  if (req.state.load(std::memory_order_acquire) == State::Pending) progress();
+  if (req.state.load(std::memory_order_acquire) == State::Pending) {
+    progress();
+    lastDriven_ = Clock::now();  // a rank polling with test() drives the worker too
+  }
   s = req.state.load(std::memory_order_acquire);
   if (s == State::Failed) throwFailure(req);
   return s == State::Done;
@@ -746,8 +749,12 @@ void UcxTransport::wait(Request& req, Deadline deadline) {
   ++waiting_;
   struct Leave {
     int& n;
-    ~Leave() { --n; }
-  } leave{waiting_};
+    Clock::time_point& driven;
+    ~Leave() {
+      --n;
+      driven = Clock::now();
+    }
+  } leave{waiting_, lastDriven_};
   engine::waitLoop(
       lk, req, deadline,
       engine::WaitPolicy{options_.spin, busyPoll_ ? options_.spin : std::chrono::microseconds(0)},

@@ -48,9 +48,13 @@
 // has a connector thread that, while no thread of this rank waits on the transport, sleeps on
 // the worker's event fd and drives the worker when it fires (answering handshakes, and moving
 // whatever else arrived); while a thread waits, that thread drives it and the connector sleeps
-// (waking every 20 ms to look), so it costs the waits nothing. As over TCP, where a lazy
-// transport's acceptor thread answers dials, a small send to a peer not connected yet then
-// completes without the peer's calling into braid.
+// (waking every 20 ms to look), so it costs the waits nothing. Nor does it sleep on the worker
+// in the gaps between a busy rank's waits (kConnectorIdle after the last one): armed there, every
+// message arriving for the next operation woke it, and on a rank bound to one CPU its wake-up
+// took the CPU from the rank (an 8 B allreduce between two emulated hosts: 18 us against 11 us
+// without the connector, docs/benchmarks.md). A busy rank's own waits answer handshakes. As over
+// TCP, where a lazy transport's acceptor thread answers dials, a small send to a peer not connected
+// yet then completes without the peer's calling into braid.
 //
 // Progress. Whoever waits drives the worker under the engine's lock, in the engine's wait loop
 // (engine::waitLoop): it polls for `spin`, then arms the worker (ucp_worker_arm) and sleeps in
@@ -107,6 +111,10 @@ inline constexpr std::uint64_t kLaneDestroyed = 1;
 inline constexpr std::uint64_t kLaneAborted = 2;
 /// Payloads up to this size travel inside the header message.
 inline constexpr std::size_t kInlineBytes = 8192;
+/// The connector thread (lazy) leaves the worker to the rank until this long after the rank's
+/// last wait: a rank between operations drives it again soon, and a handshake waits at most
+/// this long longer for an answer from a rank that stopped calling braid.
+inline constexpr std::chrono::milliseconds kConnectorIdle{20};
 
 enum class Kind : std::uint64_t { Header = 0, Payload = 1, Handshake = 2, Goodbye = 3 };
 /// The sequence field of a ring (Kind::Handshake): "send me your hello".
@@ -408,8 +416,11 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::optional<bool> selfProbe_;  // failureDetectionWorks()
   bool tearingDown_ = false;
   // Lazy: the connector thread answers peers' handshakes (and drives the worker) while no
-  // thread of this rank waits on the transport; waiting_ counts those that do (mu_).
+  // thread of this rank waits on the transport; waiting_ counts those that do (mu_), and
+  // lastDriven_ is when one of them last drove the worker (mu_): the connector stays off the
+  // worker until kConnectorIdle passed since (connectorLoop).
   int waiting_ = 0;
+  std::chrono::steady_clock::time_point lastDriven_{};
   bool stopping_ = false;
   std::condition_variable connectorCv_;
   Fd connectorWake_;
