@@ -18,6 +18,11 @@
 #   anchors' netns/ns_agent.sh, with mpi_yield_when_idle as the anchors' netns run (busy-polling
 #   ranks otherwise starve the veth's soft interrupts on 2 CPUs: milliseconds per small message).
 #   The namespaces are deleted on every exit.
+#   PIN=1 (the default with HOSTS=2): each side's rank on host A runs on CPU 0 and its rank on
+#   host B on CPU 1 (taskset), as two hosts give each rank a CPU of its own. Unpinned (PIN=0),
+#   the scheduler may put both ranks on one CPU, where Open MPI's yielding receiver hands the
+#   CPU to the sender and then reads a one-way stream (broadcast, reduce) 200 messages per
+#   recv(): faster than either side on two hosts (docs/benchmarks.md, "2 emulated hosts").
 # Output: results/ucx-<tls>-vs-<ref>[-2hosts]/*.txt|json and report.md there (printed).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -98,11 +103,24 @@ if [ "$hosts" = 2 ]; then
   export BRAID_AUTH_KEY="${BRAID_AUTH_KEY:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
   printf '%s slots=1\n%s slots=1\n' $IPA $IPB >"$out/hostfile"
 fi
+# PIN (HOSTS=2): one CPU per emulated host's rank.
+pin="${PIN:-$([ "$hosts" = 2 ] && echo 1 || echo 0)}"
+pinA=() pinB=() mpiPin=()
+if [ "$pin" = 1 ]; then
+  [ "$hosts" = 2 ] || { echo "PIN=1 needs HOSTS=2" >&2; exit 2; }
+  [ "$(nproc)" -ge 2 ] || { echo "PIN=1 needs 2 CPUs, this machine has $(nproc)" >&2; exit 2; }
+  pinA=(taskset -c 0) pinB=(taskset -c 1)
+  printf '#!/bin/sh\nexec taskset -c "$OMPI_COMM_WORLD_RANK" "$@"\n' >"$out/pin.sh"
+  chmod +x "$out/pin.sh"
+  mpiPin=("$out/pin.sh")
+fi
 port=29700
 
 colls=(allreduce reducescatter allgather broadcast reduce alltoall)
 where="1 host"
-[ "$hosts" = 2 ] && where="2 emulated hosts (veth${RATE:+, tbf $RATE})"
+pinned=""
+if [ "$pin" = 1 ]; then pinned=", ranks pinned to CPUs 0 and 1"; fi
+[ "$hosts" = 2 ] && where="2 emulated hosts (veth${RATE:+, tbf $RATE}$pinned)"
 echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, $where, against $ref, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee "$out/conditions.txt"
 # braid_perf PREFIX TRANSPORT ROUND: every collective with BRAID_TRANSPORT=TRANSPORT.
@@ -117,9 +135,10 @@ braid_perf() {
     port=$((port + 1))
     local run=(env BRAID_TRANSPORT="$2" "$BIN/braid-run" -n 1 --nnodes 2 --master "$IPA:$port"
       --timeout 900)
-    in_host $B anchost-b "${run[@]}" --node-rank 1 -- "${perf[@]}" >/dev/null &
+    in_host $B anchost-b "${run[@]}" --node-rank 1 -- "${pinB[@]}" "${perf[@]}" >/dev/null &
     local second=$!
-    in_host $A anchost-a "${run[@]}" --node-rank 0 -- "${perf[@]}" >"$out/$1.$c.run$3.txt"
+    in_host $A anchost-a "${run[@]}" --node-rank 0 -- "${pinA[@]}" "${perf[@]}" \
+      >"$out/$1.$c.run$3.txt"
     wait "$second"
   done
 }
@@ -143,7 +162,8 @@ for k in $(seq 1 "$rounds"); do
       --map-by slot --mca plm_rsh_agent "$anchors/netns/ns_agent.sh" --mca mpi_yield_when_idle 1 \
       --mca oob_tcp_if_include 198.18.0.0/24 --mca pml ucx --mca pml_ucx_tls any \
       --mca pml_ucx_devices any "${pass[@]}" \
-      "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 >"$out/mpi_ucx.run$k.txt"
+      "${mpiPin[@]}" "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 \
+      >"$out/mpi_ucx.run$k.txt"
   fi
   grep -E '^# total' "$out/mpi_ucx.run$k.txt" || true
 done
