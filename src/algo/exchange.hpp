@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <new>
 #include <string>
 
 #include "algo/algorithm.hpp"
@@ -36,28 +37,32 @@ class InFlight {
   InFlight& operator=(const InFlight&) = delete;
   ~InFlight() {
     bool abandon = std::uncaught_exceptions() > uncaught_;
-    for (auto& r : reqs_)
-      abandon =
-          abandon || r.state.load(std::memory_order_acquire) == transport::Request::State::Pending;
-    if (!abandon) return;
-    try {
-      ctx_.tr.abort("rank " + std::to_string(ctx_.rank) + " failed an operation (tag " +
-                    std::to_string(ctx_.tag) + ") with messages in flight");
-    } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more to do while unwinding
+    for (std::size_t i = 0; i < N; ++i)
+      abandon = abandon || (made_[i] && slot(i)->state.load(std::memory_order_acquire) ==
+                                            transport::Request::State::Pending);
+    if (abandon) {
+      try {
+        ctx_.tr.abort("rank " + std::to_string(ctx_.rank) + " failed an operation (tag " +
+                      std::to_string(ctx_.tag) + ") with messages in flight");
+      } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more to do while unwinding
+      }
     }
+    for (std::size_t i = 0; i < N; ++i)
+      if (made_[i]) slot(i)->~Request();
   }
 
-  transport::Request& operator[](std::size_t i) noexcept { return reqs_[i]; }
+  transport::Request& operator[](std::size_t i) noexcept { return at(i); }
 
   void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
-    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, reqs_[i]);
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, at(i));
   }
   void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
-    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, reqs_[i]);
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, at(i));
   }
   /// Waits for request i if it was posted and has not been waited for yet.
   void wait(std::size_t i) {
-    transport::Request& r = reqs_[i];
+    if (!made_[i]) return;
+    transport::Request& r = *slot(i);
     if (r.state.load(std::memory_order_acquire) == transport::Request::State::Idle) return;
     ctx_.tr.wait(r, ctx_.deadline);
     r.state.store(transport::Request::State::Idle, std::memory_order_release);
@@ -67,9 +72,25 @@ class InFlight {
   }
 
  private:
+  // Requests are made on first use: an algorithm sized for the widest tree (66 slots) posts
+  // one or two of them for 2 ranks, and zeroing all of them cost a small broadcast more than
+  // its transport did (docs/benchmarks.md).
+  transport::Request* slot(std::size_t i) noexcept {
+    return std::launder(
+        reinterpret_cast<transport::Request*>(raw_ + i * sizeof(transport::Request)));
+  }
+  transport::Request& at(std::size_t i) noexcept {
+    if (!made_[i]) {
+      ::new (raw_ + i * sizeof(transport::Request)) transport::Request();
+      made_[i] = true;
+    }
+    return *slot(i);
+  }
+
   Context& ctx_;
   int uncaught_;
-  std::array<transport::Request, N> reqs_;
+  std::array<bool, N> made_{};
+  alignas(transport::Request) std::byte raw_[N * sizeof(transport::Request)];
 };
 
 /// InFlight for a number of requests known only at run time (e.g. one per peer): allocated
