@@ -308,4 +308,50 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::merge(
 }
 #endif
 
+void ProcessGroupBraid::runAbortHooks(const std::string& why) {
+  std::vector<std::pair<std::int64_t, std::shared_ptr<const std::function<void()>>>> hooks;
+  {
+    std::lock_guard<std::mutex> lk(abortHooksMu_);
+    hooks = abortHooks_;
+  }
+  for (auto& [id, hook] : hooks) {
+    // A Python hook needs the GIL; this may be the group's worker thread, which holds none.
+    // (Every thread that waits on this group's operations releases the GIL meanwhile.)
+    const bool python = Py_IsInitialized() != 0;
+    const PyGILState_STATE gil = python ? PyGILState_Ensure() : PyGILState_UNLOCKED;
+    try {
+      (*hook)();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[braid WARN rank %d] abort hook %lld (run because %s) raised: %s\n",
+                   rank_, static_cast<long long>(id), why.c_str(), e.what());
+    } catch (...) {
+      std::fprintf(stderr, "[braid WARN rank %d] abort hook %lld (run because %s) raised\n", rank_,
+                   static_cast<long long>(id), why.c_str());
+    }
+    if (python) PyGILState_Release(gil);
+  }
+}
+
+#if BRAID_TORCH_HAS_ABORT_HOOKS
+void ProcessGroupBraid::registerAbortHook(std::int64_t hookId, c10d::AbortHook hook) {
+  TORCH_CHECK(hook, "braid: register_abort_hook on rank ", rank_, ": hook ", hookId, " is empty");
+  std::lock_guard<std::mutex> lk(abortHooksMu_);
+  for (const auto& [id, h] : abortHooks_)
+    TORCH_CHECK(id != hookId, "braid: register_abort_hook on rank ", rank_, ": hook id ", hookId,
+                " is registered already");
+  abortHooks_.emplace_back(hookId, std::make_shared<const std::function<void()>>(std::move(hook)));
+  hasAbortHooks_.store(true, std::memory_order_release);
+}
+
+void ProcessGroupBraid::unregisterAbortHook(std::int64_t hookId) {
+  std::lock_guard<std::mutex> lk(abortHooksMu_);
+  const auto it = std::find_if(abortHooks_.begin(), abortHooks_.end(),
+                               [&](const auto& h) { return h.first == hookId; });
+  TORCH_CHECK(it != abortHooks_.end(), "braid: unregister_abort_hook on rank ", rank_,
+              ": no hook with id ", hookId);
+  abortHooks_.erase(it);
+  hasAbortHooks_.store(!abortHooks_.empty(), std::memory_order_release);
+}
+#endif
+
 }  // namespace braid_torch

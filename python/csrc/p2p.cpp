@@ -1,13 +1,13 @@
 #include "p2p.hpp"
 
-#include "tensor_util.hpp"
-
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include "tensor_util.hpp"
 
 namespace braid_torch {
 
@@ -35,10 +35,9 @@ class Backoff {
 
 std::string headerMismatch(const char* what, int peer, std::size_t bytes, std::int64_t tag,
                            const P2P::Header& h) {
-  return std::string("braid: ") + what + " expected " + std::to_string(bytes) +
-         " bytes with tag " + std::to_string(tag) + " but the next message from rank " +
-         std::to_string(peer) + " has " + std::to_string(h.bytes) + " bytes with tag " +
-         std::to_string(h.tag) +
+  return std::string("braid: ") + what + " expected " + std::to_string(bytes) + " bytes with tag " +
+         std::to_string(tag) + " but the next message from rank " + std::to_string(peer) + " has " +
+         std::to_string(h.bytes) + " bytes with tag " + std::to_string(h.tag) +
          " (braid pairs messages between two ranks in the order they were sent)";
 }
 
@@ -48,7 +47,9 @@ P2P::P2P(std::unique_ptr<braid::Comm> comm)
     : comm_(std::move(comm)), unclaimed_(static_cast<std::size_t>(comm_->size())) {}
 
 // The communicator goes first: its transport may still write into posted header slots.
-P2P::~P2P() { comm_.reset(); }
+P2P::~P2P() {
+  comm_.reset();
+}
 
 std::shared_ptr<P2P::HeaderSlot> P2P::postHeaderLocked(int peer) {
   auto slot = std::make_shared<HeaderSlot>();
@@ -79,7 +80,8 @@ c10::intrusive_ptr<BraidWork> P2P::send(const std::shared_ptr<OpQueue>& queue, c
   }
   auto self = shared_from_this();
   return c10::make_intrusive<BraidWork>(
-      queue, c10d::OpType::SEND, "braid:send", std::vector<at::Tensor>{t}, std::vector<at::Tensor>{},
+      queue, c10d::OpType::SEND, "braid:send", std::vector<at::Tensor>{t},
+      std::vector<at::Tensor>{},
       [wh, wp, buf, header, self] {
         if (!wh.test() || !wp.test()) return false;
         wh.wait();
@@ -118,7 +120,8 @@ c10::intrusive_ptr<BraidWork> P2P::recv(const std::shared_ptr<OpQueue>& queue, c
     out.commit();
   };
   auto work = c10::make_intrusive<BraidWork>(
-      queue, c10d::OpType::RECV, "braid:recv", std::vector<at::Tensor>{t}, std::vector<at::Tensor>{t},
+      queue, c10d::OpType::RECV, "braid:recv", std::vector<at::Tensor>{t},
+      std::vector<at::Tensor>{t},
       [header, payload, finish, self] {
         if (!header->work.test() || !payload.test()) return false;
         finish();
@@ -160,10 +163,10 @@ bool P2P::resolve(const std::shared_ptr<AnyRequest>& req) {
                                         winner, kWireTag);
     } else {
       // Consume the payload anyway, so this peer's next header is read as a header.
-      auto sink = std::make_shared<at::Tensor>(
-          at::empty({static_cast<std::int64_t>(h.bytes)}, at::kByte));
-      front->payload = comm_->recvAsync(h.bytes ? sink->data_ptr() : nullptr, h.bytes, kByte,
-                                        winner, kWireTag);
+      auto sink =
+          std::make_shared<at::Tensor>(at::empty({static_cast<std::int64_t>(h.bytes)}, at::kByte));
+      front->payload =
+          comm_->recvAsync(h.bytes ? sink->data_ptr() : nullptr, h.bytes, kByte, winner, kWireTag);
       front->sink = sink;
     }
   }

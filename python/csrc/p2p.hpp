@@ -17,14 +17,13 @@
 // from their peer (any-source or not): every message starts with a header, so nothing is lost.
 #pragma once
 
-#include "work.hpp"
-
 #include <braid/comm.hpp>
-
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
+
+#include "work.hpp"
 
 namespace braid_torch {
 
@@ -55,7 +54,7 @@ class P2P : public std::enable_shared_from_this<P2P> {
   struct AnyRequest {
     std::size_t bytes = 0;
     std::int64_t tag = 0;
-    void* dst = nullptr;  // contiguous destination of the payload
+    void* dst = nullptr;                 // contiguous destination of the payload
     std::shared_ptr<HeaderSlot> header;  // set once resolved
     braid::Work payload;
     std::shared_ptr<at::Tensor> sink;  // takes a mismatched payload off the wire

@@ -192,6 +192,7 @@ void ProcessGroupBraid::shutdown() {
 void ProcessGroupBraid::abort() {
   // Pending and later operations of both communicators fail with braid's Aborted error; the
   // queue then runs what is left (each fails at once) and refuses new operations.
+  if (hasAbortHooks_.load(std::memory_order_acquire)) runAbortHooks("abort() was called");
   closed_ = true;
   if (comm_) {
     comm_->abort();
@@ -263,14 +264,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   // A timeout names the bound that expired: the call's, or the group's.
   const std::int64_t ms = perCall ? callTimeout.count() : timeoutMs_.load();
   // The communicator is only needed for a per-call bound; the operation holds its own.
-  auto withTimeout = [run = std::forward<Run>(run), comm = perCall ? comm_ : nullptr, perCall,
-                      ms]() mutable {
+  // `this` outlives the closure: every queue is stopped (what it holds run) before the group
+  // is destroyed or gets another queue.
+  auto withTimeout = [run = std::forward<Run>(run), comm = perCall ? comm_ : nullptr, perCall, ms,
+                      self = this, title]() mutable {
     // Operations of the queue run one at a time, so this bound covers exactly this one.
     std::optional<braid::ScopedOpTimeout> bound;
     if (perCall) bound.emplace(*comm, std::chrono::milliseconds(ms));
     try {
       run();
     } catch (const braid::Error& e) {
+      if (e.code() != braid::ErrorCode::Timeout && e.code() != braid::ErrorCode::PeerLost) throw;
+      if (self->hasAbortHooks_.load(std::memory_order_acquire))
+        self->runAbortHooks(std::string(title) + " failed: " + e.what());
       if (e.code() != braid::ErrorCode::Timeout) throw;
       throw braid::Error(e.code(),
                          e.detail() +

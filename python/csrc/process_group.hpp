@@ -187,6 +187,17 @@ class ProcessGroupBraid : public BackendBase {
                                           const c10::intrusive_ptr<c10d::Backend::Options>& opts,
                                           const int& rank, const int& size) override;
 #endif
+#if BRAID_TORCH_HAS_ABORT_HOOKS
+  /// Abort hooks (ProcessGroup.register_abort_hook): run, in registration order, by abort()
+  /// before it aborts, and on the thread that ran a collective that failed with braid's Timeout
+  /// or PeerLost, before the error reaches the caller (each failing collective runs them again:
+  /// torch asks for idempotent hooks). A hook's exception is printed and the others still run.
+  bool supportsAbortHooks() const override {
+    return true;
+  }
+  void registerAbortHook(std::int64_t hookId, c10d::AbortHook hook) override;
+  void unregisterAbortHook(std::int64_t hookId) override;
+#endif
   /// Collective over the live ranks: braid::Comm::shrink of the collectives' communicator
   /// (which revokes it on every rank first), then a point-to-point communicator split off the
   /// result. Returns this group's ranks that were left out, ascending. Done once: later calls
@@ -246,6 +257,8 @@ class ProcessGroupBraid : public BackendBase {
   /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
   /// it (the worker may be running a Python future callback).
   void stopQueue();
+  /// Runs the abort hooks (see registerAbortHook); `why` is printed with a hook's exception.
+  void runAbortHooks(const std::string& why);
   /// Throws unless the group takes operations: not shut down or aborted, and initialized.
   void checkOpen(const char* op) const;
   void checkInitialized(const char* op) const;
@@ -265,8 +278,13 @@ class ProcessGroupBraid : public BackendBase {
   bool shutDown_ = false;            // shutdown() was called: reconfigure() is refused too
   // The store the group was created with, for reconfigure()'s rendezvous (enable_reconfigure).
   c10::intrusive_ptr<c10d::Store> store_;
-  std::string handle_;                   // get_reconfigure_handle()
-  std::vector<std::int64_t> usedUuids_;  // reconfigure(): each uuid once per group
+  std::string handle_;       // get_reconfigure_handle()
+  std::mutex abortHooksMu_;  // abortHooks_
+  // Shared, so runAbortHooks copies pointers, not the hooks (a Python hook's copy would touch
+  // its reference count without the GIL).
+  std::vector<std::pair<std::int64_t, std::shared_ptr<const std::function<void()>>>> abortHooks_;
+  std::atomic<bool> hasAbortHooks_{false};  // !abortHooks_.empty(), read without the lock
+  std::vector<std::int64_t> usedUuids_;     // reconfigure(): each uuid once per group
 };
 
 }  // namespace braid_torch
