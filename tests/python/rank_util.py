@@ -38,6 +38,20 @@ def init(backend="braid", timeout_s=60):
     return rank, world
 
 
+def run_scenario(scenarios, **init_kwargs):
+    """A worker with one scenario per launch: sys.argv[1] names one of `scenarios` (name ->
+    fn(rank, world)). Joins the job with init_process_group("braid", **init_kwargs), prints
+    "[rank R] pid P" (tests find the ranks' pids in it), runs the scenario, prints
+    "[rank R] PASS <name>" and destroys the default group."""
+    scenario = sys.argv[1]
+    rank, world = rank_and_size()
+    dist.init_process_group("braid", **init_kwargs)
+    print(f"[rank {rank}] pid {os.getpid()}", flush=True)
+    scenarios[scenario](rank, world)
+    print(f"[rank {rank}] PASS {scenario}", flush=True)
+    dist.destroy_process_group()
+
+
 class Checks:
     """Runs checks in order, the same on every rank; prints one line per check."""
 

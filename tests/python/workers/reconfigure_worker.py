@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 import braid_torch  # noqa: F401  (registers the backend)
+from rank_util import run_scenario
 
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("RECONF_TEST_TIMEOUT", "30")))
 
@@ -190,15 +191,6 @@ def joiner(rank, world):
     check_group(rank, list(range(world)))
 
 
-def main():
-    scenario = sys.argv[1]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("braid", enable_reconfigure=True, timeout=TIMEOUT)
-    print(f"[rank {rank}] pid {os.getpid()}", flush=True)
-    {"basic": basic, "replace": replace, "joiner": joiner}[scenario](rank, world)
-    print(f"[rank {rank}] PASS {scenario}", flush=True)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    run_scenario({"basic": basic, "replace": replace, "joiner": joiner},
+                 enable_reconfigure=True, timeout=TIMEOUT)

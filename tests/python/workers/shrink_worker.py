@@ -20,13 +20,13 @@ the ranks and sizes, not by another collective.
 import datetime
 import os
 import signal
-import sys
 
 import torch
 import torch.distributed as dist
 
 import braid_torch
 from torch.distributed import distributed_c10d as c10d
+from rank_util import run_scenario
 
 
 def expect_peer_failure(fn, *names):
@@ -156,18 +156,9 @@ def subgroup(rank, world):
     store.set(f"subgroup_done/{rank}", "1")
 
 
-def main():
-    scenario = sys.argv[1]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    timeout = float(os.environ.get("SHRINK_TEST_TIMEOUT", "30"))
-    dist.init_process_group("braid", timeout=datetime.timedelta(seconds=timeout))
-    print(f"[rank {rank}] pid {os.getpid()}", flush=True)
-    {"torch_api": torch_api, "no_failure": no_failure, "subgroup": subgroup}[scenario](rank, world)
-    print(f"[rank {rank}] PASS {scenario}", flush=True)
-    # The default group: destroyed by every rank still in it (rank 0 of `subgroup` holds the
-    # revoked one, destroyed alike).
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    # The default group is destroyed at the end by every rank still in it (rank 0 of
+    # `subgroup` holds the revoked one, destroyed alike).
+    run_scenario({"torch_api": torch_api, "no_failure": no_failure, "subgroup": subgroup},
+                 timeout=datetime.timedelta(
+                     seconds=float(os.environ.get("SHRINK_TEST_TIMEOUT", "30"))))
