@@ -368,8 +368,13 @@ void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
 
 void UcxTransport::progress() {
   drain();
-  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) {
-  }
+  // One call unless a large payload moves: each call polls every transport of the worker (over
+  // tcp an epoll_wait), and a second one after a small message found nothing more (8 B
+  // allreduce between two hosts 8.7 -> 8.1 us); a rendezvous advances a step per call, and
+  // draining it in a row keeps its pace (shared memory, 16 MiB allreduce).
+  if (ucp_worker_progress(worker_) != 0 && payloadsInFlight() > 0)
+    for (int i = 0; i < 63 && ucp_worker_progress(worker_) != 0; ++i) {
+    }
   drain();
   reap();
   if (options_.lazyConnect && !linking_.empty()) checkLinks();
