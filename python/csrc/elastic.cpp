@@ -20,9 +20,10 @@
 // instead of waiting out the timeout), and all of them create a communicator with
 // braid::Comm::create in a namespace of the uuid and the list's hash. The new communicator then
 // serves every later operation; the old one is released when the operations issued to it are
-// done. The store is the one the group was created on, so every member (a replacement process
-// too) must have joined the same rendezvous: init_process_group with the same MASTER_ADDR and
-// MASTER_PORT, or the same init_method.
+// done. The first member deletes the list once the communicator exists. The store is the one the
+// group was created on, so every member (a replacement process too) must have joined the same
+// rendezvous: init_process_group with the same MASTER_ADDR and MASTER_PORT, or the same
+// init_method.
 #include <Python.h>
 #include <c10/util/Exception.h>
 #include <unistd.h>
@@ -270,6 +271,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reconfigure(
     auto store = c10::make_intrusive<c10d::PrefixStore>(base + fnv1aHex(joined) + "/", store_);
     const braid::Options options = makeOptions(config);
     comm = braid::Comm::create(bootstrapStore(store, newRank, options), newRank, newSize, options);
+    // Every member read the list before it could take part in the creation: the first one
+    // deletes it (a store without deleteKey, FileStore, keeps it).
+    if (newRank == 0) {
+      try {
+        store_->deleteKey(base + "members");
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): kept, as said above
+      }
+    }
     p2p = std::make_shared<P2P>(comm->split(0, newRank));
   }
   // Operations issued before keep the communicator they captured; later ones get this one.
