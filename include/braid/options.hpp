@@ -96,6 +96,9 @@ struct Options {
   /// Wakers skip their memory fence and sleepers pay for it with membarrier(2) where every rank
   /// of the host could register for it (BRAID_SHM_LIGHT_WAKE=0: always the fence).
   bool shmLightWake = true;
+  /// BRAID_SHM_NAMED: the host's segment is a named POSIX shm object (unlinked once every local
+  /// rank mapped it) instead of a memfd that peers open through /proc.
+  bool shmNamedSegment = false;
   /// Staging memory per rank in the host's segment for the direct shared-memory collectives
   /// (two halves; the pipelining unit of shm_direct is at most one half, or half / N where
   /// each rank stages one slot per peer). Rounded up to 4 KiB, at least 16 KiB, halved while

@@ -172,6 +172,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.cmaDisable = opts.shmCmaDisable;
   transportOptions.shm.hostCpus = opts.shmHostCpus;
   transportOptions.shm.lightWake = opts.shmLightWake;
+  transportOptions.shm.forceNamedSegment = opts.shmNamedSegment;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
   transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
   transportOptions.shm.tuneKey = core::machineKey();
@@ -259,8 +260,9 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
 }  // namespace
 
 // The bootstrap's keys, by the prefix of the step that writes them: the world size check
-// (join/), host identities with the TCP listeners' addresses (host/), topology (topo/),
-// shared-memory segment setup (shm/), UCX worker addresses (ucx/), the calibration (tune/).
+// (join/), host identities with the transports' entries (host/: the shared-memory offers, the
+// TCP listeners' addresses or the UCX worker addresses), topology (topo/), the calibration
+// (tune/).
 // Each is read only while the communicator is created (a lazy TCP transport dials from the
 // gathered table it keeps).
 void Comm::Impl::finishBootstrap() {
@@ -269,7 +271,7 @@ void Comm::Impl::finishBootstrap() {
   try {
     if (commStore->add("boot/done", 1) != size) return;
     std::int64_t removed = 0;
-    for (const char* p : {"join/", "host/", "topo/", "shm/", "ucx/", "tune/", "boot/"})
+    for (const char* p : {"join/", "host/", "topo/", "tune/", "boot/"})
       removed += commStore->deletePrefix(p);
     log(2, "bootstrap done on every rank: deleted its " + std::to_string(removed) + " store keys");
   } catch (const Error& e) {

@@ -71,6 +71,8 @@ const std::vector<EnvVarDoc> kVariables = {
      "CPUs the host's ranks can use (auto: affinity masks capped by cgroup limits)"},
     {"BRAID_SHM_LIGHT_WAKE", "1",
      "0: shm wakers always fence (1: sleepers use membarrier instead, where available)"},
+    {"BRAID_SHM_NAMED", "0",
+     "1: the shm segment is a named POSIX shm object (unlinked once mapped), not a memfd"},
     {"BRAID_SHM_STAGING", "2M",
      "staging bytes per rank for the direct shm collectives (two halves; 0: none)"},
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
@@ -400,6 +402,7 @@ Options Options::fromEnv() {
   if (const char* v = get("BRAID_SHM_HOST_CPUS"); v != nullptr && std::string_view(v) != "auto")
     o.shmHostCpus = static_cast<std::size_t>(intVar("BRAID_SHM_HOST_CPUS", 0, 1, 1 << 20));
   o.shmLightWake = boolVar("BRAID_SHM_LIGHT_WAKE", true);
+  o.shmNamedSegment = boolVar("BRAID_SHM_NAMED", false);
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);
   if (const char* v = get("BRAID_DEBUG")) {
     std::string_view s(v);

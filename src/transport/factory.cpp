@@ -58,13 +58,20 @@ std::vector<TransportKind> makeKinds() {
   shm.sameHostOnly = true;
   shm.cannotRun = [](const TransportOptions&) { return std::string(); };
   shm.autoPick = [](const TransportOptions&) { return false; };
-  shm.create = [](Store& store, int rank, int size, std::span<const int> peers,
+  // A memfd offered before the host's ranks are known; its entry travels with the host entries.
+  shm.prepare = [](int, int, const TransportOptions& options) {
+    return hold(prepareShm(options.shm));
+  };
+  shm.create = [](Store&, int rank, int size, std::span<const int> peers,
                   const TransportOptions& options, std::vector<std::string>& paths,
-                  std::unique_ptr<PreparedKind>, std::vector<std::string>) {
+                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
     ShmOptions shmOptions = options.shm;
     shmOptions.setupTimeout = options.tcp.connectTimeout;
     shmOptions.spin = options.tcp.spin;
-    auto t = createShmTransport(store, rank, size, peers, shmOptions);
+    std::vector<std::string> localEntries;
+    for (int p : peers) localEntries.push_back(entries[static_cast<std::size_t>(p)]);
+    auto t = createShmTransport(takePrepared<ShmPrepared>(prepared, rank, "shm"), localEntries,
+                                rank, size, peers, shmOptions);
     for (int p : peers)
       if (p != rank) paths[static_cast<std::size_t>(p)] = t->pathTo(p);
     return std::unique_ptr<Transport>(std::move(t));
@@ -178,32 +185,50 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   for (int r = 0; allLocal && r < size; ++r)
     if (r != rank && !parent->pathTo(toParent[static_cast<std::size_t>(r)]).starts_with("shm"))
       allLocal = false;
-  std::unique_ptr<PreparedKind> prepared;
-  if (between.prepare && !sharesParent && !allLocal)
-    prepared = between.prepare(rank, size, options);
+  // Each kind's setup that needs no peer: shared memory's offer (unless disabled) and the
+  // inter-host kind's listeners or worker (unless not needed, see above).
+  const std::vector<TransportKind>& kinds = transportKinds();
+  std::vector<std::unique_ptr<PreparedKind>> prepared(kinds.size());
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const TransportKind& kind = kinds[k];
+    const bool needed = kind.sameHostOnly ? !options.shmDisable && kind.cannotRun(options).empty()
+                                          : &kind == &between && !sharesParent && !allLocal;
+    if (kind.prepare && needed) prepared[k] = kind.prepare(rank, size, options);
+  }
   // Each rank publishes its host, the shm grouping (every rank apart with BRAID_SHM_DISABLE=1),
-  // what it may run on and the prepared entry: "host\ngroup\ncpus\nentry".
+  // what it may run on and every kind's prepared entry: "host\ngroup\ncpus\nentry\n...", one
+  // entry per kind in registry order ("" when not prepared).
   const std::string host = options.hostIdentity.empty() ? hostIdentity() : options.hostIdentity;
   const std::string group = options.shmDisable ? "rank-" + std::to_string(rank) : "";
-  const std::vector<std::string> published = allGatherStrings(
-      store, "host", rank, size,
-      host + "\n" + group + "\n" + machine::cpusText() + "\n" + (prepared ? prepared->entry() : ""),
-      options.tcp.connectTimeout, "their host");
+  std::string mine = host + "\n" + group + "\n" + machine::cpusText();
+  for (const auto& p : prepared) mine += "\n" + (p ? p->entry() : std::string());
+  const std::vector<std::string> published =
+      allGatherStrings(store, "host", rank, size, mine, options.tcp.connectTimeout, "their host");
   std::vector<int> local;  // the ranks this rank shares memory with
-  std::vector<std::string> hostCpus, entries;
+  std::vector<std::string> hostCpus, localCpus;
+  std::vector<std::vector<std::string>> entries(kinds.size());  // [kind][rank]
   if (hostsOut != nullptr) hostsOut->clear();
   for (int r = 0; r < size; ++r) {
+    std::vector<std::string> fields;
     const std::string& p = published[static_cast<std::size_t>(r)];
-    const std::size_t a = p.find('\n'), b = p.find('\n', a + 1), c = p.find('\n', b + 1);
-    if (a == std::string::npos || b == std::string::npos || c == std::string::npos)
+    for (std::size_t at = 0;;) {
+      const std::size_t nl = p.find('\n', at);
+      fields.push_back(p.substr(at, nl == std::string::npos ? std::string::npos : nl - at));
+      if (nl == std::string::npos) break;
+      at = nl + 1;
+    }
+    if (fields.size() != 3 + kinds.size())
       throw Error(ErrorCode::Internal, "createTransport on rank " + std::to_string(rank) +
                                            ": rank " + std::to_string(r) +
                                            " published a malformed host entry");
-    if (hostsOut != nullptr) hostsOut->push_back(p.substr(0, b));  // host and grouping
-    entries.push_back(p.substr(c + 1));
-    if (p.compare(0, a, host) != 0 || a != host.size()) continue;
-    hostCpus.push_back(p.substr(b + 1, c - b - 1));
-    if (p.compare(a + 1, b - a - 1, group) == 0 && b - a - 1 == group.size()) local.push_back(r);
+    if (hostsOut != nullptr) hostsOut->push_back(fields[0] + "\n" + fields[1]);
+    for (std::size_t k = 0; k < kinds.size(); ++k) entries[k].push_back(fields[3 + k]);
+    if (fields[0] != host) continue;
+    hostCpus.push_back(fields[2]);
+    if (fields[1] == group) {
+      local.push_back(r);
+      localCpus.push_back(fields[2]);
+    }
   }
   // The network transports poll without yielding when this host's ranks (shm or not) have a CPU
   // each: a yield hands the CPU to other work on the host for up to a scheduler slice, while a
@@ -211,6 +236,9 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   // load"). A crowded host yields, since a local peer may need this very CPU.
   TransportOptions opts = options;
   opts.tcp.busyPoll = hostCpus.size() <= static_cast<std::size_t>(machine::cpusTogether(hostCpus));
+  // Shared memory's view of the same: the CPUs its group's ranks can use at once.
+  if (opts.shm.hostCpus == 0)
+    opts.shm.hostCpus = static_cast<std::size_t>(machine::cpusTogether(localCpus));
   std::vector<int> world(static_cast<std::size_t>(size));
   for (int r = 0; r < size; ++r) world[static_cast<std::size_t>(r)] = r;
 
@@ -219,7 +247,8 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   std::vector<RoutedTransport::Leg> legs;
   std::vector<bool> covered(static_cast<std::size_t>(size), false);
   covered[static_cast<std::size_t>(rank)] = true;
-  for (const TransportKind& kind : transportKinds()) {
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    const TransportKind& kind = kinds[k];
     if (kind.sameHostOnly) {
       if (local.size() < 2 || !kind.cannotRun(opts).empty()) continue;
     } else if (&kind != &between || local.size() == static_cast<std::size_t>(size)) {
@@ -249,16 +278,16 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     } else if (options.shareConnections && (kind.name == "tcp" || kind.name == "ucx") &&
                options.lane != 0) {
       // Connections that sub-communicators will share: built once, viewed on this lane.
-      std::shared_ptr<Transport> base =
-          kind.create(store, rank, size, peers, opts, leg.paths, std::move(prepared), entries);
+      std::shared_ptr<Transport> base = kind.create(store, rank, size, peers, opts, leg.paths,
+                                                    std::move(prepared[k]), entries[k]);
       if (options.describeTag) base->setTagDescriber(options.describeTag);
       std::vector<int> identity(static_cast<std::size_t>(size));
       for (int r = 0; r < size; ++r) identity[static_cast<std::size_t>(r)] = r;
       leg.transport =
           std::make_unique<LaneTransport>(std::move(base), options.lane, rank, std::move(identity));
     } else {
-      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths,
-                                  kind.sameHostOnly ? nullptr : std::move(prepared), entries);
+      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths, std::move(prepared[k]),
+                                  entries[k]);
     }
     // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
     for (int p = 0; p < size; ++p)

@@ -39,7 +39,8 @@ struct TransportOptions {
   std::function<std::string(std::uint64_t)> describeTag;
 };
 
-/// What a kind set up before the world's hosts were known (the TCP listeners): its entry()
+/// What a kind set up before the world's hosts were known (the shared-memory offer, the TCP
+/// listeners, the UCX worker): its entry()
 /// travels to every rank with the host entries, and create() gets it back with everyone's.
 class PreparedKind {
  public:
@@ -61,8 +62,9 @@ struct TransportKind {
   std::function<std::string(const TransportOptions&)> cannotRun;
   /// Whether BRAID_TRANSPORT=auto picks it between hosts (when it can run).
   std::function<bool(const TransportOptions&)> autoPick;
-  /// Optional: this rank's part of the kind's setup that needs no peer (listening). Its entry
-  /// is gathered with the host entries, so the kind reads no address of its own from the store.
+  /// Optional: this rank's part of the kind's setup that needs no peer (a memfd offered,
+  /// listening). Its entry is gathered with the host entries, so the kind reads no address of
+  /// its own from the store.
   std::function<std::unique_ptr<PreparedKind>(int rank, int size, const TransportOptions&)> prepare;
   /// Collective over `peers` (ascending global ranks including `rank`): the transport that
   /// reaches exactly them; `paths[p]` is set to the path to each peer p (braid-info --paths).
@@ -85,7 +87,8 @@ const TransportKind& interHostKind(const TransportOptions& options);
 
 /// Collective over all `size` ranks. Publishes this rank's host identity under "host/<rank>"
 /// (a rank with shmDisable publishes one of its own, so it shares memory with nobody), with the
-/// entry of the inter-host kind's prepare() (the TCP listeners' addresses), reads everyone's,
+/// entries of shared memory's prepare() (a memfd offered) and the inter-host kind's (the TCP
+/// listeners' addresses), reads everyone's,
 /// builds the shm transport among the ranks of this rank's host and, unless that is the whole
 /// world, the inter-host kind (interHostKind) among all ranks (used for the other hosts only).
 /// Always returns a RoutedTransport, so pathTo() answers for every communicator. A rank that never

@@ -332,5 +332,39 @@ TEST(Network, TcpAddressesTravelInTheHostTable) {
   EXPECT_LT(large, 2 * small + 16) << "store requests grow faster than the ranks";
 }
 
+// Shared memory sets up through the segment itself: the memfd each rank offers travels in the
+// host table, and no key of the shared-memory setup exists (the standalone form's, and the
+// rounds of the transport's own before: segment, open, final, cpus, probed).
+TEST(Network, SharedMemoryMakesNoStoreRequestOfItsOwn) {
+  for (int size : {2, 5}) {
+    TcpStoreServer server("127.0.0.1", 0);
+    Options o = test::testOptions();
+    o.storeCleanup = false;
+    std::vector<std::string> errors(static_cast<std::size_t>(size)), paths(errors);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < size; ++rank)
+      threads.emplace_back([&, rank] {
+        try {
+          auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
+          auto comm = Comm::create(store, rank, size, o);
+          paths[static_cast<std::size_t>(rank)] = comm->pathTo((rank + 1) % size);
+          comm->barrier();
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(rank)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+      EXPECT_EQ(paths[static_cast<std::size_t>(r)].rfind("shm", 0), 0u) << "rank " << r;
+    }
+    TcpStore reader("127.0.0.1", server.port(), 5000ms);
+    const std::string table = reader.getString("braid/0//host/all", 5000ms);
+    EXPECT_NE(table.find("\nmemfd "), std::string::npos) << table;
+    for (const char* key : {"entry/0", "segment", "final", "open/1", "cpus/0", "probed/0"})
+      EXPECT_FALSE(reader.check({std::string("braid/0//shm/0/") + key})) << key;
+  }
+}
+
 }  // namespace
 }  // namespace braid

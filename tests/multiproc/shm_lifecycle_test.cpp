@@ -142,6 +142,34 @@ TEST(ShmLifecycle, NothingLeftAfterCommunicatorsAreDestroyed) {
   EXPECT_EQ(braidShmEntries(), before);
 }
 
+// BRAID_SHM_NAMED=1 (Options::shmNamedSegment): the segment is a named POSIX shm object, gone
+// from /dev/shm by the time creation returns, and the communicator and its split work.
+TEST(ShmLifecycle, NamedSegmentsAreGoneOnceCreated) {
+  const auto before = braidShmEntries();
+  const auto status = forkRanks(3, [&](int rank, std::uint16_t port) {
+    auto store = storeAt(port);
+    Options o = testOptions();
+    o.shmNamedSegment = true;
+    auto comm = Comm::create(store, rank, 3, o);
+    if (comm->pathTo((rank + 1) % 3).rfind("shm", 0) != 0 || mapsMemfdSegment() ||
+        braidShmEntries() != before) {
+      std::fprintf(stderr, "rank %d: path %s, memfd mapped %d\n", rank,
+                   comm->pathTo((rank + 1) % 3).c_str(), static_cast<int>(mapsMemfdSegment()));
+      return 1;
+    }
+    std::vector<float> v(100000, 1.0f);
+    comm->allreduce(v.data(), v.data(), v.size(), DataType::Float32, ReduceOp::Sum);
+    for (float x : v)
+      if (x != 3.0f) return 1;
+    auto half = comm->split(rank % 2, rank);
+    half->barrier();
+    return braidShmEntries() == before ? 0 : 1;
+  });
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(exitedWith(status[static_cast<std::size_t>(r)], kOk)) << r;
+  EXPECT_EQ(braidShmEntries(), before);
+}
+
 TEST(ShmLifecycle, KilledRankMidCollectiveGivesSurvivorsPeerLost) {
   const auto before = braidShmEntries();
   constexpr int kRanks = 4;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -343,83 +344,53 @@ TEST(ShmTransport, TimeoutSaysWhatHoldsTheReceiveUp) {
       "nothing from rank 1 waits in the ring (it has not sent it)", " in the ring");
 }
 
-// A rank that opens a file other than the creator's segment (here: told a decoy descriptor that
-// holds a valid-looking header) must notice and never use it. Without the nonce check it would
-// map the decoy, its peers would write into rings it never reads, and every message to it would
-// be lost. With it, the rank refuses the decoy, the job settles on a named segment, and messages
-// flow both ways.
+// A rank that opens a file other than the creator's segment (here: handed a decoy descriptor
+// whose header looks valid and initialized but carries another nonce) must notice and never use
+// it: mapped, its peers would write into rings it never reads and every message to it would be
+// lost. It refuses the decoy with an error saying so, and the creator, which that rank never
+// joins, names it when its setup times out; nobody exchanges a byte through the wrong file.
 TEST(ShmTransport, ADecoyFileIsNeverMappedInsteadOfTheSegment) {
-  // Rank 1 reads the creator's segment description through this store, which swaps in a decoy.
-  class DecoyStore final : public Store {
-   public:
-    explicit DecoyStore(MemoryStore& inner) : inner_(inner) {}
-    ~DecoyStore() override {
-      if (decoy_ >= 0) ::close(decoy_);
-    }
-    void set(const std::string& k, const std::vector<std::uint8_t>& v) override {
-      inner_.set(k, v);
-    }
-    std::int64_t add(const std::string& k, std::int64_t d) override { return inner_.add(k, d); }
-    void wait(const std::vector<std::string>& k, std::chrono::milliseconds t) override {
-      inner_.wait(k, t);
-    }
-    bool check(const std::vector<std::string>& k) override { return inner_.check(k); }
-    std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds t) override {
-      std::vector<std::uint8_t> value = inner_.get(key, t);
-      if (key != "shm/0/segment") return value;
-      std::istringstream in(std::string(value.begin(), value.end()));
-      std::string kind;
-      long long pid = 0, fd = 0;
-      std::size_t bytes = 0;
-      std::string rest;
-      in >> kind >> pid >> fd >> bytes >> rest;
-      if (kind != "memfd") return value;
-      // The decoy: a memfd of the same size whose header is the real one's with another nonce.
-      const std::string real = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-      braid::Fd realFd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
-      shm::SegmentHeader header{};
-      EXPECT_EQ(::pread(realFd.get(), &header, sizeof header, 0),
-                static_cast<ssize_t>(sizeof header));
-      header.nonce ^= 0x5555;
-      decoy_ = ::memfd_create("braid-test-decoy", MFD_CLOEXEC);
-      EXPECT_EQ(::ftruncate(decoy_, static_cast<off_t>(bytes)), 0);
-      EXPECT_EQ(::pwrite(decoy_, &header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
-      const std::string swapped = kind + " " + std::to_string(::getpid()) + " " +
-                                  std::to_string(decoy_) + " " + std::to_string(bytes) + " " + rest;
-      return {swapped.begin(), swapped.end()};
-    }
-
-   private:
-    MemoryStore& inner_;
-    int decoy_ = -1;
-  };
-  MemoryStore store;
-  DecoyStore decoyed(store);
+  ShmOptions o = optionsFor(Path::Ring);
+  o.setupTimeout = 500ms;
+  auto creator = prepareShm(o);
+  auto joiner = prepareShm(o);
+  const std::string real = creator->entry();
+  std::istringstream in(real);
+  std::string kind;
+  long long pid = 0, fd = 0;
+  std::uint64_t nonce = 0;
+  in >> kind >> pid >> fd >> nonce;
+  ASSERT_EQ(kind, "memfd") << real;
+  // The decoy: a memfd holding a braid header with the creator's nonce changed.
+  shm::SegmentHeader header{};
+  header.magic = shm::kSegmentMagic;
+  header.version = shm::kSegmentVersion;
+  header.nonce = nonce ^ 0x5555;
+  braid::Fd decoy(::memfd_create("braid-test-decoy", MFD_CLOEXEC));
+  ASSERT_EQ(::ftruncate(decoy.get(), 1 << 20), 0);
+  ASSERT_EQ(::pwrite(decoy.get(), &header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
+  const std::string swapped = "memfd " + std::to_string(::getpid()) + " " +
+                              std::to_string(decoy.get()) + " " + std::to_string(nonce);
   const std::vector<int> local = allRanks(2);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      errors[static_cast<std::size_t>(r)] = errorOf([&] {
-        Store& mine = r == 1 ? static_cast<Store&>(decoyed) : static_cast<Store&>(store);
-        auto t = createShmTransport(mine, r, 2, local, optionsFor(Path::Ring));
-        const int peer = 1 - r;
-        Bytes out = makePayload(r, peer, 1000), in(1000, 0);
-        Request send, recv;
-        t->postRecv(peer, in.data(), in.size(), 3, recv);
-        t->postSend(peer, out.data(), out.size(), 3, send);
-        t->wait(send, after(10s));
-        t->wait(recv, after(10s));
-        EXPECT_EQ(firstWrong(in, peer, r), -1);
-      });
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
-  // The job fell back to a named segment (the decoy was refused), and unlinked it.
-  EXPECT_TRUE(store.check({"shm/0/final"}));
-  EXPECT_EQ(store.getString("shm/0/final", 1s).rfind("named ", 0), 0u);
+  const std::vector<std::string> truth{real, joiner->entry()};
+  const std::vector<std::string> fooled{swapped, joiner->entry()};
+  std::string creatorMessage, joinerMessage;
+  ErrorCode creatorCode{}, joinerCode{};
+  std::thread other([&] {
+    joinerCode = codeOf([&] { createShmTransport(std::move(joiner), fooled, 1, 2, local, o); },
+                        joinerMessage);
+  });
+  creatorCode = codeOf([&] { createShmTransport(std::move(creator), truth, 0, 2, local, o); },
+                       creatorMessage);
+  other.join();
+  EXPECT_EQ(joinerCode, ErrorCode::Internal) << joinerMessage;
+  EXPECT_NE(joinerMessage.find("is not the segment rank 0 offered (its nonce differs)"),
+            std::string::npos)
+      << joinerMessage;
+  EXPECT_EQ(creatorCode, ErrorCode::Timeout) << creatorMessage;
+  EXPECT_NE(creatorMessage.find("waiting for rank 1 to attach to the shared-memory segment"),
+            std::string::npos)
+      << creatorMessage;
 }
 
 TEST(ShmTransport, AbortWakesEveryWaiter) {
@@ -585,23 +556,113 @@ TEST(ShmTransport, NamedSegmentIsUnlinkedOnceMapped) {
 }
 
 TEST(ShmTransport, RankThatNeverShowsUpIsNamed) {
-  MemoryStore store;
   ShmOptions o = optionsFor(Path::Ring);
   o.setupTimeout = 300ms;
   const std::vector<int> local{0, 1, 2};
   std::string message;
-  const auto start = Clock::now();
-  EXPECT_EQ(codeOf([&] { createShmTransport(store, 0, 3, local, o); }, message),
-            ErrorCode::Timeout);
-  EXPECT_LT(Clock::now() - start, 2s);
-  EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for rank 1 to open"),
-            std::string::npos)
-      << message;
-  EXPECT_EQ(codeOf([&] { createShmTransport(store, 2, 3, local, o); }, message),
-            ErrorCode::Timeout);
-  EXPECT_NE(message.find("rank 2 timed out after 300 ms waiting for rank 0 to settle"),
-            std::string::npos)
-      << message;
+  {  // The standalone form: a rank that never publishes its entry.
+    MemoryStore store;
+    const auto start = Clock::now();
+    EXPECT_EQ(codeOf([&] { createShmTransport(store, 0, 3, local, o); }, message),
+              ErrorCode::Timeout);
+    EXPECT_LT(Clock::now() - start, 2s);
+    EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for rank 1 to publish its "
+                           "shared-memory entry"),
+              std::string::npos)
+        << message;
+  }
+  // Entries of ranks that are alive (this process) but never attach: the creator names both.
+  const std::vector<std::string> entries{prepareShm(o)->entry(), prepareShm(o)->entry(),
+                                         prepareShm(o)->entry()};
+  {
+    std::vector<std::string> mine = entries;
+    auto prepared = prepareShm(o);
+    mine[0] = prepared->entry();
+    const auto start = Clock::now();
+    EXPECT_EQ(
+        codeOf([&] { createShmTransport(std::move(prepared), mine, 0, 3, local, o); }, message),
+        ErrorCode::Timeout);
+    EXPECT_LT(Clock::now() - start, 2s);
+    EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for ranks 1, 2 to attach to "
+                           "the shared-memory segment"),
+              std::string::npos)
+        << message;
+  }
+  {  // A creator that offered a named segment and never creates it.
+    std::vector<std::string> mine = entries;
+    mine[0] = "named " + std::to_string(::getpid()) + " 12345";
+    auto prepared = prepareShm(o);
+    mine[2] = prepared->entry();
+    EXPECT_EQ(
+        codeOf([&] { createShmTransport(std::move(prepared), mine, 2, 3, local, o); }, message),
+        ErrorCode::Timeout);
+    EXPECT_NE(message.find("rank 2 timed out after 300 ms waiting for rank 0 to create the "
+                           "shared-memory segment /braid-shm-"),
+              std::string::npos)
+        << message;
+  }
+}
+
+// A local rank whose process is gone fails the setup at once with PeerLost naming it, on the
+// creator (which waits for it to attach) and on a rank that was to open its memfd.
+TEST(ShmTransport, RankWhoseProcessIsGoneIsPeerLost) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string dead = "memfd " + std::to_string(child) + " 3 12345";
+  ShmOptions o = optionsFor(Path::Ring);
+  o.setupTimeout = 20s;
+  const std::vector<int> local{0, 1};
+  std::string message;
+  for (int rank : {0, 1}) {
+    auto prepared = prepareShm(o);
+    std::vector<std::string> entries{dead, dead};
+    entries[static_cast<std::size_t>(rank)] = prepared->entry();
+    const auto start = Clock::now();
+    EXPECT_EQ(codeOf([&] { createShmTransport(std::move(prepared), entries, rank, 2, local, o); },
+                     message),
+              ErrorCode::PeerLost)
+        << message;
+    EXPECT_LT(Clock::now() - start, 2s);
+    EXPECT_NE(message.find("rank " + std::to_string(1 - rank) + " (pid " + std::to_string(child) +
+                           ") exited before the shared-memory segment was set up"),
+              std::string::npos)
+        << message;
+  }
+}
+
+// The factory's path: entries and CPUs come with the host table, the standalone form's store
+// exchange is not used. Both segment kinds carry traffic.
+TEST(ShmTransport, PreparedEntriesBothSegmentKinds) {
+  for (bool named : {false, true}) {
+    const auto before = braidShmEntries();
+    ShmOptions o = optionsFor(Path::Ring);
+    o.forceNamedSegment = named;
+    constexpr int kSize = 3;
+    std::vector<std::unique_ptr<ShmPrepared>> prepared;
+    std::vector<std::string> entries;
+    for (int r = 0; r < kSize; ++r) {
+      prepared.push_back(prepareShm(o));
+      entries.push_back(prepared.back()->entry());
+      EXPECT_EQ(entries.back().rfind(named ? "named " : "memfd ", 0), 0u) << entries.back();
+    }
+    const std::vector<int> local = allRanks(kSize);
+    std::vector<std::string> errors(kSize);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kSize; ++r)
+      threads.emplace_back([&, r] {
+        errors[static_cast<std::size_t>(r)] = errorOf([&] {
+          auto t = createShmTransport(std::move(prepared[static_cast<std::size_t>(r)]), entries, r,
+                                      kSize, local, o);
+          exchangeAll(r, *t, 3000, 1);
+        });
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kSize; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << r;
+    EXPECT_EQ(braidShmEntries(), before);
+  }
 }
 
 TEST(ShmTransport, RejectsPeersOffThisHost) {

@@ -376,8 +376,9 @@ TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {
                         "BRAID_FLIGHT_RECORDER", "BRAID_SOCKET_NTHREADS", "BRAID_NSOCKS_PERTHREAD"})
     for (const char* v : kOverflow) expectRejected(t, v, false);
   expectRejected("BRAID_TRANSPORT", "rdma", false);
-  for (const char* b : {"BRAID_SHM_DISABLE", "BRAID_SHM_CMA_DISABLE", "BRAID_SHM_LIGHT_WAKE",
-                        "BRAID_DETERMINISTIC", "BRAID_FLIGHT_SIGNAL", "BRAID_FINGERPRINT"}) {
+  for (const char* b :
+       {"BRAID_SHM_DISABLE", "BRAID_SHM_CMA_DISABLE", "BRAID_SHM_LIGHT_WAKE", "BRAID_SHM_NAMED",
+        "BRAID_DETERMINISTIC", "BRAID_FLIGHT_SIGNAL", "BRAID_FINGERPRINT"}) {
     for (const char* v : kOverflow) expectRejected(b, v, false);
     expectRejected(b, "2", false);
   }

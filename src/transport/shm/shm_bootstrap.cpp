@@ -1,23 +1,28 @@
-// Segment setup, through the store under "shm/<lowest local rank>/" (the creator is local 0):
+// Segment setup. Before the host's ranks are known, every rank prepares an offer (prepare()):
+// a memfd of its own, or none, and a random nonce; its entry travels with the host entries the
+// transport factory gathers anyway. Then, among the host's L ranks, with local 0 (the lowest
+// rank) as the creator, and nothing but the segment to talk through:
 //
-//   creator: memfd_create + ftruncate + mmap, initialize, register  -> "segment" = "memfd P F N R"
-//   others:  open /proc/P/fd/F, mmap, check nonce R, register       -> "open/<local>" = 1 | 0
-//   creator: every "open" is 1                                      -> "final" = "memfd"
-//            else: shm_open(random name, O_EXCL), initialize, register -> "final" = "named X N R"
-//   others:  on "named": shm_open(X), mmap, register; everyone adds 1 to "mapped"; whoever
-//            brings it to L unlinks X (the creator also unlinks it when setup fails), and all
-//            wait for "attached/<local>" of every local rank
-//   everyone: probe single-copy reads of each peer, set "probed/<local>", wait for all of them
+//   creator: memfd: ftruncate its prepared memfd, mmap, initialize (the nonce last), register
+//            named: shm_open("/braid-shm-<pid>-<nonce>", O_EXCL), the same
+//   others:  memfd: open /proc/<pid>/fd/<fd>; named: shm_open the same name (retried until it
+//            exists); wait until it has its size and the creator's nonce, mmap, register
+//   everyone: wait until every RankSlot says attached; the creator then closes its memfd, or
+//            unlinks the name (also when setup fails: NameGuard)
+//   everyone: probe single-copy reads of each peer, mark probed, wait until every rank has
 //
-// The memfd stays open in the creator until "final" is set, which is after every other rank has
-// opened it; from then on only mappings hold the memory, and it is freed with the last one.
-// R is a random nonce the creator writes into the segment's header: a rank that opens the
-// segment checks it, so it never maps some other file by mistake (a reused descriptor number, a
-// stale name) and then talks into rings its peers do not read.
+// A memfd stays open in the creator until every other rank has mapped it; from then on only
+// mappings hold the memory, and it is freed with the last one. The nonce tells a rank that it
+// opened the creator's very segment, not some other file (a reused descriptor number, a stale
+// name) whose rings its peers would never read: a rank that finds another nonce refuses it with
+// an error. Waiting polls the segment with a growing pause (20 us to 1 ms), checks every 10 ms
+// that the local ranks' processes still exist (PeerLost when one is gone), and ends at
+// ShmOptions::setupTimeout naming the ranks that are missing.
 #include "transport/shm/shm_bootstrap.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -29,16 +34,17 @@
 #include <braid/error.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <sstream>
-
-#include "common/machine.hpp"
+#include <thread>
 
 namespace braid::transport::shm {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 std::uint64_t randomU64() {
@@ -52,21 +58,26 @@ std::string localHostName() {
   return name.data();
 }
 
+std::string procPath(long long pid, long long fd) {
+  return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+}
+
+std::string segmentName(long long pid, std::uint64_t nonce) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/braid-shm-%lld-%016llx", pid,
+                static_cast<unsigned long long>(nonce));
+  return buf;
+}
+
 // Unlinks a named segment when it goes out of scope (unless released): covers a creator that
-// fails half-way, and the creator's last look after every rank has mapped it.
+// fails half-way, and the creator's last step once every rank has mapped it.
 class NameGuard {
  public:
   NameGuard() = default;
-  explicit NameGuard(std::string name) : name_(std::move(name)) {}
   ~NameGuard() { unlink(); }
   NameGuard(const NameGuard&) = delete;
   NameGuard& operator=(const NameGuard&) = delete;
-  NameGuard& operator=(NameGuard&& other) noexcept {
-    unlink();
-    name_ = std::move(other.name_);
-    other.name_.clear();
-    return *this;
-  }
+  void hold(std::string name) { name_ = std::move(name); }
   void unlink() {
     if (!name_.empty()) ::shm_unlink(name_.c_str());
     name_.clear();
@@ -76,85 +87,130 @@ class NameGuard {
   std::string name_;
 };
 
+// A rank's offer, parsed from its entry.
+struct Offer {
+  bool memfd = false;
+  long long pid = 0;
+  long long fd = -1;
+  std::uint64_t nonce = 0;
+};
+
 class Setup {
  public:
-  Setup(Store& store, int rank, std::span<const int> localRanks, const ShmOptions& options)
-      : store_(store),
+  Setup(Prepared& mine, std::span<const std::string> entries, int rank,
+        std::span<const int> localRanks, const ShmOptions& options)
+      : mine_(mine),
         rank_(rank),
         localRanks_(localRanks.begin(), localRanks.end()),
         options_(options),
-        prefix_("shm/" + std::to_string(localRanks.front()) + "/"),
         deadline_(Clock::now() + options.setupTimeout) {
     for (std::size_t i = 0; i < localRanks_.size(); ++i)
       if (localRanks_[i] == rank) local_ = i;
+    if (entries.size() != localRanks_.size())
+      throw Error(ErrorCode::InvalidArgument,
+                  what() + ": " + std::to_string(entries.size()) + " entries for " +
+                      std::to_string(localRanks_.size()) + " local ranks");
+    for (std::size_t i = 0; i < entries.size(); ++i) offers_.push_back(parse(entries[i], i));
   }
 
   Attachment run();
 
  private:
-  std::string key(const std::string& name) const { return prefix_ + name; }
   std::string what() const { return "rank " + std::to_string(rank_) + ": shm transport setup"; }
-  milliseconds left() const {
-    const auto d = std::chrono::duration_cast<milliseconds>(deadline_ - Clock::now());
-    return std::max(d, milliseconds(1));
-  }
-  std::string timedOut(const std::string& who, const std::string& step) const {
-    return "rank " + std::to_string(rank_) + " timed out after " +
-           std::to_string(options_.setupTimeout.count()) + " ms waiting for " + who + " to " + step;
-  }
-  std::string get(const std::string& name, std::size_t owner, const std::string& step);
-  std::size_t hostCpus();
-  void waitForAll(const std::string& name, const std::string& step);
+  Offer parse(const std::string& entry, std::size_t i) const;
+  std::string creatorName() const { return "rank " + std::to_string(localRanks_[0]); }
+  // Polls until ready(); `missing` names whom this waits for, `step` what they have to do.
+  void await(const std::function<bool()>& ready, const std::function<std::string()>& missing,
+             const std::string& step);
+  void awaitEveryRank(std::atomic<std::uint32_t> RankSlot::*flag, const Attachment& a,
+                      const std::string& step);
+  void checkAlive() const;
 
-  void createMemfd(Attachment& a, Fd& fd);
-  bool openMemfd(Attachment& a, const std::string& published);
-  void createNamed(Attachment& a, NameGuard& guard, std::string& name);
-  void openNamed(Attachment& a, const std::string& name, std::size_t bytes, std::uint64_t nonce);
-  void countMapped(const std::string& name);
+  void create(Attachment& a, NameGuard& guard);
+  void open(Attachment& a);
   void registerRank(Attachment& a) const;
   void probe(Attachment& a) const;
 
-  Store& store_;
+  Prepared& mine_;
   const int rank_;
   const std::vector<int> localRanks_;
   const ShmOptions& options_;
-  const std::string prefix_;
   const Clock::time_point deadline_;
+  std::vector<Offer> offers_;
   std::size_t local_ = 0;
-  const std::uint64_t cookie_ = randomU64() | 1;
+  Clock::time_point lastAliveCheck_ = Clock::now();
 };
 
-std::string Setup::get(const std::string& name, std::size_t owner, const std::string& step) {
-  try {
-    return store_.getString(key(name), left());
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Timeout) throw;
-    throw Error(ErrorCode::Timeout, timedOut("rank " + std::to_string(localRanks_[owner]), step));
+Offer Setup::parse(const std::string& entry, std::size_t i) const {
+  std::istringstream in(entry);
+  std::string kind;
+  Offer o;
+  bool ok = static_cast<bool>(in >> kind >> o.pid);
+  if (ok && kind == "memfd") {
+    o.memfd = true;
+    ok = static_cast<bool>(in >> o.fd >> o.nonce);
+  } else {
+    ok = ok && kind == "named" && static_cast<bool>(in >> o.nonce);
+  }
+  if (!ok || o.nonce == 0 || o.pid <= 0)
+    throw Error(ErrorCode::Internal, what() + ": rank " + std::to_string(localRanks_[i]) +
+                                         " offered a malformed shared-memory entry '" + entry +
+                                         "'");
+  return o;
+}
+
+void Setup::checkAlive() const {
+  for (std::size_t i = 0; i < offers_.size(); ++i) {
+    if (i == local_ || offers_[i].pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(offers_[i].pid), 0) != 0 && errno == ESRCH)
+      throw Error(ErrorCode::PeerLost, what() + ": rank " + std::to_string(localRanks_[i]) +
+                                           " (pid " + std::to_string(offers_[i].pid) +
+                                           ") exited before the shared-memory segment was set up");
   }
 }
 
-// Waits for key name<i> of every local rank i.
-void Setup::waitForAll(const std::string& name, const std::string& step) {
-  std::vector<std::string> keys;
-  for (std::size_t i = 0; i < localRanks_.size(); ++i)
-    keys.push_back(key(name + std::to_string(i)));
-  try {
-    store_.wait(keys, left());
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::Timeout) throw;
-    std::string missing;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (store_.check({keys[i]})) continue;
-      missing += (missing.empty() ? "" : ", ") + std::to_string(localRanks_[i]);
+void Setup::await(const std::function<bool()>& ready, const std::function<std::string()>& missing,
+                  const std::string& step) {
+  microseconds pause{20};
+  while (!ready()) {
+    const auto now = Clock::now();
+    if (now >= deadline_)
+      throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank_) + " timed out after " +
+                                          std::to_string(options_.setupTimeout.count()) +
+                                          " ms waiting for " + missing() + " to " + step);
+    if (now - lastAliveCheck_ >= milliseconds(10)) {
+      checkAlive();
+      lastAliveCheck_ = now;
     }
-    throw Error(ErrorCode::Timeout, timedOut("ranks " + missing, step));
+    std::this_thread::sleep_for(pause);
+    pause = std::min<microseconds>(pause * 2, milliseconds(1));
   }
+}
+
+void Setup::awaitEveryRank(std::atomic<std::uint32_t> RankSlot::*flag, const Attachment& a,
+                           const std::string& step) {
+  auto isSet = [&](std::size_t i) {
+    return (a.segment.rank(i).*flag).load(std::memory_order_acquire) == 1;
+  };
+  await(
+      [&] {
+        for (std::size_t i = 0; i < localRanks_.size(); ++i)
+          if (!isSet(i)) return false;
+        return true;
+      },
+      [&] {
+        std::string list;
+        for (std::size_t i = 0; i < localRanks_.size(); ++i)
+          if (!isSet(i)) list += (list.empty() ? "" : ", ") + std::to_string(localRanks_[i]);
+        return (list.find(',') == std::string::npos ? "rank " : "ranks ") + list;
+      },
+      step);
 }
 
 void Setup::registerRank(Attachment& a) const {
   RankSlot& slot = a.segment.rank(local_);
   slot.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_relaxed);
-  slot.probeCookie.store(cookie_, std::memory_order_relaxed);
+  slot.probeCookie.store(mine_.nonce, std::memory_order_relaxed);
   slot.probeAddress.store(reinterpret_cast<std::uintptr_t>(&slot.probeCookie),
                           std::memory_order_relaxed);
   slot.lightWake.store(options_.lightWake && registerLightWake() ? 1 : 0,
@@ -162,74 +218,80 @@ void Setup::registerRank(Attachment& a) const {
   slot.attached.store(1, std::memory_order_release);
 }
 
-void Setup::createMemfd(Attachment& a, Fd& fd) {
-  fd.reset(::memfd_create("braid-shm", MFD_CLOEXEC));
-  if (!fd) return;  // no memfd (very old kernel, seccomp): the named path follows
-  if (::ftruncate(fd.get(), static_cast<off_t>(a.geometry.totalBytes)) != 0)
-    throw Error(ErrorCode::Internal, what() + ": ftruncate of the memfd to " +
+void Setup::create(Attachment& a, NameGuard& guard) {
+  const Offer& offer = offers_[0];
+  Fd named;
+  int fd = mine_.memfd.get();
+  if (!offer.memfd) {
+    const std::string name = segmentName(offer.pid, offer.nonce);
+    named.reset(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!named)
+      throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
+    guard.hold(name);
+    fd = named.get();
+  } else if (!mine_.memfd) {
+    throw Error(ErrorCode::Internal, what() + ": this rank offered a memfd it does not hold");
+  }
+  if (::ftruncate(fd, static_cast<off_t>(a.geometry.totalBytes)) != 0)
+    throw Error(ErrorCode::Internal, what() + ": ftruncate of the segment to " +
                                          std::to_string(a.geometry.totalBytes) +
                                          " bytes: " + errnoText(errno));
-  a.segment = Segment(fd.get(), a.geometry.totalBytes, what());
-  a.segment.initialize(a.geometry, cookie_);
+  a.segment = Segment(fd, a.geometry.totalBytes, what());
+  a.segment.initialize(a.geometry, offer.nonce);
   registerRank(a);
 }
 
-bool Setup::openMemfd(Attachment& a, const std::string& published) {
-  std::istringstream in(published);
-  std::string kind;
-  long long pid = 0, fd = 0;
-  std::size_t bytes = 0;
-  std::uint64_t nonce = 0;
-  if (!(in >> kind >> pid >> fd >> bytes >> nonce) || kind != "memfd") return false;
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-  Fd opened(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!opened) return false;
+void Setup::open(Attachment& a) {
+  const Offer& offer = offers_[0];
+  const std::string where =
+      offer.memfd ? procPath(offer.pid, offer.fd) : segmentName(offer.pid, offer.nonce);
+  Fd fd;
+  if (offer.memfd) {
+    fd.reset(::open(where.c_str(), O_RDWR | O_CLOEXEC));
+    if (!fd) {
+      const int err = errno;
+      checkAlive();
+      throw Error(ErrorCode::Internal,
+                  what() + ": cannot open " + creatorName() + "'s shared-memory segment at " +
+                      where + ": " + errnoText(err) +
+                      " (BRAID_SHM_NAMED=1 makes it a named POSIX shm object instead)");
+    }
+  } else {
+    int err = 0;
+    await(
+        [&] {
+          fd.reset(::shm_open(where.c_str(), O_RDWR | O_CLOEXEC, 0));
+          err = errno;
+          if (!fd && err != ENOENT)
+            throw Error(ErrorCode::Internal,
+                        what() + ": shm_open(" + where + "): " + errnoText(err));
+          return static_cast<bool>(fd);
+        },
+        [&] { return creatorName(); }, "create the shared-memory segment " + where);
+  }
+  // The creator sizes the segment, then initializes it and publishes its nonce last.
   struct stat st {};
-  if (::fstat(opened.get(), &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) return false;
-  Segment segment(opened.get(), bytes, what());
-  if (segment.header().nonce != nonce) return false;  // not the creator's file: go named
+  await(
+      [&] {
+        if (::fstat(fd.get(), &st) != 0)
+          throw Error(ErrorCode::Internal,
+                      what() + ": fstat of " + where + ": " + errnoText(errno));
+        return st.st_size > 0;
+      },
+      [&] { return creatorName(); }, "size the shared-memory segment");
+  Segment segment(fd.get(), static_cast<std::size_t>(st.st_size), what());
+  await([&] { return segment.publishedNonce() != 0; }, [&] { return creatorName(); },
+        "initialize the shared-memory segment");
+  if (segment.publishedNonce() != offer.nonce)
+    throw Error(ErrorCode::Internal, what() + ": " + where + " is not the segment " +
+                                         creatorName() + " offered (its nonce differs)");
   a.segment = std::move(segment);
   a.geometry = a.segment.adopt(what());
+  if (a.geometry.ranks != localRanks_.size())
+    throw Error(ErrorCode::Internal, what() + ": " + creatorName() + "'s segment is laid out for " +
+                                         std::to_string(a.geometry.ranks) + " ranks, not " +
+                                         std::to_string(localRanks_.size()));
   registerRank(a);
-  return true;
-}
-
-void Setup::createNamed(Attachment& a, NameGuard& guard, std::string& name) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "/braid-shm-%d-%016llx", static_cast<int>(::getpid()),
-                static_cast<unsigned long long>(randomU64()));
-  name = buf;
-  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd)
-    throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
-  guard = NameGuard(name);
-  if (::ftruncate(fd.get(), static_cast<off_t>(a.geometry.totalBytes)) != 0)
-    throw Error(ErrorCode::Internal, what() + ": ftruncate of " + name + " to " +
-                                         std::to_string(a.geometry.totalBytes) +
-                                         " bytes: " + errnoText(errno));
-  a.segment = Segment(fd.get(), a.geometry.totalBytes, what());
-  a.segment.initialize(a.geometry, cookie_);
-  registerRank(a);
-}
-
-void Setup::openNamed(Attachment& a, const std::string& name, std::size_t bytes,
-                      std::uint64_t nonce) {
-  a.segment = Segment();
-  Fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
-  if (!fd)
-    throw Error(ErrorCode::Internal, what() + ": shm_open(" + name + "): " + errnoText(errno));
-  a.segment = Segment(fd.get(), bytes, what());
-  if (a.segment.header().nonce != nonce)
-    throw Error(ErrorCode::Internal, what() + ": " + name + " is not the segment rank " +
-                                         std::to_string(localRanks_[0]) +
-                                         " created (its nonce differs)");
-  a.geometry = a.segment.adopt(what());
-  registerRank(a);
-}
-
-void Setup::countMapped(const std::string& name) {
-  if (store_.add(key("mapped"), 1) == static_cast<std::int64_t>(localRanks_.size()))
-    ::shm_unlink(name.c_str());
 }
 
 // Tells, for each peer, whether this rank can read the peer's memory with process_vm_readv:
@@ -257,90 +319,60 @@ Attachment Setup::run() {
   a.local = local_;
   a.localRanks = localRanks_;
   a.hostName = localHostName();
-  const std::size_t count = localRanks_.size();
-  a.geometry = planGeometry(count, options_.slots, options_.slotBytes, options_.maxSegmentBytes,
-                            options_.stagingBytes);
+  a.geometry = planGeometry(localRanks_.size(), options_.slots, options_.slotBytes,
+                            options_.maxSegmentBytes, options_.stagingBytes);
   // Under Yama's ptrace_scope=1 a process may only be read by its ancestors; this lets the
   // other ranks of the job read this one (EINVAL without Yama is fine).
   if (!options_.cmaDisable) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
   NameGuard guard;  // the creator's: unlinks the name if setup fails before every rank mapped it
-  bool named = false;
-  if (local_ == 0) {
-    Fd memfd;
-    if (!options_.forceNamedSegment) createMemfd(a, memfd);
-    store_.setString(key("segment"), memfd ? "memfd " + std::to_string(::getpid()) + " " +
-                                                 std::to_string(memfd.get()) + " " +
-                                                 std::to_string(a.geometry.totalBytes) + " " +
-                                                 std::to_string(cookie_)
-                                           : std::string("none"));
-    bool allOpened = static_cast<bool>(memfd);
-    for (std::size_t i = 1; i < count; ++i)
-      allOpened =
-          get("open/" + std::to_string(i), i, "open the shared-memory segment") == "1" && allOpened;
-    if (allOpened) {
-      store_.setString(key("final"), "memfd");
-    } else {
-      named = true;
-      std::string name;
-      createNamed(a, guard, name);
-      store_.setString(key("final"), "named " + name + " " + std::to_string(a.geometry.totalBytes) +
-                                         " " + std::to_string(cookie_));
-      countMapped(name);
-    }
-  } else {
-    const std::string published = get("segment", 0, "publish the shared-memory segment");
-    const bool opened = !options_.forceNamedSegment && openMemfd(a, published);
-    store_.setString(key("open/" + std::to_string(local_)), opened ? "1" : "0");
-    const std::string final = get("final", 0, "settle the shared-memory segment");
-    if (final != "memfd") {
-      named = true;
-      std::istringstream in(final);
-      std::string kind, name;
-      std::size_t bytes = 0;
-      std::uint64_t nonce = 0;
-      if (!(in >> kind >> name >> bytes >> nonce) || kind != "named")
-        throw Error(ErrorCode::Internal,
-                    what() + ": unexpected segment description '" + final + "'");
-      openNamed(a, name, bytes, nonce);
-      countMapped(name);
-    } else if (!opened) {
-      throw Error(ErrorCode::Internal, what() + ": rank " + std::to_string(localRanks_[0]) +
-                                           " kept the memfd segment this rank could not open");
-    }
-  }
-  // With memfd, "final" implies that every rank has registered (each did before reporting
-  // "open"); a named segment needs one more round before peers can be probed.
-  if (named) {
-    store_.setString(key("attached/" + std::to_string(local_)), "1");
-    waitForAll("attached/", "map the shared-memory segment");
-    guard.unlink();  // normally gone already: the last rank to map it unlinked it
-  }
+  if (local_ == 0)
+    create(a, guard);
+  else
+    open(a);
+  awaitEveryRank(&RankSlot::attached, a, "attach to the shared-memory segment");
+  // Every rank has mapped it: the mappings hold the memory from now on.
+  guard.unlink();
+  mine_.memfd.reset();
   probe(a);
-  store_.setString(key("cpus/" + std::to_string(local_)), machine::cpusText());
-  store_.setString(key("probed/" + std::to_string(local_)), "1");
-  waitForAll("probed/", "probe the shared-memory segment");
-  a.hostCpus = options_.hostCpus != 0 ? options_.hostCpus : hostCpus();
+  a.segment.rank(local_).probed.store(1, std::memory_order_release);
+  awaitEveryRank(&RankSlot::probed, a, "probe the shared-memory segment");
   a.lightWake = true;
   for (std::size_t i = 0; i < localRanks_.size(); ++i)
     a.lightWake = a.lightWake && a.segment.rank(i).lightWake.load(std::memory_order_acquire) == 1;
   return a;
 }
 
-// The CPUs the host's ranks can use at once (after all have published): machine::cpusTogether
-// over their published machine::cpusText().
-std::size_t Setup::hostCpus() {
-  std::vector<std::string> texts;
-  for (std::size_t i = 0; i < localRanks_.size(); ++i)
-    texts.push_back(get("cpus/" + std::to_string(i), i, "publish its CPUs"));
-  return static_cast<std::size_t>(machine::cpusTogether(texts));
-}
-
 }  // namespace
 
-Attachment attachSegment(Store& store, int rank, std::span<const int> localRanks,
+std::string Prepared::entry() const {
+  if (memfd)
+    return "memfd " + std::to_string(pid) + " " + std::to_string(memfd.get()) + " " +
+           std::to_string(nonce);
+  return "named " + std::to_string(pid) + " " + std::to_string(nonce);
+}
+
+std::unique_ptr<Prepared> prepare(const ShmOptions& options) {
+  auto p = std::make_unique<Prepared>();
+  p->pid = ::getpid();
+  p->nonce = randomU64() | 1;
+  if (options.forceNamedSegment) return p;
+  // A process that is not dumpable (setuid, PR_SET_DUMPABLE 0) has its /proc entries owned by
+  // root: its peers could not open the memfd there.
+  if (::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1) return p;
+  Fd fd(::memfd_create("braid-shm", MFD_CLOEXEC));
+  if (!fd) return p;  // no memfd (very old kernel, seccomp): the named form
+  if (::access(procPath(p->pid, fd.get()).c_str(), R_OK | W_OK) != 0) return p;  // no /proc
+  p->memfd = std::move(fd);
+  return p;
+}
+
+Attachment attachSegment(Prepared& mine, std::span<const std::string> entries, int rank,
+                         std::span<const int> localRanks, std::size_t hostCpus,
                          const ShmOptions& options) {
-  return Setup(store, rank, localRanks, options).run();
+  Attachment a = Setup(mine, entries, rank, localRanks, options).run();
+  a.hostCpus = std::max<std::size_t>(1, hostCpus);
+  return a;
 }
 
 }  // namespace braid::transport::shm

@@ -123,7 +123,7 @@ void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
   h->slotBytes = g.slotBytes;
   h->totalBytes = g.totalBytes;
   h->stagingBytes = g.stagingBytes;
-  h->nonce = nonce;
+  h->nonce = 0;
   geometry_ = g;
   for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
   for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)
@@ -136,6 +136,7 @@ void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
       for (std::size_t slot = 0; slot < kLineDepth; ++slot)
         std::construct_at(&latencyLine(r, slot));
     }
+  std::atomic_ref<std::uint64_t>(h->nonce).store(nonce, std::memory_order_release);
 }
 
 Geometry Segment::adopt(const std::string& what) {

@@ -46,7 +46,7 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 7;
+inline constexpr std::uint32_t kSegmentVersion = 8;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -88,8 +88,9 @@ struct alignas(kCacheLine) SegmentHeader {
   std::uint64_t slotBytes;
   std::uint64_t totalBytes;
   std::uint64_t stagingBytes;
-  // Random per segment, published in the store with it: a rank that opens the segment checks it
-  // reached this very one (shm_bootstrap.cpp).
+  // Random per segment (never 0), published with the segment's descriptor: a rank that opens
+  // the segment checks it reached this very one (shm_bootstrap.cpp). Written last, with release
+  // (Segment::initialize): a reader that sees it sees the initialized segment; 0 until then.
   std::uint64_t nonce;
 };
 
@@ -110,6 +111,8 @@ struct alignas(kCacheLine) RankSlot {
   // 1: this rank's process registered for the kernel's global expedited membarrier, so a
   // sleeper's heavyFence() reaches it (see notify()).
   std::atomic<std::uint32_t> lightWake;
+  // 1: this rank probed its peers' memory (setup's last step, shm_bootstrap.cpp).
+  std::atomic<std::uint32_t> probed;
 };
 
 /// Publishes the CPU this rank runs on as it starts to wait (a store only when it changed, so
@@ -227,8 +230,12 @@ class Segment {
   explicit operator bool() const { return base_ != nullptr; }
   std::size_t bytes() const { return bytes_; }
   /// Writes the header and constructs every control structure (creator only, on fresh zeroed
-  /// memory).
+  /// memory); the nonce (!= 0) goes last, with release (publishedNonce()).
   void initialize(const Geometry& g, std::uint64_t nonce);
+  /// The header's nonce, read with acquire: 0 while the creator has not finished initialize().
+  std::uint64_t publishedNonce() const {
+    return std::atomic_ref<std::uint64_t>(header().nonce).load(std::memory_order_acquire);
+  }
   /// Reads and checks the header the creator wrote, and lays the segment out accordingly.
   /// Throws Error(Internal) naming `what` when it does not describe a braid segment.
   Geometry adopt(const std::string& what);

@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "transport/engine.hpp"
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
@@ -502,9 +503,9 @@ void ShmTransportImpl::backgroundLoop() {
 
 }  // namespace
 
-std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,
-                                                 std::span<const int> localRanks,
-                                                 const ShmOptions& options) {
+namespace {
+
+void checkLocalRanks(int rank, int size, std::span<const int> localRanks) {
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::InvalidArgument, "createShmTransport: rank " + std::to_string(rank) +
                                                 " is outside world size " + std::to_string(size));
@@ -515,8 +516,73 @@ std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int siz
     throw Error(ErrorCode::InvalidArgument,
                 "createShmTransport: rank " + std::to_string(rank) +
                     ": localRanks must be ascending distinct ranks of the world that include it");
-  shm::Attachment attachment = shm::attachSegment(store, rank, localRanks, options);
+}
+
+}  // namespace
+
+ShmPrepared::ShmPrepared(std::unique_ptr<shm::Prepared> state) : state_(std::move(state)) {}
+ShmPrepared::~ShmPrepared() = default;
+std::string ShmPrepared::entry() const {
+  return state_->entry();
+}
+
+std::unique_ptr<ShmPrepared> prepareShm(const ShmOptions& options) {
+  return std::make_unique<ShmPrepared>(shm::prepare(options));
+}
+
+std::unique_ptr<ShmTransport> createShmTransport(std::unique_ptr<ShmPrepared> prepared,
+                                                 std::span<const std::string> entries, int rank,
+                                                 int size, std::span<const int> localRanks,
+                                                 const ShmOptions& options) {
+  checkLocalRanks(rank, size, localRanks);
+  if (!prepared)
+    throw Error(ErrorCode::InvalidArgument,
+                "createShmTransport: rank " + std::to_string(rank) + " was not prepared");
+  const std::size_t hostCpus =
+      options.hostCpus != 0
+          ? options.hostCpus
+          : static_cast<std::size_t>(machine::cpusTogether({machine::cpusText()}));
+  shm::Attachment attachment =
+      shm::attachSegment(prepared->state(), entries, rank, localRanks, hostCpus, options);
   return std::make_unique<ShmTransportImpl>(rank, size, options, std::move(attachment));
+}
+
+std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,
+                                                 std::span<const int> localRanks,
+                                                 const ShmOptions& options) {
+  checkLocalRanks(rank, size, localRanks);
+  auto prepared = prepareShm(options);
+  const auto deadline = Clock::now() + options.setupTimeout;
+  const std::string prefix = "shm/" + std::to_string(localRanks.front()) + "/entry/";
+  const auto local = static_cast<std::size_t>(
+      std::find(localRanks.begin(), localRanks.end(), rank) - localRanks.begin());
+  store.setString(prefix + std::to_string(local), machine::cpusText() + "\n" + prepared->entry());
+  std::vector<std::string> entries, cpus;
+  for (std::size_t i = 0; i < localRanks.size(); ++i) {
+    std::string value;
+    try {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      value =
+          store.getString(prefix + std::to_string(i), std::max(left, std::chrono::milliseconds(1)));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + " timed out after " +
+                                          std::to_string(options.setupTimeout.count()) +
+                                          " ms waiting for rank " + std::to_string(localRanks[i]) +
+                                          " to publish its shared-memory entry");
+    }
+    const std::size_t nl = value.find('\n');
+    if (nl == std::string::npos)
+      throw Error(ErrorCode::Internal, "createShmTransport: rank " + std::to_string(localRanks[i]) +
+                                           " published a malformed shared-memory entry");
+    cpus.push_back(value.substr(0, nl));
+    entries.push_back(value.substr(nl + 1));
+  }
+  ShmOptions withCpus = options;
+  if (withCpus.hostCpus == 0)
+    withCpus.hostCpus = static_cast<std::size_t>(machine::cpusTogether(cpus));
+  return createShmTransport(std::move(prepared), entries, rank, size, localRanks, withCpus);
 }
 
 }  // namespace braid::transport

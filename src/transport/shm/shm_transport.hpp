@@ -31,11 +31,16 @@
 // Error(Timeout) naming the peer and leaves the transport failed, as does abort() with
 // Error(Aborted); peers then see PeerLost. Destroying the transport closes its channels.
 //
-// Lifecycle. The lowest local rank creates the segment with memfd_create and publishes its pid
-// and fd in the store; the others open /proc/<pid>/fd/<fd>. No name ever exists, so nothing is
-// left behind, even after SIGKILL. Only if some rank cannot open it that way does the creator
-// make a POSIX shm object with a random name instead, unlinked as soon as every local rank has
-// mapped it (a store counter says when).
+// Lifecycle (shm_bootstrap.cpp). Before the host's ranks are known, every rank prepares a
+// memfd and publishes "memfd <pid> <fd> <nonce>" (prepareShm, ShmPrepared::entry()); the
+// factory gathers these with the host entries it gathers anyway. The lowest local rank's memfd
+// becomes the segment: it sizes and initializes it, the others open /proc/<pid>/fd/<fd> and
+// map it, and the rest of the setup runs through the segment itself, so the transport reads no
+// store key. No name ever exists, so nothing is left behind, even after SIGKILL. Where the
+// creator cannot offer a memfd (no memfd_create, no /proc, a process that is not dumpable, so
+// its peers may not open its descriptors; or ShmOptions::forceNamedSegment), it publishes
+// "named <pid> <nonce>" instead and creates a POSIX shm object of a name derived from both,
+// unlinked as soon as every local rank has mapped it.
 #pragma once
 
 #include <braid/store.hpp>
@@ -84,7 +89,7 @@ struct ShmOptions {
   std::chrono::microseconds spin{50};
   /// How often a sleeping waiter checks that its peers' processes still exist.
   std::chrono::milliseconds livenessInterval{100};
-  /// Bound on the whole setup (store lookups included).
+  /// Bound on the whole setup (store lookups of the standalone form included).
   std::chrono::milliseconds setupTimeout{60000};
   /// Staging memory per rank for direct collectives (SharedMemoryGroup, two halves); 0: none.
   /// Rounded up to 4 KiB, at least 16 KiB, halved while the segment exceeds maxSegmentBytes.
@@ -94,7 +99,7 @@ struct ShmOptions {
   /// measured, kept there (shm_single_copy.hpp, step 5).
   std::string tuneCachePath;
   machine::TuneKey tuneKey;
-  /// Tests: skip the memfd path and use a named POSIX shm object.
+  /// Use a named POSIX shm object instead of a memfd (BRAID_SHM_NAMED=1; tests).
   bool forceNamedSegment = false;
 };
 
@@ -112,11 +117,40 @@ class ShmTransport : public Transport {
   virtual std::string singleCopy() const = 0;
 };
 
+namespace shm {
+struct Prepared;
+}
+/// This rank's part of the setup that needs no peer: a memfd in case this rank turns out to be
+/// its host's lowest (prepareShm). entry() is one line that travels with the host entries.
+class ShmPrepared {
+ public:
+  explicit ShmPrepared(std::unique_ptr<shm::Prepared> state);
+  ~ShmPrepared();
+  ShmPrepared(const ShmPrepared&) = delete;
+  ShmPrepared& operator=(const ShmPrepared&) = delete;
+  std::string entry() const;
+  shm::Prepared& state() { return *state_; }
+
+ private:
+  std::unique_ptr<shm::Prepared> state_;
+};
+std::unique_ptr<ShmPrepared> prepareShm(const ShmOptions& options);
+
 /// Collective over the ranks in `localRanks` (global ranks of one host, ascending, including
 /// `rank`): attaches the shared segment (see above) and returns a transport whose rank() and
 /// size() are the global ones and which reaches exactly the ranks in `localRanks`; posting to
-/// any other peer throws Error(InvalidArgument). Store keys live under "shm/<lowest local
-/// rank>/". A rank that does not show up within setupTimeout is named in an Error(Timeout).
+/// any other peer throws Error(InvalidArgument). `entries[i]` is the entry() of local rank
+/// localRanks[i]'s ShmPrepared; `prepared` is this rank's. options.hostCpus must be set (the
+/// factory knows every local rank's CPUs). A local rank that does not attach within
+/// setupTimeout is named in an Error(Timeout), one whose process is gone in an
+/// Error(PeerLost).
+std::unique_ptr<ShmTransport> createShmTransport(std::unique_ptr<ShmPrepared> prepared,
+                                                 std::span<const std::string> entries, int rank,
+                                                 int size, std::span<const int> localRanks,
+                                                 const ShmOptions& options);
+
+/// The standalone form (tests, tools): the local ranks exchange their entries and CPUs through
+/// `store` under "shm/<lowest local rank>/", then as above.
 std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,
                                                  std::span<const int> localRanks,
                                                  const ShmOptions& options);
