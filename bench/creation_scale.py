@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Communicator creation at scale: braid (eager and lazy TCP connections) against gloo
 (torch.distributed), N ranks as processes on this host. Driven by bench/creation_scale.sh.
+`--impls braid-shm` adds braid with shared memory on (eager; the other braid runs set
+BRAID_SHM_DISABLE=1).
 
 Every rank waits at a start line (a FIFO the driver opens once every rank is up), so process
 start-up and imports are not timed; then it times creation (braid: Comm::fromEnv; gloo:
@@ -125,6 +127,8 @@ def run_one(impl, n, timeout, bindir):
     try:
         if impl.startswith("braid"):
             env["BRAID_CONNECT"] = "lazy" if impl == "braid-lazy" else "eager"
+            if impl == "braid-shm":  # every rank of the host over shared memory
+                del env["BRAID_SHM_DISABLE"]
             env["BRAID_ALGO"] = "allreduce:ring"  # the first collective: a ring
             p = subprocess.run([os.path.join(bindir, "braid-run"), "-n", str(n), "--bind", "none",
                                 "--timeout", str(timeout), "--no-prefix", "--",
