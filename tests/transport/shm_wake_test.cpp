@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +19,41 @@
 
 namespace braid::transport::shm {
 namespace {
+
+// MEMBARRIER_CMD_GET_REGISTRATIONS (Linux 6.3): the commands this process registered for.
+constexpr int kGetRegistrations = 1 << 9;
+
+bool lightWakeOffered() {
+  const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+         (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0;
+}
+
+// The first test of this program: nothing has asked for the registration yet, and the process
+// is registered already: the library did it when it was loaded, while the process had one
+// thread (which costs microseconds then, an RCU grace period later).
+TEST(ShmWake, RegisteredWhenTheLibraryWasLoaded) {
+  if (!lightWakeOffered()) GTEST_SKIP() << "the kernel offers no global expedited membarrier";
+  const long registered = ::syscall(SYS_membarrier, kGetRegistrations, 0, 0);
+  if (registered < 0) GTEST_SKIP() << "no MEMBARRIER_CMD_GET_REGISTRATIONS (Linux < 6.3)";
+  EXPECT_NE(registered & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0) << registered;
+}
+
+// A forked child answers for itself (it registers anew rather than trusting its parent's answer).
+TEST(ShmWake, AForkedChildIsRegisteredToo) {
+  if (!lightWakeOffered()) GTEST_SKIP() << "the kernel offers no global expedited membarrier";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const bool ok = registerLightWake();
+    const long registered = ::syscall(SYS_membarrier, kGetRegistrations, 0, 0);
+    ::_exit(ok && (registered < 0 || (registered & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED)) ? 0
+                                                                                              : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
 
 TEST(ShmWake, LightWakeRegistersWhereTheKernelOffersIt) {
   const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_segment.hpp"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/mman.h>
@@ -11,9 +12,11 @@
 #include <braid/error.hpp>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <thread>
 
 namespace braid::transport::shm {
 
@@ -195,12 +198,74 @@ void futexWakeAll(std::atomic<std::uint32_t>& word) {
             nullptr, 0);
 }
 
-bool registerLightWake() {
+namespace {
+
+bool registerNow() {
   const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   if (cmds < 0 || (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0 ||
       (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0)
     return false;
   return ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+// The registration started when the library was loaded (below). Registering makes the kernel
+// wait for an RCU grace period once the process has a second thread (about 11 ms on the 2-vCPU
+// guest of 2026-12-04, against 2.5 us single-threaded; docs/benchmarks.md), which every
+// process used to pay inside its first communicator's creation. At load a process usually has
+// one thread (a C++ program before main), so registering then costs microseconds; a process that
+// already has threads (Python once torch is imported) registers on a thread of its own, so the
+// wait overlaps whatever it does before it creates a communicator. Constant-initialized atomics:
+// valid before any dynamic initializer runs.
+constexpr int kNotStarted = -2, kInFlight = -1;
+std::atomic<int> gLoadRegistration{kNotStarted};  // else 0 (refused) or 1 (registered)
+std::atomic<pid_t> gLoadRegistrationPid{0};
+
+int threadsOfThisProcess() {
+  char buf[1024];
+  const int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // Field 20 (num_threads), counted after the command name's closing parenthesis (field 2).
+  const char* p = std::strrchr(buf, ')');
+  for (int field = 2; p != nullptr && field < 20; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? 0 : std::atoi(p + 1);
+}
+
+[[maybe_unused]] const bool kRegisteringAtLoad = [] {
+  const pid_t pid = ::getpid();
+  if (threadsOfThisProcess() == 1) {
+    gLoadRegistrationPid.store(pid, std::memory_order_relaxed);
+    gLoadRegistration.store(registerNow() ? 1 : 0, std::memory_order_release);
+    return true;
+  }
+  try {
+    gLoadRegistration.store(kInFlight, std::memory_order_relaxed);
+    std::thread([pid] {
+      const int result = registerNow() ? 1 : 0;
+      gLoadRegistrationPid.store(pid, std::memory_order_relaxed);
+      gLoadRegistration.store(result, std::memory_order_release);
+    }).detach();
+  } catch (...) {  // no thread to be had: registerLightWake() registers when asked
+    gLoadRegistration.store(kNotStarted, std::memory_order_relaxed);
+  }
+  return true;
+}();
+
+}  // namespace
+
+bool registerLightWake() {
+  int state = gLoadRegistration.load(std::memory_order_acquire);
+  while (state == kInFlight) {  // the load-time thread is in the kernel's grace period
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    state = gLoadRegistration.load(std::memory_order_acquire);
+  }
+  // Not started, or made in the process this one was forked from: register here.
+  if (state == kNotStarted || gLoadRegistrationPid.load(std::memory_order_relaxed) != ::getpid())
+    return registerNow();
+  return state == 1;
 }
 
 bool heavyFence() {

@@ -277,7 +277,9 @@ void futexWakeAll(std::atomic<std::uint32_t>& word);
 
 /// Registers this process for the global expedited membarrier (the kernel keeps it for the
 /// process's lifetime; registering again is harmless). False where the kernel or a seccomp
-/// filter refuses it.
+/// filter refuses it. The registration starts when the library is loaded (shm_segment.cpp:
+/// microseconds in a process that has one thread then, else on a thread of its own); this waits
+/// for that one, or registers anew in a process forked since.
 bool registerLightWake();
 /// membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED): every running thread of every registered
 /// process passes a full memory barrier before it returns. False when the call failed.
