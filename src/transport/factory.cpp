@@ -62,9 +62,9 @@ std::vector<TransportKind> makeKinds() {
   shm.prepare = [](int, int, const TransportOptions& options) {
     return hold(prepareShm(options.shm));
   };
-  shm.create = [](Store&, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths,
-                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
+  shm.create = [](int rank, int size, std::span<const int> peers, const TransportOptions& options,
+                  std::vector<std::string>& paths, std::unique_ptr<PreparedKind> prepared,
+                  std::vector<std::string> entries) {
     ShmOptions shmOptions = options.shm;
     shmOptions.setupTimeout = options.tcp.connectTimeout;
     shmOptions.spin = options.tcp.spin;
@@ -92,9 +92,9 @@ std::vector<TransportKind> makeKinds() {
   ucx.prepare = [](int rank, int size, const TransportOptions& options) {
     return hold(openUcx(rank, size, ucxOptionsOf(options)));
   };
-  ucx.create = [](Store&, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths,
-                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
+  ucx.create = [](int rank, int size, std::span<const int> peers, const TransportOptions& options,
+                  std::vector<std::string>& paths, std::unique_ptr<PreparedKind> prepared,
+                  std::vector<std::string> entries) {
     // Like TCP, UCX connects the whole world; the routing uses it for the other hosts.
     (void)peers;
     auto opened = takePrepared<UcxListening>(prepared, rank, "ucx");
@@ -114,9 +114,9 @@ std::vector<TransportKind> makeKinds() {
   tcp.prepare = [](int rank, int size, const TransportOptions& options) {
     return hold(listenTcp(rank, size, options.tcp));
   };
-  tcp.create = [](Store&, int rank, int size, std::span<const int> peers,
-                  const TransportOptions& options, std::vector<std::string>& paths,
-                  std::unique_ptr<PreparedKind> prepared, std::vector<std::string> entries) {
+  tcp.create = [](int rank, int size, std::span<const int> peers, const TransportOptions& options,
+                  std::vector<std::string>& paths, std::unique_ptr<PreparedKind> prepared,
+                  std::vector<std::string> entries) {
     // TCP connects every rank (peers is the whole world); the routing uses it for the others.
     (void)peers;
     auto listening = takePrepared<TcpListening>(prepared, rank, "tcp");
@@ -278,16 +278,16 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     } else if (options.shareConnections && (kind.name == "tcp" || kind.name == "ucx") &&
                options.lane != 0) {
       // Connections that sub-communicators will share: built once, viewed on this lane.
-      std::shared_ptr<Transport> base = kind.create(store, rank, size, peers, opts, leg.paths,
-                                                    std::move(prepared[k]), entries[k]);
+      std::shared_ptr<Transport> base =
+          kind.create(rank, size, peers, opts, leg.paths, std::move(prepared[k]), entries[k]);
       if (options.describeTag) base->setTagDescriber(options.describeTag);
       std::vector<int> identity(static_cast<std::size_t>(size));
       for (int r = 0; r < size; ++r) identity[static_cast<std::size_t>(r)] = r;
       leg.transport =
           std::make_unique<LaneTransport>(std::move(base), options.lane, rank, std::move(identity));
     } else {
-      leg.transport = kind.create(store, rank, size, peers, opts, leg.paths, std::move(prepared[k]),
-                                  entries[k]);
+      leg.transport =
+          kind.create(rank, size, peers, opts, leg.paths, std::move(prepared[k]), entries[k]);
     }
     // A pair an earlier kind reaches keeps that one (RoutedTransport routes by the first leg).
     for (int p = 0; p < size; ++p)

@@ -70,8 +70,9 @@ struct TransportKind {
   /// reaches exactly them; `paths[p]` is set to the path to each peer p (braid-info --paths).
   /// `prepared` is what prepare() returned on this rank (null for a kind without one) and
   /// `entries[r]` its entry() on rank r.
+  /// No kind reads or writes the store: what it needs from its peers is in `entries`.
   std::function<std::unique_ptr<Transport>(
-      Store& store, int rank, int size, std::span<const int> peers, const TransportOptions& options,
+      int rank, int size, std::span<const int> peers, const TransportOptions& options,
       std::vector<std::string>& paths, std::unique_ptr<PreparedKind> prepared,
       std::vector<std::string> entries)>
       create;

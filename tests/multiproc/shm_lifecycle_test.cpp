@@ -35,13 +35,22 @@ constexpr int kTooSlow = 4;
 constexpr int kNoError = 5;
 constexpr int kThrew = 6;
 
+// The ranks forkRanks() started (in a rank: its elder siblings, rank 0 among them).
+std::vector<pid_t> gRankPids;
+
+// Named segments in /dev/shm made by this process or by the ranks it forked: a name carries its
+// creator's pid ("braid-shm-<pid>-<nonce>"), so segments of tests running in parallel (ctest -j)
+// do not count.
 std::vector<std::string> braidShmEntries() {
   std::vector<std::string> names;
   DIR* d = ::opendir("/dev/shm");
   if (d == nullptr) return names;
+  std::vector<pid_t> ours = gRankPids;
+  ours.push_back(::getpid());
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    if (n.find("braid") != std::string::npos) names.push_back(n);
+    for (pid_t pid : ours)
+      if (n.rfind("braid-shm-" + std::to_string(pid) + "-", 0) == 0) names.push_back(n);
   }
   ::closedir(d);
   return names;
@@ -67,6 +76,7 @@ std::vector<int> forkRanks(int n, const std::function<int(int, std::uint16_t)>& 
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
+  gRankPids.clear();
   for (int r = 0; r < n; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -81,6 +91,7 @@ std::vector<int> forkRanks(int n, const std::function<int(int, std::uint16_t)>& 
       ::_exit(code);
     }
     pids.push_back(pid);
+    gRankPids.push_back(pid);
   }
   std::vector<int> status(static_cast<std::size_t>(n), -1);
   const auto end = Clock::now() + deadline;
@@ -163,7 +174,12 @@ TEST(ShmLifecycle, NamedSegmentsAreGoneOnceCreated) {
       if (x != 3.0f) return 1;
     auto half = comm->split(rank % 2, rank);
     half->barrier();
-    return braidShmEntries() == before ? 0 : 1;
+    comm->barrier();  // every split is made (rank 1's, of one rank, is made before the other's)
+    if (braidShmEntries() == before) return 0;
+    for (const std::string& n : braidShmEntries())
+      std::fprintf(stderr, "rank %d (pid %d): %s exists\n", rank, static_cast<int>(::getpid()),
+                   n.c_str());
+    return 1;
   });
   for (int r = 0; r < 3; ++r)
     EXPECT_TRUE(exitedWith(status[static_cast<std::size_t>(r)], kOk)) << r;

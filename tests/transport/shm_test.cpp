@@ -102,13 +102,16 @@ void runRanks(int size, const std::function<void(int, ShmTransport&)>& body,
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
 }
 
+// Named segments in /dev/shm made by this process (a name carries its creator's pid:
+// "braid-shm-<pid>-<nonce>"), so segments of tests running in parallel do not count.
 std::vector<std::string> braidShmEntries() {
   std::vector<std::string> names;
   DIR* d = ::opendir("/dev/shm");
   if (d == nullptr) return names;
+  const std::string ours = "braid-shm-" + std::to_string(::getpid()) + "-";
   while (const dirent* e = ::readdir(d)) {
     const std::string n = e->d_name;
-    if (n.find("braid") != std::string::npos) names.push_back(n);
+    if (n.rfind(ours, 0) == 0) names.push_back(n);
   }
   ::closedir(d);
   return names;
