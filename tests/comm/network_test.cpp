@@ -10,6 +10,7 @@
 
 #include <braid/braid.hpp>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -271,6 +272,26 @@ TEST(Network, StoreKeysDoNotGrowWithCommunicators) {
 namespace braid {
 namespace {
 
+// Runs body(rank, comm) on `size` threads, each with a communicator created with `o` over the
+// store `server` serves, and expects no rank to fail.
+void runOnServer(TcpStoreServer& server, int size, const Options& o,
+                 const std::function<void(int, Comm&)>& body) {
+  std::vector<std::string> errors(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
+        auto comm = Comm::create(store, rank, size, o);
+        body(rank, *comm);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
 // Store requests rank 0's server answered while `size` ranks (threads, every pair over TCP,
 // eager) created one communicator and ran one allreduce; `table` receives the gathered host
 // table ("braid/0//host/all": the bootstrap keys are kept for this).
@@ -280,26 +301,15 @@ std::uint64_t creationRequests(int size, std::string* table = nullptr,
   Options o = tcpOptions();
   o.lazyConnect = false;
   o.storeCleanup = false;
-  std::vector<std::string> errors(static_cast<std::size_t>(size));
   if (described != nullptr) described->assign(static_cast<std::size_t>(size), "");
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
-        auto comm = Comm::create(store, rank, size, o);
-        std::int32_t v = 1;
-        comm->allreduce(&v, &v, 1, DataType::Int32, ReduceOp::Sum);
-        if (v != size) throw Error(ErrorCode::Internal, "allreduce gave " + std::to_string(v));
-        if (described != nullptr)
-          (*described)[static_cast<std::size_t>(rank)] = comm->describePeer((rank + 1) % size);
-        comm->barrier();
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(rank)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  runOnServer(server, size, o, [&](int rank, Comm& comm) {
+    std::int32_t v = 1;
+    comm.allreduce(&v, &v, 1, DataType::Int32, ReduceOp::Sum);
+    if (v != size) throw Error(ErrorCode::Internal, "allreduce gave " + std::to_string(v));
+    if (described != nullptr)
+      (*described)[static_cast<std::size_t>(rank)] = comm.describePeer((rank + 1) % size);
+    comm.barrier();
+  });
   if (table != nullptr) {
     TcpStore reader("127.0.0.1", server.port(), 5000ms);
     *table = reader.getString("braid/0//host/all", 5000ms);
@@ -340,24 +350,13 @@ TEST(Network, SharedMemoryMakesNoStoreRequestOfItsOwn) {
     TcpStoreServer server("127.0.0.1", 0);
     Options o = test::testOptions();
     o.storeCleanup = false;
-    std::vector<std::string> errors(static_cast<std::size_t>(size)), paths(errors);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < size; ++rank)
-      threads.emplace_back([&, rank] {
-        try {
-          auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), 20000ms);
-          auto comm = Comm::create(store, rank, size, o);
-          paths[static_cast<std::size_t>(rank)] = comm->pathTo((rank + 1) % size);
-          comm->barrier();
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(rank)] = e.what();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < size; ++r) {
-      EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+    std::vector<std::string> paths(static_cast<std::size_t>(size));
+    runOnServer(server, size, o, [&](int rank, Comm& comm) {
+      paths[static_cast<std::size_t>(rank)] = comm.pathTo((rank + 1) % size);
+      comm.barrier();
+    });
+    for (int r = 0; r < size; ++r)
       EXPECT_EQ(paths[static_cast<std::size_t>(r)].rfind("shm", 0), 0u) << "rank " << r;
-    }
     TcpStore reader("127.0.0.1", server.port(), 5000ms);
     const std::string table = reader.getString("braid/0//host/all", 5000ms);
     EXPECT_NE(table.find("\nmemfd "), std::string::npos) << table;
