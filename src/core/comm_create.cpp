@@ -206,7 +206,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
   impl->startDiagnosis();
   impl->startElastic();
-  impl->scratch.resize(opts.bufferBytes);
+  impl->scratchMemory = std::make_unique_for_overwrite<std::uint8_t[]>(opts.bufferBytes);
+  impl->scratch = {impl->scratchMemory.get(), opts.bufferBytes};
   // Gathered by node: the hosts as the transport grouped them (with shared memory off every rank
   // is a host of its own).
   const std::vector<int> nodeOf = nodeIndices(hosts);

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,7 +84,11 @@ struct Comm::Impl {
   std::shared_ptr<Store> store;      // the job's store
   std::shared_ptr<Store> commStore;  // this communicator's namespace in it
   std::unique_ptr<transport::Transport> transport;
-  std::vector<std::uint8_t> scratch;         // allocated once, Options::bufferBytes
+  // Options::bufferBytes, allocated once and not written here: its pages are committed when an
+  // algorithm first uses them (zero-filling it cost every communicator 1024 page faults at
+  // creation; docs/benchmarks.md, "Scratch memory committed on first use").
+  std::unique_ptr<std::uint8_t[]> scratchMemory;
+  std::span<std::uint8_t> scratch;
   topology::Topology topo;                   // given to every algorithm (algo::Context::topo)
   std::unique_ptr<tuning::CostModel> model;  // selection where it decides (docs/plan.md)
 
