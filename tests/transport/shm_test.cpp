@@ -1,12 +1,9 @@
-// The shared-memory transport: ranks are threads in this process, each with its own transport
-// (its own mapping of the segment), meeting through a MemoryStore. Both data paths run: the ring
-// (cmaThresholdBytes = SIZE_MAX) and single-copy reads (cmaThresholdBytes = 0). Every wait has a
-// deadline, so a broken transport fails a test instead of hanging it.
-#include <dirent.h>
-#include <fcntl.h>
+// The shared-memory transport's data path (its setup: shm_setup_test.cpp): ranks are threads in
+// this process, each with its own transport (its own mapping of the segment), meeting through a
+// MemoryStore. Both data paths run: the ring (cmaThresholdBytes = SIZE_MAX) and single-copy reads
+// (cmaThresholdBytes = 0). Every wait has a deadline, so a broken transport fails a test instead of
+// hanging it.
 #include <gtest/gtest.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,16 +14,15 @@
 #include <latch>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "harness/errors.hpp"
 #include "harness/machine.hpp"
+#include "harness/shm_ranks.hpp"
 #include "harness/transport_ranks.hpp"
 #include "store/memory_store.hpp"
-#include "transport/shm/shm_segment.hpp"
 #include "transport/shm/shm_transport.hpp"
 
 namespace braid::transport {
@@ -44,18 +40,12 @@ Deadline after(Clock::duration d) {
   return Clock::now() + d;
 }
 
-enum class Path { Ring, SingleCopy, Default };
+using Path = test::ShmPath;
+using test::allRanks;
+using test::braidShmEntries;
 
-// Ring: everything through the ring. SingleCopy: every non-empty message single-copy (a send
-// then completes only once the receiver has read it). Default: the default of a host of 2 CPUs
-// (set, not the machine's): with 3 or more ranks, single-copy from 64 KiB; with 2, the ring.
 ShmOptions optionsFor(Path path) {
-  ShmOptions o;
-  o.setupTimeout = 10s;
-  o.hostCpus = 2;
-  if (path == Path::Ring) o.cmaThresholdBytes = SIZE_MAX;
-  if (path == Path::SingleCopy) o.cmaThresholdBytes = 0;
-  return o;
+  return test::shmOptionsFor(path);
 }
 
 std::string name(Path p) {
@@ -72,49 +62,10 @@ using test::makePayload;
 using test::pattern;
 using test::TwoCpus;
 
-std::vector<int> allRanks(int size) {
-  std::vector<int> r(static_cast<std::size_t>(size));
-  for (int i = 0; i < size; ++i) r[static_cast<std::size_t>(i)] = i;
-  return r;
-}
-
 // Runs body(rank, transport) on `size` threads, each with its own transport over all ranks.
 void runRanks(int size, const std::function<void(int, ShmTransport&)>& body,
               const ShmOptions& options = optionsFor(Path::Default)) {
-  MemoryStore store;
-  const std::vector<int> local = allRanks(size);
-  std::vector<std::string> errors(static_cast<std::size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      errors[static_cast<std::size_t>(r)] = errorOf([&] {
-        auto t = createShmTransport(store, r, size, local, options);
-        ASSERT_EQ(t->rank(), r);
-        ASSERT_EQ(t->size(), size);
-        body(r, *t);
-      });
-      if (!errors[static_cast<std::size_t>(r)].empty())
-        std::fprintf(stderr, "rank %d: %s\n", r, errors[static_cast<std::size_t>(r)].c_str());
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < size; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r << " of " << size;
-}
-
-// Named segments in /dev/shm made by this process (a name carries its creator's pid:
-// "braid-shm-<pid>-<nonce>"), so segments of tests running in parallel do not count.
-std::vector<std::string> braidShmEntries() {
-  std::vector<std::string> names;
-  DIR* d = ::opendir("/dev/shm");
-  if (d == nullptr) return names;
-  const std::string ours = "braid-shm-" + std::to_string(::getpid()) + "-";
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n.rfind(ours, 0) == 0) names.push_back(n);
-  }
-  ::closedir(d);
-  return names;
+  test::runShmRanks(size, body, options);
 }
 
 class ShmPaths : public ::testing::TestWithParam<Path> {
@@ -347,55 +298,6 @@ TEST(ShmTransport, TimeoutSaysWhatHoldsTheReceiveUp) {
       "nothing from rank 1 waits in the ring (it has not sent it)", " in the ring");
 }
 
-// A rank that opens a file other than the creator's segment (here: handed a decoy descriptor
-// whose header looks valid and initialized but carries another nonce) must notice and never use
-// it: mapped, its peers would write into rings it never reads and every message to it would be
-// lost. It refuses the decoy with an error saying so, and the creator, which that rank never
-// joins, names it when its setup times out; nobody exchanges a byte through the wrong file.
-TEST(ShmTransport, ADecoyFileIsNeverMappedInsteadOfTheSegment) {
-  ShmOptions o = optionsFor(Path::Ring);
-  o.setupTimeout = 500ms;
-  auto creator = prepareShm(o);
-  auto joiner = prepareShm(o);
-  const std::string real = creator->entry();
-  std::istringstream in(real);
-  std::string kind;
-  long long pid = 0, fd = 0;
-  std::uint64_t nonce = 0;
-  in >> kind >> pid >> fd >> nonce;
-  ASSERT_EQ(kind, "memfd") << real;
-  // The decoy: a memfd holding a braid header with the creator's nonce changed.
-  shm::SegmentHeader header{};
-  header.magic = shm::kSegmentMagic;
-  header.version = shm::kSegmentVersion;
-  header.nonce = nonce ^ 0x5555;
-  braid::Fd decoy(::memfd_create("braid-test-decoy", MFD_CLOEXEC));
-  ASSERT_EQ(::ftruncate(decoy.get(), 1 << 20), 0);
-  ASSERT_EQ(::pwrite(decoy.get(), &header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
-  const std::string swapped = "memfd " + std::to_string(::getpid()) + " " +
-                              std::to_string(decoy.get()) + " " + std::to_string(nonce);
-  const std::vector<int> local = allRanks(2);
-  const std::vector<std::string> truth{real, joiner->entry()};
-  const std::vector<std::string> fooled{swapped, joiner->entry()};
-  std::string creatorMessage, joinerMessage;
-  ErrorCode creatorCode{}, joinerCode{};
-  std::thread other([&] {
-    joinerCode = codeOf([&] { createShmTransport(std::move(joiner), fooled, 1, 2, local, o); },
-                        joinerMessage);
-  });
-  creatorCode = codeOf([&] { createShmTransport(std::move(creator), truth, 0, 2, local, o); },
-                       creatorMessage);
-  other.join();
-  EXPECT_EQ(joinerCode, ErrorCode::Internal) << joinerMessage;
-  EXPECT_NE(joinerMessage.find("is not the segment rank 0 offered (its nonce differs)"),
-            std::string::npos)
-      << joinerMessage;
-  EXPECT_EQ(creatorCode, ErrorCode::Timeout) << creatorMessage;
-  EXPECT_NE(creatorMessage.find("waiting for rank 1 to attach to the shared-memory segment"),
-            std::string::npos)
-      << creatorMessage;
-}
-
 TEST(ShmTransport, AbortWakesEveryWaiter) {
   std::latch done(3);
   runRanks(3, [&](int rank, ShmTransport& t) {
@@ -539,135 +441,6 @@ TEST(ShmTransport, EightRanksOversubscribedAllToAll) {
   }
 }
 
-TEST(ShmTransport, NamedSegmentIsUnlinkedOnceMapped) {
-  const auto before = braidShmEntries();
-  ShmOptions o = optionsFor(Path::Default);
-  o.forceNamedSegment = true;
-  std::latch checked(3);
-  runRanks(
-      3,
-      [&](int rank, ShmTransport& t) {
-        // Setup returned on every rank: the name is gone while the segment is in use.
-        checked.arrive_and_wait();
-        if (rank == 0) {
-          EXPECT_EQ(braidShmEntries(), before);
-        }
-        exchangeAll(rank, t, 5000, 1);
-      },
-      o);
-  EXPECT_EQ(braidShmEntries(), before);
-}
-
-TEST(ShmTransport, RankThatNeverShowsUpIsNamed) {
-  ShmOptions o = optionsFor(Path::Ring);
-  o.setupTimeout = 300ms;
-  const std::vector<int> local{0, 1, 2};
-  std::string message;
-  {  // The standalone form: a rank that never publishes its entry.
-    MemoryStore store;
-    const auto start = Clock::now();
-    EXPECT_EQ(codeOf([&] { createShmTransport(store, 0, 3, local, o); }, message),
-              ErrorCode::Timeout);
-    EXPECT_LT(Clock::now() - start, 2s);
-    EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for rank 1 to publish its "
-                           "shared-memory entry"),
-              std::string::npos)
-        << message;
-  }
-  // Entries of ranks that are alive (this process) but never attach: the creator names both.
-  const std::vector<std::string> entries{prepareShm(o)->entry(), prepareShm(o)->entry(),
-                                         prepareShm(o)->entry()};
-  {
-    std::vector<std::string> mine = entries;
-    auto prepared = prepareShm(o);
-    mine[0] = prepared->entry();
-    const auto start = Clock::now();
-    EXPECT_EQ(
-        codeOf([&] { createShmTransport(std::move(prepared), mine, 0, 3, local, o); }, message),
-        ErrorCode::Timeout);
-    EXPECT_LT(Clock::now() - start, 2s);
-    EXPECT_NE(message.find("rank 0 timed out after 300 ms waiting for ranks 1, 2 to attach to "
-                           "the shared-memory segment"),
-              std::string::npos)
-        << message;
-  }
-  {  // A creator that offered a named segment and never creates it.
-    std::vector<std::string> mine = entries;
-    mine[0] = "named " + std::to_string(::getpid()) + " 12345";
-    auto prepared = prepareShm(o);
-    mine[2] = prepared->entry();
-    EXPECT_EQ(
-        codeOf([&] { createShmTransport(std::move(prepared), mine, 2, 3, local, o); }, message),
-        ErrorCode::Timeout);
-    EXPECT_NE(message.find("rank 2 timed out after 300 ms waiting for rank 0 to create the "
-                           "shared-memory segment /braid-shm-"),
-              std::string::npos)
-        << message;
-  }
-}
-
-// A local rank whose process is gone fails the setup at once with PeerLost naming it, on the
-// creator (which waits for it to attach) and on a rank that was to open its memfd.
-TEST(ShmTransport, RankWhoseProcessIsGoneIsPeerLost) {
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  const std::string dead = "memfd " + std::to_string(child) + " 3 12345";
-  ShmOptions o = optionsFor(Path::Ring);
-  o.setupTimeout = 20s;
-  const std::vector<int> local{0, 1};
-  std::string message;
-  for (int rank : {0, 1}) {
-    auto prepared = prepareShm(o);
-    std::vector<std::string> entries{dead, dead};
-    entries[static_cast<std::size_t>(rank)] = prepared->entry();
-    const auto start = Clock::now();
-    EXPECT_EQ(codeOf([&] { createShmTransport(std::move(prepared), entries, rank, 2, local, o); },
-                     message),
-              ErrorCode::PeerLost)
-        << message;
-    EXPECT_LT(Clock::now() - start, 2s);
-    EXPECT_NE(message.find("rank " + std::to_string(1 - rank) + " (pid " + std::to_string(child) +
-                           ") exited before the shared-memory segment was set up"),
-              std::string::npos)
-        << message;
-  }
-}
-
-// The factory's path: entries and CPUs come with the host table, the standalone form's store
-// exchange is not used. Both segment kinds carry traffic.
-TEST(ShmTransport, PreparedEntriesBothSegmentKinds) {
-  for (bool named : {false, true}) {
-    const auto before = braidShmEntries();
-    ShmOptions o = optionsFor(Path::Ring);
-    o.forceNamedSegment = named;
-    constexpr int kSize = 3;
-    std::vector<std::unique_ptr<ShmPrepared>> prepared;
-    std::vector<std::string> entries;
-    for (int r = 0; r < kSize; ++r) {
-      prepared.push_back(prepareShm(o));
-      entries.push_back(prepared.back()->entry());
-      EXPECT_EQ(entries.back().rfind(named ? "named " : "memfd ", 0), 0u) << entries.back();
-    }
-    const std::vector<int> local = allRanks(kSize);
-    std::vector<std::string> errors(kSize);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kSize; ++r)
-      threads.emplace_back([&, r] {
-        errors[static_cast<std::size_t>(r)] = errorOf([&] {
-          auto t = createShmTransport(std::move(prepared[static_cast<std::size_t>(r)]), entries, r,
-                                      kSize, local, o);
-          exchangeAll(r, *t, 3000, 1);
-        });
-      });
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < kSize; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << r;
-    EXPECT_EQ(braidShmEntries(), before);
-  }
-}
-
 TEST(ShmTransport, RejectsPeersOffThisHost) {
   runRanks(1, [](int, ShmTransport& t) {
     Bytes buf(4);
@@ -704,44 +477,6 @@ TEST(ShmTransport, RejectsPeersOffThisHost) {
   other.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
-}
-
-TEST(ShmGeometry, SizeFormula) {
-  const shm::Geometry two = shm::planGeometry(2, 8, 64 << 10, std::size_t{256} << 20);
-  EXPECT_EQ(two.ringBytes(), std::size_t{512} << 10);
-  EXPECT_EQ(two.totalBytes, 4096 + 2 * (std::size_t{512} << 10));
-  const shm::Geometry eight = shm::planGeometry(8, 8, 64 << 10, std::size_t{256} << 20);
-  EXPECT_EQ(eight.totalBytes, 12288 + 56 * (std::size_t{512} << 10));
-  // 24 ranks do not fit with 64 KiB slots: the slots shrink until they do.
-  const shm::Geometry many = shm::planGeometry(24, 8, 64 << 10, std::size_t{256} << 20);
-  EXPECT_EQ(many.slotBytes, std::size_t{32} << 10);
-  EXPECT_LE(many.totalBytes, std::size_t{256} << 20);
-  EXPECT_THROW(shm::planGeometry(2, 1, 64 << 10, 1 << 30), Error);
-  EXPECT_THROW(shm::planGeometry(2, 8, 3000, 1 << 30), Error);
-}
-
-// docs/env.md: total = align4K(64 + 64 L + 128 L^2) + L (L-1) S B + align4K(65664 L) + L G
-// (65664 = a 128-byte GroupLine and 64 LatencyLines of 1 KiB per rank).
-TEST(ShmGeometry, SizeFormulaWithGroupPart) {
-  constexpr std::size_t kMiB = std::size_t{1} << 20;
-  const std::size_t rings[] = {0, 0, 1 * kMiB, 0, 6 * kMiB, 0, 0, 0, 28 * kMiB};
-  const std::size_t control[] = {0, 0, 4096, 0, 4096, 0, 0, 0, 12288};
-  for (std::size_t l : {2, 4, 8}) {
-    const shm::Geometry g = shm::planGeometry(l, 8, 64 << 10, 256 * kMiB, 2 * kMiB);
-    EXPECT_EQ(g.stagingBytes, 2 * kMiB) << l;
-    EXPECT_EQ(g.groupOffset, control[l] + rings[l]) << l;
-    const std::size_t group = (65664 * l + 4095) / 4096 * 4096;  // 135168, 266240, 528384
-    EXPECT_EQ(g.stagingOffset, g.groupOffset + group) << l;
-    EXPECT_EQ(g.totalBytes, control[l] + rings[l] + group + l * 2 * kMiB) << l;
-  }
-  // 8 ranks under a 40 MiB bound: the rings fit, the staging halves to 1 MiB per rank.
-  const shm::Geometry bounded = shm::planGeometry(8, 8, 64 << 10, 40 * kMiB, 2 * kMiB);
-  EXPECT_EQ(bounded.slotBytes, std::size_t{64} << 10);
-  EXPECT_EQ(bounded.stagingBytes, kMiB);
-  EXPECT_LE(bounded.totalBytes, 40 * kMiB);
-  // The staging never drops below 16 KiB; an odd request is rounded up to 4 KiB.
-  EXPECT_EQ(shm::planGeometry(2, 8, 4096, 1, 1 << 20).stagingBytes, shm::kMinStagingBytes);
-  EXPECT_EQ(shm::planGeometry(2, 8, 4096, 256 * kMiB, 20000).stagingBytes, std::size_t{20480});
 }
 
 TEST(ShmTransport, PingPongLatencyThreads) {
