@@ -260,8 +260,9 @@ void Setup::open(Attachment& a) {
     int err = 0;
     await(
         [&] {
-          fd.reset(::shm_open(where.c_str(), O_RDWR | O_CLOEXEC, 0));
+          const int opened = ::shm_open(where.c_str(), O_RDWR | O_CLOEXEC, 0);
           err = errno;
+          fd.reset(opened);
           if (!fd && err != ENOENT)
             throw Error(ErrorCode::Internal,
                         what() + ": shm_open(" + where + "): " + errnoText(err));
