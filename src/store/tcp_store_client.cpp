@@ -48,8 +48,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // A refused connect costs microseconds, and ranks launched together usually find rank 0's
-// server not listening yet for a few ms: a first pause of 10 ms cost a 2-rank creation 10 of
-// its 17 ms (docs/benchmarks.md, "Store connect retries").
+// server not listening yet for a few ms: a first pause of 10 ms made a 2-rank creation take
+// 18-19 ms instead of 8 (docs/benchmarks.md, "Store connect retries").
 constexpr milliseconds kFirstRetryDelay{1};
 constexpr milliseconds kMaxRetryDelay{100};
 constexpr milliseconds kReplySlack{2000};

@@ -218,7 +218,7 @@ bool registerNow() {
 // valid before any dynamic initializer runs.
 constexpr int kNotStarted = -2, kInFlight = -1;
 std::atomic<int> gLoadRegistration{kNotStarted};  // else 0 (refused) or 1 (registered)
-std::atomic<pid_t> gLoadRegistrationPid{0};
+std::atomic<pid_t> gLoadRegistrationPid{0};       // the process that started it
 
 int threadsOfThisProcess() {
   char buf[1024];
@@ -235,18 +235,15 @@ int threadsOfThisProcess() {
 }
 
 [[maybe_unused]] const bool kRegisteringAtLoad = [] {
-  const pid_t pid = ::getpid();
+  gLoadRegistrationPid.store(::getpid(), std::memory_order_relaxed);
   if (threadsOfThisProcess() == 1) {
-    gLoadRegistrationPid.store(pid, std::memory_order_relaxed);
     gLoadRegistration.store(registerNow() ? 1 : 0, std::memory_order_release);
     return true;
   }
   try {
     gLoadRegistration.store(kInFlight, std::memory_order_relaxed);
-    std::thread([pid] {
-      const int result = registerNow() ? 1 : 0;
-      gLoadRegistrationPid.store(pid, std::memory_order_relaxed);
-      gLoadRegistration.store(result, std::memory_order_release);
+    std::thread([] {
+      gLoadRegistration.store(registerNow() ? 1 : 0, std::memory_order_release);
     }).detach();
   } catch (...) {  // no thread to be had: registerLightWake() registers when asked
     gLoadRegistration.store(kNotStarted, std::memory_order_relaxed);
@@ -257,15 +254,15 @@ int threadsOfThisProcess() {
 }  // namespace
 
 bool registerLightWake() {
+  // A process forked since has its own registration to make, and no load-time thread (one that
+  // was in flight at the fork stayed in the parent).
+  if (gLoadRegistrationPid.load(std::memory_order_relaxed) != ::getpid()) return registerNow();
   int state = gLoadRegistration.load(std::memory_order_acquire);
   while (state == kInFlight) {  // the load-time thread is in the kernel's grace period
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     state = gLoadRegistration.load(std::memory_order_acquire);
   }
-  // Not started, or made in the process this one was forked from: register here.
-  if (state == kNotStarted || gLoadRegistrationPid.load(std::memory_order_relaxed) != ::getpid())
-    return registerNow();
-  return state == 1;
+  return state == kNotStarted ? registerNow() : state == 1;
 }
 
 bool heavyFence() {
