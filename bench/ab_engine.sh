@@ -2,8 +2,10 @@
 # A/B of two braid-perf binaries (before and after a change), interleaved in one run: for each
 # round, each transport (shm: 2 ranks of one host; tcp: 2 ranks with BRAID_SHM_DISABLE=1) and
 # each collective, A then B (B then A on odd rounds). Reports per point the median over rounds
-# of each side's time (each itself braid-perf's median of --reps) and B/A.
+# of each side's time (each itself braid-perf's median of --reps) and B/A, and the minimum
+# over rounds (a launch that meets the VM's slow state, docs/benchmarks.md, drops out of it).
 # Usage: bench/ab_engine.sh A_BIN B_BIN [ROUNDS=3] [MAXBYTES=64M] [COLLS=allreduce,allgather,broadcast]
+# Env: TRANSPORTS="shm tcp" (either or both), MINBYTES=8, FACTOR=8, REPS=5.
 # Output: results/ab_engine/*.json and the table (printed, markdown).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -18,7 +20,7 @@ out="$repo/results/ab_engine"
 mkdir -p "$out"
 rm -f "$out"/*.json
 for ((r = 0; r < rounds; r++)); do
-  for t in shm tcp; do
+  for t in ${TRANSPORTS:-shm tcp}; do
     env=()
     [ "$t" = tcp ] && env=(BRAID_SHM_DISABLE=1)
     for c in ${colls//,/ }; do
@@ -27,7 +29,8 @@ for ((r = 0; r < rounds; r++)); do
       for side in $order; do
         bin="$a"
         [ "$side" = B ] && bin="$b"
-        env "${env[@]}" "$run" -n 2 -- "$bin" "$c" -b 8 -e "$maxb" -f 8 -c 0 --reps 5 \
+        env "${env[@]}" "$run" -n 2 -- "$bin" "$c" -b "${MINBYTES:-8}" -e "$maxb" -f "${FACTOR:-8}" -c 0 \
+          --reps "${REPS:-5}" \
           --json "$out/$t.$c.$side.$r.json" > /dev/null
       done
     done
@@ -42,8 +45,8 @@ for f in glob.glob(os.path.join(out, "*.json")):
     for line in open(f):
         j = json.loads(line)
         t.setdefault((tr, coll, j["size"]), {}).setdefault(side, []).append(j["time_us"])
-print("| transport | collective | bytes | A us | B us | B/A |")
-print("|---|---|---:|---:|---:|---:|")
+print("| transport | collective | bytes | A us | B us | B/A | A min | B min | B/A min |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 worst = 0
 for (tr, coll, size) in sorted(t, key=lambda k: (k[0], k[1], k[2])):
     v = t[(tr, coll, size)]
@@ -51,6 +54,8 @@ for (tr, coll, size) in sorted(t, key=lambda k: (k[0], k[1], k[2])):
         continue
     ma, mb = statistics.median(v["A"]), statistics.median(v["B"])
     worst = max(worst, mb / ma)
-    print(f"| {tr} | {coll} | {size} | {ma:.2f} | {mb:.2f} | {mb / ma:.3f} |")
+    na, nb = min(v["A"]), min(v["B"])
+    print(f"| {tr} | {coll} | {size} | {ma:.2f} | {mb:.2f} | {mb / ma:.3f} "
+          f"| {na:.2f} | {nb:.2f} | {nb / na:.3f} |")
 print(f"\nworst B/A: {worst:.3f}")
 PY

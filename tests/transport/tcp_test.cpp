@@ -215,6 +215,35 @@ TEST(TcpTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
       }
     });
   }
+  // Rank 0 posts a large send, waits for something else (which ends the wait long before the
+  // send is written), then stops waiting: the background thread, which saw a wait begin, must
+  // still take the send over once nobody attends to it.
+  {
+    Rendezvous ready(2);
+    runRanks(2, [&](int rank, Transport& t) {
+      Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
+      std::uint64_t note = 7;
+      Request req;
+      Request other;
+      ready.arriveAndWait();
+      const auto start = Clock::now();
+      if (rank == 0) {
+        t.postSend(1, buf.data(), bytes, 3, req);
+        t.postRecv(1, &note, sizeof note, 4, other);
+        t.wait(other, after(1s));  // ends while the send is far from written
+        std::this_thread::sleep_for(1200ms);
+        EXPECT_TRUE(req.done());  // finished by the background thread
+        t.wait(req, after(1s));
+      } else {
+        t.postSend(0, &note, sizeof note, 4, other);
+        t.wait(other, after(1s));
+        std::this_thread::sleep_for(100ms);  // rank 0 has left its wait by now
+        t.postRecv(0, buf.data(), bytes, 3, req);
+        t.wait(req, start + 1100ms);
+        EXPECT_EQ(firstWrong(buf, 0, 1), -1);
+      }
+    });
+  }
   // Rank 1 posts a large receive and does not wait; rank 0's blocking send must complete.
   {
     Rendezvous ready(2);
