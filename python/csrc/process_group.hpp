@@ -49,6 +49,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -247,8 +248,8 @@ class ProcessGroupBraid : public BackendBase {
 
  private:
   /// Queues a collective: run() performs it. `callTimeout`: the option struct's timeout
-  /// (kUnsetTimeout: the group's bound applies). A template (defined in process_group.cpp, its
-  /// only user) so that the operation and its timeout handling make one std::function, not two.
+  /// (kUnsetTimeout: the group's bound applies). A template (defined below the class) so that
+  /// the operation and its timeout handling make one std::function, not two.
   template <typename Run>
   c10::intrusive_ptr<c10d::Work> enqueue(
       c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
@@ -286,5 +287,47 @@ class ProcessGroupBraid : public BackendBase {
   std::atomic<bool> hasAbortHooks_{false};  // !abortHooks_.empty(), read without the lock
   std::vector<std::int64_t> usedUuids_;     // reconfigure(): each uuid once per group
 };
+
+template <typename Run>
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
+                                                          const std::vector<at::Tensor>& inputs,
+                                                          std::vector<at::Tensor> outputs,
+                                                          Run&& run,
+                                                          std::chrono::milliseconds callTimeout) {
+  // closed_ is set before abort() aborts the communicators: a caller whose pending operation
+  // just failed with Aborted gets this error, not a queue that is about to stop.
+  checkOpen(title);
+  ++seq_;
+  const bool perCall = callTimeout.count() > 0;
+  TORCH_CHECK(perCall || callTimeout == c10d::kUnsetTimeout, "braid: ", title, " on rank ", rank_,
+              ": the option's timeout must be positive, got ", callTimeout.count(), " ms");
+  // A timeout names the bound that expired: the call's, or the group's.
+  const std::int64_t ms = perCall ? callTimeout.count() : timeoutMs_.load();
+  // The communicator is only needed for a per-call bound; the operation holds its own.
+  // `this` outlives the closure: every queue is stopped (what it holds run) before the group
+  // is destroyed or gets another queue.
+  auto withTimeout = [run = std::forward<Run>(run), comm = perCall ? comm_ : nullptr, perCall, ms,
+                      self = this, title]() mutable {
+    // Operations of the queue run one at a time, so this bound covers exactly this one.
+    std::optional<braid::ScopedOpTimeout> bound;
+    if (perCall) bound.emplace(*comm, std::chrono::milliseconds(ms));
+    try {
+      run();
+    } catch (const braid::Error& e) {
+      if (e.code() != braid::ErrorCode::Timeout && e.code() != braid::ErrorCode::PeerLost) throw;
+      if (self->hasAbortHooks_.load(std::memory_order_acquire))
+        self->runAbortHooks(std::string(title) + " failed: " + e.what());
+      if (e.code() != braid::ErrorCode::Timeout) throw;
+      throw braid::Error(e.code(),
+                         e.detail() +
+                             (perCall ? " (the call's timeout is " : " (the group's timeout is ") +
+                             std::to_string(ms) + " ms)");
+    }
+  };
+  auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
+                                             std::move(withTimeout));
+  queue_->push(work);
+  return work;
+}
 
 }  // namespace braid_torch
