@@ -61,6 +61,61 @@ bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
   return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
 
+// The flat forms (reduce_scatter_tensor, all_gather_into_tensor): both tensors checked, of one
+// type, the whole one (the output when `outputIsWhole`, else the input) group size x the other.
+void checkWholeAndPart(const at::Tensor& output, const at::Tensor& input, bool outputIsWhole,
+                       int size, const char* op) {
+  checkTensor(output, op, "output");
+  checkTensor(input, op, "input");
+  checkSameType(input, output, op, "the output");
+  const at::Tensor& whole = outputIsWhole ? output : input;
+  const at::Tensor& part = outputIsWhole ? input : output;
+  TORCH_CHECK(whole.numel() == part.numel() * size, "braid: ", op, ": the ",
+              outputIsWhole ? "output" : "input", " has ", whole.numel(),
+              " elements; it must have group size (", size, ") x ",
+              outputIsWhole ? "input" : "output", " (", part.numel(), ")");
+}
+
+// reduce_scatter's inputs or all_gather's outputs (`role`): one list of `size` tensors, each
+// of `mine`'s type, checked.
+const std::vector<at::Tensor>& listPerProcess(const std::vector<std::vector<at::Tensor>>& lists,
+                                              int size, const at::Tensor& mine, const char* op,
+                                              const char* role) {
+  TORCH_CHECK(lists.size() == 1, "braid: ", op, " takes one ", role, " list per process, got ",
+              lists.size());
+  const auto& list = lists[0];
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "braid: ", op, ": the ", role, " list has ",
+              list.size(), " tensors for a group of ", size);
+  const std::string an = std::string("an ") + role;
+  for (const auto& t : list) {
+    checkTensor(t, op, role);
+    checkSameType(mine, t, op, an.c_str());
+  }
+  return list;
+}
+
+// Gather's outputs or scatter's inputs: on the root one list of `size` tensors (`role`: "output"
+// or "input"), each like `mine` (this rank's `other` tensor), checked; elsewhere none (empty).
+std::vector<at::Tensor> rootList(const std::vector<std::vector<at::Tensor>>& lists, bool isRoot,
+                                 int root, int size, const at::Tensor& mine, const char* op,
+                                 const char* role, const char* other) {
+  if (!isRoot) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "braid: ", op,
+                ": only the root (rank ", root, ") passes an ", role, " list");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size, "braid: ", op,
+              ": the root needs one ", role, " list of ", size, " tensors");
+  const std::string an = std::string("an ") + role;
+  for (const auto& t : lists[0]) {
+    checkTensor(t, op, role);
+    checkSameType(mine, t, op, an.c_str());
+    TORCH_CHECK(t.numel() == mine.numel(), "braid: ", op, ": ", an, " has ", t.numel(),
+                " elements but the ", other, " has ", mine.numel());
+  }
+  return lists[0];
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- reductions
@@ -177,15 +232,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const at::Tensor& out = checkSingle(outputs, "reduce_scatter", "output");
-  TORCH_CHECK(inputs.size() == 1, "braid: reduce_scatter takes one input list per process, got ",
-              inputs.size());
-  const auto& in = inputs[0];
-  TORCH_CHECK(static_cast<int>(in.size()) == size_, "braid: reduce_scatter: the input list has ",
-              in.size(), " tensors for a group of ", size_);
-  for (const auto& t : in) {
-    checkTensor(t, "reduce_scatter", "input");
-    checkSameType(out, t, "reduce_scatter", "an input");
-  }
+  const auto& in = listPerProcess(inputs, size_, out, "reduce_scatter", "input");
   TORCH_CHECK(in[static_cast<std::size_t>(rank_)].numel() == out.numel(),
               "braid: reduce_scatter: the output has ", out.numel(), " elements but input[", rank_,
               "] (this rank's block) has ", in[static_cast<std::size_t>(rank_)].numel());
@@ -211,12 +258,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  checkTensor(output, "reduce_scatter_tensor", "output");
-  checkTensor(input, "reduce_scatter_tensor", "input");
-  checkSameType(input, output, "reduce_scatter_tensor", "the output");
-  TORCH_CHECK(input.numel() == output.numel() * size_,
-              "braid: reduce_scatter_tensor: the input has ", input.numel(),
-              " elements; it must have group size (", size_, ") x output (", output.numel(), ")");
+  checkWholeAndPart(output, input, false, size_, "reduce_scatter_tensor");
   const Reduction red = toReduction(opts.reduceOp, input, "reduce_scatter_tensor");
   const auto dtype = red.dtype;
   const auto op = red.op;
@@ -259,15 +301,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const at::Tensor& in = checkSingle(inputs, "all_gather", "input");
-  TORCH_CHECK(outputs.size() == 1, "braid: all_gather takes one output list per process, got ",
-              outputs.size());
-  const auto& out = outputs[0];
-  TORCH_CHECK(static_cast<int>(out.size()) == size_, "braid: all_gather: the output list has ",
-              out.size(), " tensors for a group of ", size_);
-  for (const auto& t : out) {
-    checkTensor(t, "all_gather", "output");
-    checkSameType(in, t, "all_gather", "an output");
-  }
+  const auto& out = listPerProcess(outputs, size_, in, "all_gather", "output");
   TORCH_CHECK(out[static_cast<std::size_t>(rank_)].numel() == in.numel(),
               "braid: all_gather: the input has ", in.numel(), " elements but output[", rank_,
               "] has ", out[static_cast<std::size_t>(rank_)].numel());
@@ -290,12 +324,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  checkTensor(output, "all_gather_into_tensor", "output");
-  checkTensor(input, "all_gather_into_tensor", "input");
-  checkSameType(input, output, "all_gather_into_tensor", "the output");
-  TORCH_CHECK(output.numel() == input.numel() * size_,
-              "braid: all_gather_into_tensor: the output has ", output.numel(),
-              " elements; it must have group size (", size_, ") x input (", input.numel(), ")");
+  checkWholeAndPart(output, input, true, size_, "all_gather_into_tensor");
   auto comm = comm_;
   at::Tensor out = output, in = input;
   return enqueue(
@@ -503,21 +532,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
   const at::Tensor& in = checkSingle(inputs, "gather", "input");
   checkRoot(opts.rootRank, size_, "gather");
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> out;
-  if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-                "braid: gather: the root needs one output list of ", size_, " tensors");
-    out = outputs[0];
-    for (const auto& t : out) {
-      checkTensor(t, "gather", "output");
-      checkSameType(in, t, "gather", "an output");
-      TORCH_CHECK(t.numel() == in.numel(), "braid: gather: an output has ", t.numel(),
-                  " elements but the input has ", in.numel());
-    }
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "braid: gather: only the root (rank ", root, ") passes an output list");
-  }
+  const std::vector<at::Tensor> out =
+      rootList(outputs, rank_ == root, root, size_, in, "gather", "output", "input");
   auto comm = comm_;
   return enqueue(
       c10d::OpType::GATHER, "braid:gather", inputs, out,
@@ -541,21 +557,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
   const at::Tensor& out = checkSingle(outputs, "scatter", "output");
   checkRoot(opts.rootRank, size_, "scatter");
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> in;
-  if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-                "braid: scatter: the root needs one input list of ", size_, " tensors");
-    in = inputs[0];
-    for (const auto& t : in) {
-      checkTensor(t, "scatter", "input");
-      checkSameType(out, t, "scatter", "an input");
-      TORCH_CHECK(t.numel() == out.numel(), "braid: scatter: an input has ", t.numel(),
-                  " elements but the output has ", out.numel());
-    }
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "braid: scatter: only the root (rank ", root, ") passes an input list");
-  }
+  const std::vector<at::Tensor> in =
+      rootList(inputs, rank_ == root, root, size_, out, "scatter", "input", "output");
   auto comm = comm_;
   return enqueue(
       c10d::OpType::SCATTER, "braid:scatter", in, outputs,
