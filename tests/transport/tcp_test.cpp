@@ -216,8 +216,8 @@ TEST(TcpTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
     });
   }
   // Rank 0 posts a large send, waits for something else (which ends the wait long before the
-  // send is written), then stops waiting: the background thread, which saw a wait begin, must
-  // still take the send over once nobody attends to it.
+  // send is written), then stops waiting: the background thread, idle while a thread waited,
+  // must take the send over once nobody attends to it.
   {
     Rendezvous ready(2);
     runRanks(2, [&](int rank, Transport& t) {
