@@ -61,19 +61,30 @@ bool sharesMemory(const at::Tensor& a, const at::Tensor& b) {
   return a.storage().unsafeGetStorageImpl() == b.storage().unsafeGetStorageImpl();
 }
 
-// The flat forms (reduce_scatter_tensor, all_gather_into_tensor): both tensors checked, of one
-// type, the whole one (the output when `outputIsWhole`, else the input) group size x the other.
+// The flat forms (reduce_scatter_tensor, all_gather_into_tensor) and each pair of their
+// coalesced forms (`index`): both tensors checked, of one type, the whole one (the output when
+// `outputIsWhole`, else the input) group size x the other.
 void checkWholeAndPart(const at::Tensor& output, const at::Tensor& input, bool outputIsWhole,
-                       int size, const char* op) {
-  checkTensor(output, op, "output");
-  checkTensor(input, op, "input");
-  checkSameType(input, output, op, "the output");
+                       int size, const char* op, std::optional<std::size_t> index = {}) {
+  checkTensor(input, op, index ? "an input" : "input");
+  checkTensor(output, op, index ? "an output" : "output");
+  checkSameType(input, output, op, index ? "an output" : "the output");
+  const std::string n = index ? " " + std::to_string(*index) : "";
   const at::Tensor& whole = outputIsWhole ? output : input;
   const at::Tensor& part = outputIsWhole ? input : output;
-  TORCH_CHECK(whole.numel() == part.numel() * size, "braid: ", op, ": the ",
-              outputIsWhole ? "output" : "input", " has ", whole.numel(),
+  TORCH_CHECK(whole.numel() == part.numel() * size, "braid: ", op, ": ", index ? "" : "the ",
+              outputIsWhole ? "output" : "input", n, " has ", whole.numel(),
               " elements; it must have group size (", size, ") x ",
-              outputIsWhole ? "input" : "output", " (", part.numel(), ")");
+              outputIsWhole ? "input" : "output", n, " (", part.numel(), ")");
+}
+
+// The coalesced flat forms: as many outputs as inputs, each pair as checkWholeAndPart checks it.
+void checkCoalesced(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                    bool outputIsWhole, int size, const char* op) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "braid: ", op, ": ", outputs.size(), " outputs for ",
+              inputs.size(), " inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    checkWholeAndPart(outputs[i], inputs[i], outputIsWhole, size, op, i);
 }
 
 // reduce_scatter's inputs or all_gather's outputs (`role`): one list of `size` tensors, each
@@ -375,17 +386,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  const char* what = "all_gather_into_tensor (coalesced)";
-  TORCH_CHECK(outputs.size() == inputs.size(), "braid: ", what, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(inputs[i], what, "an input");
-    checkTensor(outputs[i], what, "an output");
-    checkSameType(inputs[i], outputs[i], what, "an output");
-    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "braid: ", what, ": output ", i,
-                " has ", outputs[i].numel(), " elements; it must have group size (", size_,
-                ") x input ", i, " (", inputs[i].numel(), ")");
-  }
+  checkCoalesced(outputs, inputs, true, size_, "all_gather_into_tensor (coalesced)");
   auto comm = comm_;
   return enqueue(
       c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, "braid:all_gather_into_tensor_coalesced",
@@ -431,18 +432,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesce
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* what = "reduce_scatter_tensor (coalesced)";
-  TORCH_CHECK(outputs.size() == inputs.size(), "braid: ", what, ": ", outputs.size(),
-              " outputs for ", inputs.size(), " inputs");
+  checkCoalesced(outputs, inputs, false, size_, what);
   std::vector<Reduction> reds;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    checkTensor(inputs[i], what, "an input");
-    checkTensor(outputs[i], what, "an output");
-    checkSameType(inputs[i], outputs[i], what, "an output");
-    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "braid: ", what, ": input ", i,
-                " has ", inputs[i].numel(), " elements; it must have group size (", size_,
-                ") x output ", i, " (", outputs[i].numel(), ")");
-    reds.push_back(toReduction(opts.reduceOp, inputs[i], what));
-  }
+  for (const auto& in : inputs) reds.push_back(toReduction(opts.reduceOp, in, what));
   auto comm = comm_;
   return enqueue(
       c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, "braid:reduce_scatter_tensor_coalesced",
