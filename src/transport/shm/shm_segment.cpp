@@ -254,15 +254,23 @@ int threadsOfThisProcess() {
 }  // namespace
 
 bool registerLightWake() {
+  // Registering here, the result is kept for this process, so that later communicators do not
+  // wait for another grace period: state first, then the pid it belongs to.
+  auto registerHere = [] {
+    const bool ok = registerNow();
+    gLoadRegistration.store(ok ? 1 : 0, std::memory_order_release);
+    gLoadRegistrationPid.store(::getpid(), std::memory_order_release);
+    return ok;
+  };
   // A process forked since has its own registration to make, and no load-time thread (one that
   // was in flight at the fork stayed in the parent).
-  if (gLoadRegistrationPid.load(std::memory_order_relaxed) != ::getpid()) return registerNow();
+  if (gLoadRegistrationPid.load(std::memory_order_acquire) != ::getpid()) return registerHere();
   int state = gLoadRegistration.load(std::memory_order_acquire);
   while (state == kInFlight) {  // the load-time thread is in the kernel's grace period
     std::this_thread::sleep_for(std::chrono::microseconds(100));
     state = gLoadRegistration.load(std::memory_order_acquire);
   }
-  return state == kNotStarted ? registerNow() : state == 1;
+  return state == kNotStarted ? registerHere() : state == 1;
 }
 
 bool heavyFence() {
