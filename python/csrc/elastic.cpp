@@ -37,6 +37,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <variant>
 
+#include "gil.hpp"
 #include "process_group.hpp"
 #include "store_adapter.hpp"
 
@@ -49,21 +50,6 @@ std::string listText(const std::vector<int>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
-
-/// Releases the GIL for the scope when this thread holds it (the agreement waits for the other
-/// ranks; torch's pybind binding of Backend.shrink may call in with the GIL held).
-class NoGil {
- public:
-  NoGil() : saved_(Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
-  ~NoGil() {
-    if (saved_) PyEval_RestoreThread(saved_);
-  }
-  NoGil(const NoGil&) = delete;
-  NoGil& operator=(const NoGil&) = delete;
-
- private:
-  PyThreadState* saved_;
-};
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 
+#include "gil.hpp"
 #include "process_group.hpp"
 #include "tensor_util.hpp"
 
@@ -69,13 +70,8 @@ class TorchFusionBuffer {
     }
     if (!fb) return;
     // The buffer's thread may need the GIL (a then() callback, a tensor's Python object).
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      PyThreadState* saved = PyEval_SaveThread();
-      fb.reset();
-      PyEval_RestoreThread(saved);
-    } else {
-      fb.reset();
-    }
+    NoGil nogil;
+    fb.reset();
   }
 
   c10::intrusive_ptr<c10::ivalue::Future> add(const at::Tensor& t, const std::string& opName) {

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <braid/comm.hpp>
 #include <braid/types.hpp>
+#include <memory>
+#include <mutex>
+#include <optional>
 
 #include "compression.hpp"
 #include "fusion.hpp"
@@ -51,6 +54,16 @@ c10::intrusive_ptr<ProcessGroupBraid> createGroup(
   py::gil_scoped_release nogil;
   return ProcessGroupBraid::create(store, rank, size, config, parent.get(), parentRanks, name, why);
 }
+
+#if BRAID_TORCH_HAS_COMPLETION_HOOKS
+// What a completion hook registered through _register_completion_recorder saw: torch binds no
+// Python registration for c10d::CompletionHook (its consumers are C++), so the tests and
+// whoever wants to look from Python use this one.
+struct CompletionRecorder {
+  std::mutex mu;
+  std::vector<std::pair<std::uint64_t, std::optional<float>>> seen;
+};
+#endif
 
 }  // namespace
 }  // namespace braid_torch
@@ -119,7 +132,33 @@ PYBIND11_MODULE(_C, m) {
            "braid's shrink agreement over the live ranks (braid_torch.shrink): the group's "
            "ranks left out; once per group")
       .def("revoke", &ProcessGroupBraid::revoke,
-           "revokes the group on every rank: pending and later operations fail with PeerLost");
+           "revokes the group on every rank: pending and later operations fail with PeerLost")
+#if BRAID_TORCH_HAS_COMPLETION_HOOKS
+      .def(
+          "_register_completion_recorder",
+          [](ProcessGroupBraid& pg, std::int64_t hookId) {
+            auto rec = std::make_shared<braid_torch::CompletionRecorder>();
+            pg.registerCompletionHook(hookId, [rec](const c10d::CompletionHookArgs& a) {
+              std::lock_guard<std::mutex> lk(rec->mu);
+              rec->seen.emplace_back(a.completionKey, a.duration_ms);
+            });
+            return rec;
+          },
+          py::arg("hook_id"),
+          "registers a C++ completion hook (c10d::CompletionHook) under hook_id that records "
+          "(completion key, duration in ms or None) per completed operation; returns the record")
+      .def("_unregister_completion_hook", &ProcessGroupBraid::unregisterCompletionHook,
+           py::arg("hook_id"))
+#endif
+      ;
+#if BRAID_TORCH_HAS_COMPLETION_HOOKS
+  py::class_<braid_torch::CompletionRecorder, std::shared_ptr<braid_torch::CompletionRecorder>>(
+      m, "_CompletionRecord")
+      .def("records", [](braid_torch::CompletionRecorder& r) {
+        std::lock_guard<std::mutex> lk(r.mu);
+        return r.seen;
+      });
+#endif
 
   braid_torch::bindFusion(m);
   braid_torch::bindCompression(m);

@@ -16,6 +16,7 @@
 #include <numeric>
 #include <optional>
 
+#include "gil.hpp"
 #include "store_adapter.hpp"
 #include "tensor_util.hpp"
 
@@ -112,17 +113,13 @@ c10::intrusive_ptr<ProcessGroupBraid> ProcessGroupBraid::create(
 
 ProcessGroupBraid::~ProcessGroupBraid() {
   stopQueue();
+  tracker_->stop();  // after the queue: its last operations' hooks run first
 }
 
 void ProcessGroupBraid::stopQueue() {
   // The worker may run a Python future callback, which needs the GIL this thread may hold.
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    PyThreadState* saved = PyEval_SaveThread();
-    queue_->shutdown();
-    PyEval_RestoreThread(saved);
-  } else {
-    queue_->shutdown();
-  }
+  NoGil nogil;
+  queue_->shutdown();
 }
 
 void ProcessGroupBraid::checkOpen(const char* op) const {
@@ -144,6 +141,49 @@ void ProcessGroupBraid::shutdown() {
   shutDown_ = true;
   stopQueue();
 }
+
+// ---------------------------------------------------------------- coalescing, timing, hooks
+
+void ProcessGroupBraid::startCoalescing() {
+  // Allowed on a closed group: torch's abort path brackets abort() calls with it.
+  tracker_->startCoalescing();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::endCoalescing() {
+  return tracker_->endCoalescing(queue_);
+}
+
+void ProcessGroupBraid::enableCollectivesTiming() {
+  tracker_->enableTiming();
+}
+
+void ProcessGroupBraid::registerOnCompletionHook(
+    std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) {
+  TORCH_CHECK(hook, "braid: _register_on_completion_hook on rank ", rank_, ": the hook is empty");
+  TORCH_CHECK(!onCompletionHook_, "braid: _register_on_completion_hook on rank ", rank_,
+              ": a hook is registered already (one per group)");
+  // torch's hasHooks() (destroy_process_group waits for pending works when it is true) reads
+  // the base class's member, so the hook lives there; the tracker's thread calls it, and is
+  // stopped before this group goes.
+  onCompletionHook_ = std::move(hook);
+  tracker_->setInfoHook([this](std::shared_ptr<c10d::WorkInfo> info) { onCompletionHook_(info); });
+}
+
+void ProcessGroupBraid::waitForPendingWorks() {
+  tracker_->waitForPending(*queue_, timeout());
+}
+
+#if BRAID_TORCH_HAS_COMPLETION_HOOKS
+void ProcessGroupBraid::registerCompletionHook(std::int64_t hookId, c10d::CompletionHook hook) {
+  TORCH_CHECK(hook, "braid: register_completion_hook on rank ", rank_, ": hook ", hookId,
+              " is empty");
+  tracker_->registerHook(hookId, std::move(hook));
+}
+
+void ProcessGroupBraid::unregisterCompletionHook(std::int64_t hookId) {
+  tracker_->unregisterHook(hookId);
+}
+#endif
 
 void ProcessGroupBraid::abort() {
   // Pending and later operations of both communicators fail with braid's Aborted error; the
@@ -190,18 +230,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupBraid::split(
   const std::string why = !comm_->options().shareConnections ? "BRAID_SHARE_CONNECTIONS=0"
                                                              : "torch passed split() no group name";
   // Bootstrap waits for the other members: let other Python threads run meanwhile.
-  PyThreadState* saved = (Py_IsInitialized() && PyGILState_Check()) ? PyEval_SaveThread() : nullptr;
-  c10::intrusive_ptr<ProcessGroupBraid> child;
-  try {
-    child =
-        create(store->clone(), static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
-               config, derive ? this : nullptr, ranks, name.empty() ? "split" : name, why);
-  } catch (...) {
-    if (saved) PyEval_RestoreThread(saved);
-    throw;
-  }
-  if (saved) PyEval_RestoreThread(saved);
-  return child;
+  NoGil nogil;
+  return create(store->clone(), static_cast<int>(it - ranks.begin()),
+                static_cast<int>(ranks.size()), config, derive ? this : nullptr, ranks,
+                name.empty() ? "split" : name, why);
 }
 
 void ProcessGroupBraid::runInOrder(const char* title, std::function<void(braid::Comm&)> fn) {

@@ -55,6 +55,7 @@
 
 #include "p2p.hpp"
 #include "torch_compat.hpp"
+#include "tracking.hpp"
 #include "work.hpp"
 
 namespace braid_torch {
@@ -199,6 +200,33 @@ class ProcessGroupBraid : public BackendBase {
   void registerAbortHook(std::int64_t hookId, c10d::AbortHook hook) override;
   void unregisterAbortHook(std::int64_t hookId) override;
 #endif
+  // ---- what happens to the works handed out (tracking.hpp, docs/pytorch.md "Coalescing,
+  // timing and completion hooks") ----
+  /// _coalescing_manager(device=...) and batch_isend_irecv: the ops issued in between run as
+  /// always; endCoalescing returns one work over them.
+  bool supportsCoalescing() const override {
+    return true;
+  }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  /// ProcessGroup._enable_collectives_timing: works issued afterwards have Work._get_duration.
+  void enableCollectivesTiming() override;
+  /// ProcessGroup._register_on_completion_hook: the hook gets a WorkInfo for each operation that
+  /// completed successfully, on a thread of its own, in completion order. Once per group.
+  void registerOnCompletionHook(
+      std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override;
+  /// ProcessGroup._wait_for_pending_works (destroy_process_group calls it when a hook is
+  /// registered): every operation issued completed and its hook returned; bounded by the
+  /// group's timeout.
+  void waitForPendingWorks() override;
+#if BRAID_TORCH_HAS_COMPLETION_HOOKS
+  bool supportsCompletionHooks() const override {
+    return true;
+  }
+  void registerCompletionHook(std::int64_t hookId, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(std::int64_t hookId) override;
+#endif
+
   /// Collective over the live ranks: braid::Comm::shrink of the collectives' communicator
   /// (which revokes it on every rank first), then a point-to-point communicator split off the
   /// result. Returns this group's ranks that were left out, ascending. Done once: later calls
@@ -270,7 +298,9 @@ class ProcessGroupBraid : public BackendBase {
   std::shared_ptr<braid::Comm> comm_;
   std::shared_ptr<P2P> p2p_;
   std::shared_ptr<OpQueue> queue_;
-  std::atomic<std::uint64_t> seq_{0};  // collectives issued (getSequenceNumberForGroup)
+  std::atomic<std::uint64_t> seq_{0};     // collectives issued (getSequenceNumberForGroup)
+  std::atomic<std::uint64_t> p2pSeq_{0};  // point-to-point operations issued
+  const std::shared_ptr<WorkTracker> tracker_ = std::make_shared<WorkTracker>();
   std::atomic<std::int64_t> timeoutMs_;
   std::mutex shrinkMu_;  // agreeShrink: one at a time, and the result below
   c10::intrusive_ptr<ProcessGroupBraid> shrunk_;
@@ -297,7 +327,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   // closed_ is set before abort() aborts the communicators: a caller whose pending operation
   // just failed with Aborted gets this error, not a queue that is about to stop.
   checkOpen(title);
-  ++seq_;
+  const std::uint64_t seq = ++seq_;
   const bool perCall = callTimeout.count() > 0;
   TORCH_CHECK(perCall || callTimeout == c10d::kUnsetTimeout, "braid: ", title, " on rank ", rank_,
               ": the option's timeout must be positive, got ", callTimeout.count(), " ms");
@@ -326,6 +356,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   };
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
                                              std::move(withTimeout));
+  tracker_->issue(work, seq, *queue_);
   queue_->push(work);
   return work;
 }

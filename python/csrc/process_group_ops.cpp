@@ -648,7 +648,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::send(std::vector<at::Tensor>& 
   const at::Tensor& t = checkSingle(tensors, "send", "input");
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "braid: send: destination rank ", dst,
               " is not another rank of the group [0, ", size_, ")");
-  return p2p_->send(queue_, t, dst, tag);
+  auto work = p2p_->send(queue_, t, dst, tag);
+  tracker_->issue(work, ++p2pSeq_, *queue_);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& tensors, int src,
@@ -657,14 +659,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recv(std::vector<at::Tensor>& 
   const at::Tensor& t = checkSingle(tensors, "recv", "output");
   TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "braid: recv: source rank ", src,
               " is not another rank of the group [0, ", size_, ")");
-  return p2p_->recv(queue_, t, src, tag);
+  auto work = p2p_->recv(queue_, t, src, tag);
+  tracker_->issue(work, ++p2pSeq_, *queue_);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                 int tag) {
   checkOpen("recv");
   const at::Tensor& t = checkSingle(tensors, "recv", "output");
-  return p2p_->recvAnySource(queue_, t, tag);
+  auto work = p2p_->recvAnySource(queue_, t, tag);
+  tracker_->issue(work, ++p2pSeq_, *queue_);
+  return work;
 }
 
 }  // namespace braid_torch

@@ -31,6 +31,14 @@
 #define BRAID_TORCH_HAS_ABORT_HOOKS 0
 #endif
 
+// c10d::Backend's completion hooks by key (supportsCompletionHooks, registerCompletionHook,
+// c10d::CompletionHook): torch 2.15 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define BRAID_TORCH_HAS_COMPLETION_HOOKS 1
+#else
+#define BRAID_TORCH_HAS_COMPLETION_HOOKS 0
+#endif
+
 // c10d::Backend's reconfigure API (supportsReconfigure, get_reconfigure_handle, reconfigure;
 // torch.distributed._reconfigure) and merge (ProcessGroup.merge_remote_group): torch 2.15 on.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <string>
 
+#include "tracking.hpp"
+
 namespace braid_torch {
 
 namespace {
@@ -22,6 +24,8 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
 bool profiling() {
   return at::isRecordFunctionEnabled() && at::hasCallbacks();
 }
+
+std::atomic<std::uint64_t> nextKey{1};
 
 }  // namespace
 
@@ -46,13 +50,16 @@ BraidWork::BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType
       outputs_(std::move(outputs)),
       run_(std::move(run)),
       poll_(std::move(poll)),
-      block_(std::move(block)) {}
+      block_(std::move(block)),
+      key_(nextKey.fetch_add(1, std::memory_order_relaxed)) {}
 
 BraidWork::~BraidWork() = default;
 
 bool BraidWork::isCompleted() {
   if (!done() && isPosted()) tryPoll();
-  return done();
+  // c10d::Work's state is set first in complete(): a future's waiter that looks right after the
+  // future completed sees the work completed too, though done_ may not be set yet.
+  return done() || c10d::Work::isCompleted();
 }
 
 void BraidWork::settle(c10::ivalue::Future& f, const std::exception_ptr& error) {
@@ -63,22 +70,54 @@ void BraidWork::settle(c10::ivalue::Future& f, const std::exception_ptr& error) 
 }
 
 void BraidWork::complete(std::exception_ptr error) {
-  // Base state first (completed_, exception_, the profiler's end event), then the future if
-  // somebody holds one, whose callbacks (DDP's) may look at this work, then `done_`, which
-  // releases wait().
+  // Base state first (completed_, exception_, the profiler's end event), then the group's
+  // completion callback (hooks, pending count), then the future if somebody holds one, whose
+  // callbacks (DDP's) may look at this work, then `done_`, which releases wait().
+  if (timed_) finished_ = std::chrono::steady_clock::now();
   finish(error);
   c10::intrusive_ptr<c10::ivalue::Future> f;
+  std::shared_ptr<WorkTracker> tracker;
   {
     std::lock_guard<std::mutex> lk(futureMu_);
     settled_ = true;
     error_ = error;
     f = future_;
+    tracker = std::move(tracker_);
   }
+  if (tracker) tracker->completed(*this, error);
   if (f) settle(*f, error);
   done_.store(true, std::memory_order_release);
 }
 
+void BraidWork::track(std::shared_ptr<WorkTracker> tracker) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lk(futureMu_);
+    if (!settled_) {
+      tracker_ = std::move(tracker);
+      return;
+    }
+    error = error_;
+  }
+  tracker->completed(*this, error);
+}
+
+void BraidWork::enableTiming() {
+  timed_ = true;
+  issued_ = started_ = std::chrono::steady_clock::now();
+}
+
+float BraidWork::getDuration() const {
+  TORCH_CHECK(timed_, "braid: ", c10d::opTypeToString(opType_),
+              ": no duration: collectives timing was not enabled when it was issued "
+              "(ProcessGroup._enable_collectives_timing())");
+  TORCH_CHECK(done(), "braid: ", c10d::opTypeToString(opType_),
+              ": no duration before the operation completed");
+  return std::chrono::duration<float, std::milli>(finished_ - started_).count();
+}
+
 void BraidWork::execute() {
+  if (timed_) started_ = std::chrono::steady_clock::now();
   std::exception_ptr error;
   try {
     at::NoGradGuard noGrad;

@@ -31,6 +31,7 @@
 namespace braid_torch {
 
 class OpQueue;
+class WorkTracker;
 
 class BraidWork : public c10d::Work {
  public:
@@ -68,6 +69,25 @@ class BraidWork : public c10d::Work {
   void setSourceRank(int r) { sourceRank_.store(r); }
   bool done() const { return done_.load(std::memory_order_acquire); }
 
+  // ---- the group's view of its works (tracking.hpp): set before the work can run ----
+  /// The group's tracker is told when the work completes (WorkTracker::completed: on the thread
+  /// that completed it, before wait() returns); at once if it already completed.
+  void track(std::shared_ptr<WorkTracker> tracker);
+  /// Records when the operation was issued (now: this is called at issue), started and
+  /// finished (enableCollectivesTiming, hooks): a queued collective starts when it runs, a
+  /// posted one at issue (it is posted already).
+  void enableTiming();
+  void setSequence(std::uint64_t seq) { seq_ = seq; }
+  /// Milliseconds from start to finish (the active time); the work must be completed and timed.
+  float getDuration() const override;
+  std::uint64_t getSequencenumber() const override { return seq_; }
+  /// Unique in the process, never reused (torch's completion hooks correlate by it).
+  std::uint64_t getCompletionKey() const override { return key_; }
+  std::chrono::steady_clock::time_point issuedAt() const { return issued_; }
+  std::chrono::steady_clock::time_point startedAt() const { return started_; }
+  std::chrono::steady_clock::time_point finishedAt() const { return finished_; }
+  bool timed() const { return timed_; }
+
  private:
   BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
             const char* profilingTitle, const std::vector<at::Tensor>& inputs,
@@ -91,8 +111,13 @@ class BraidWork : public c10d::Work {
   // creation against completion, so that exactly one of the two completes it.
   std::mutex futureMu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  bool settled_ = false;      // complete() ran (guarded by futureMu_)
-  std::exception_ptr error_;  // its error (guarded by futureMu_)
+  bool settled_ = false;                  // complete() ran (guarded by futureMu_)
+  std::exception_ptr error_;              // its error (guarded by futureMu_)
+  std::shared_ptr<WorkTracker> tracker_;  // guarded by futureMu_
+  bool timed_ = false;
+  std::chrono::steady_clock::time_point issued_{}, started_{}, finished_{};
+  std::uint64_t seq_ = 0;
+  const std::uint64_t key_;
 };
 
 /// Runs queued collectives in issue order, one at a time, inline in wait() or on its worker; also
