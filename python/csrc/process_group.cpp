@@ -170,6 +170,24 @@ void ProcessGroupBraid::registerOnCompletionHook(
 }
 
 void ProcessGroupBraid::waitForPendingWorks() {
+  tracker_->checkNotHookThread();
+  // Collectives run one at a time in issue order: once a no-op queued now has run, so has every
+  // one issued before it. A stopped queue ran what it held.
+  if (!closed_.load()) {
+    auto marker = c10::make_intrusive<BraidWork>(
+        queue_, c10d::OpType::UNKNOWN, "braid:wait_for_pending_works", std::vector<at::Tensor>{},
+        std::vector<at::Tensor>{}, [] {});
+    bool queued = true;
+    try {
+      queue_->push(marker);
+    } catch (const std::exception&) {
+      queued = false;  // shut down meanwhile
+    }
+    if (queued) {
+      NoGil nogil;  // a future callback on the worker may need it
+      marker->wait();
+    }
+  }
   tracker_->waitForPending(*queue_, timeout());
 }
 

@@ -32,14 +32,18 @@ WorkTracker::~WorkTracker() {
 void WorkTracker::issue(const c10::intrusive_ptr<BraidWork>& work, std::uint64_t seq,
                         OpQueue& queue) {
   work->setSequence(seq);
+  const bool posted = work->isPosted();
+  const bool timing = timing_.load(std::memory_order_acquire);
+  const bool hooked = hooked_.load(std::memory_order_acquire);
+  // The common case, a queued collective with nothing switched on, costs these loads only:
+  // waitForPendingWorks finds queued collectives through the queue's order instead.
+  if (!posted && !timing && !hooked && !coalescing_.load(std::memory_order_acquire)) return;
   // A WorkInfo hook reports when each work started and finished, so it times them too.
-  if (timing_.load(std::memory_order_acquire) || hooked_.load(std::memory_order_acquire))
-    work->enableTiming();
-  bool watch = false;
+  if (timing || hooked) work->enableTiming();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    ++pending_;
-    if (work->isPosted()) {
+    if (posted) {
+      ++pendingPosted_;
       // Completed ones leave lazily: completed() runs inside the work's own completion, which
       // must not drop what may be the last reference to it.
       if (posted_.size() >= 64)
@@ -47,12 +51,11 @@ void WorkTracker::issue(const c10::intrusive_ptr<BraidWork>& work, std::uint64_t
             std::remove_if(posted_.begin(), posted_.end(), [](const auto& w) { return w->done(); }),
             posted_.end());
       posted_.push_back(work);
-      watch = hooked_.load(std::memory_order_relaxed);
     }
     if (coalescing_) coalesced_.push_back(work);
   }
-  work->track(shared_from_this());
-  if (watch) queue.watch(work);
+  if (posted || hooked) work->track(shared_from_this());
+  if (posted && hooked) queue.watch(work);
 }
 
 void WorkTracker::completed(BraidWork& work, const std::exception_ptr& error) {
@@ -72,7 +75,7 @@ void WorkTracker::completed(BraidWork& work, const std::exception_ptr& error) {
     if (!error)
       for (const auto& h : hooks_) hooks.push_back(h.second);
 #endif
-    --pending_;
+    if (work.isPosted()) --pendingPosted_;
   }
   if (notifyHook) hookCv_.notify_one();
   cv_.notify_all();
@@ -154,25 +157,28 @@ void WorkTracker::hookLoop() {
   }
 }
 
+void WorkTracker::checkNotHookThread() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  TORCH_CHECK(std::this_thread::get_id() != hookThread_.get_id(),
+              "braid: _wait_for_pending_works called from the on-completion hook, which would "
+              "wait for itself");
+}
+
 void WorkTracker::waitForPending(OpQueue& queue, std::chrono::milliseconds timeout) {
   std::vector<c10::intrusive_ptr<BraidWork>> watch;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    TORCH_CHECK(std::this_thread::get_id() != hookThread_.get_id(),
-                "braid: _wait_for_pending_works called from the on-completion hook, which would "
-                "wait for itself");
     for (const auto& w : posted_)
       if (!w->done()) watch.push_back(w);
   }
-  // Posted works complete only when polled; queued collectives run now instead of after the
-  // grace period left to a caller about to wait() on them.
+  // Posted works complete only when polled.
   for (auto& w : watch) queue.watch(std::move(w));
-  queue.expedite();
   NoGil nogil;  // the hook thread may need the GIL this thread holds
   std::unique_lock<std::mutex> lk(mu_);
-  const bool done =
-      cv_.wait_for(lk, timeout, [&] { return pending_ == 0 && infos_.empty() && !hookRunning_; });
-  TORCH_CHECK(done, "braid: _wait_for_pending_works: ", pending_, " operations still pending and ",
+  const bool done = cv_.wait_for(
+      lk, timeout, [&] { return pendingPosted_ == 0 && infos_.empty() && !hookRunning_; });
+  TORCH_CHECK(done, "braid: _wait_for_pending_works: ", pendingPosted_,
+              " point-to-point operations still pending and ",
               infos_.size() + (hookRunning_ ? 1 : 0),
               " on-completion hook calls still to run after ", timeout.count(), " ms");
 }

@@ -47,8 +47,9 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   WorkTracker(const WorkTracker&) = delete;
   WorkTracker& operator=(const WorkTracker&) = delete;
 
-  /// Before `work` can run: its sequence number, timing when enabled, the pending count; recorded
-  /// while coalescing; a posted work is watched by `queue` while hooks are registered.
+  /// Before `work` can run: its sequence number, timing when enabled; a posted work is counted
+  /// until it completes, and watched by `queue` while hooks are registered; recorded while
+  /// coalescing. A queued collective with nothing switched on is not tracked at all.
   void issue(const c10::intrusive_ptr<BraidWork>& work, std::uint64_t seq, OpQueue& queue);
   /// `work` completed (`error`: null on success): fires the hooks, counts it done.
   void completed(BraidWork& work, const std::exception_ptr& error);
@@ -62,9 +63,12 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   void registerHook(std::int64_t id, c10d::CompletionHook hook);
   void unregisterHook(std::int64_t id);
 #endif
-  /// Waits until every issued work completed and the WorkInfo hook returned for each (posted
-  /// works are watched meanwhile; the GIL is released). Throws after `timeout`, saying how many
-  /// works are left.
+  /// Throws when called on the hook thread (waitForPendingWorks would wait for itself).
+  void checkNotHookThread() const;
+  /// Waits until every posted work issued completed and the WorkInfo hook returned for every
+  /// work that completed (posted works are watched meanwhile; the GIL is released); the queued
+  /// collectives are the caller's (ProcessGroupBraid::waitForPendingWorks runs the queue
+  /// first). Throws after `timeout`, saying how many are left.
   void waitForPending(OpQueue& queue, std::chrono::milliseconds timeout);
 
   /// Starts recording the works issued (torch's startCoalescing); not again before end.
@@ -80,10 +84,10 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   void hookLoop();
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // pending_ fell to 0 or infos_ drained (waitForPending)
+  std::condition_variable cv_;  // pendingPosted_ fell to 0 or infos_ drained (waitForPending)
   std::atomic<bool> timing_{false};
   std::atomic<bool> hooked_{false};  // a hook is registered: posted works get watched
-  std::uint64_t pending_ = 0;        // issued, not completed
+  std::uint64_t pendingPosted_ = 0;  // posted works issued, not completed
   // Posted works not completed: watched by waitForPending (they complete only when polled).
   std::vector<c10::intrusive_ptr<BraidWork>> posted_;
   std::atomic<bool> coalescing_{false};
