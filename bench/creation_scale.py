@@ -189,13 +189,15 @@ def report(results, sizes, impls):
     def med(impl, n, key):
         vals = [r[key] for r in results if r["impl"] == impl and r["nranks"] == n and key in r]
         return statistics.median(vals) if vals else None
-    lines = ["| ranks | impl | creation (ms, max over ranks) | first allreduce (ms) | connections per rank |",
-             "|---:|---|---:|---:|---:|"]
+    lines = ["| ranks | impl | creation (ms, max over ranks) | first allreduce (ms) | connections per rank "
+             "| creation CPU ms per rank: max / mean |",
+             "|---:|---|---:|---:|---:|---:|"]
     for n in sizes:
         for impl in impls:
-            lines.append("| %d | %s | %s | %s | %s |" % (n, impl, fmt(med(impl, n, "init_ms")),
-                                                    fmt(med(impl, n, "first_ms")),
-                                                    fmt(med(impl, n, "connections"), 0)))
+            lines.append("| %d | %s | %s | %s | %s | %s / %s |" % (
+                n, impl, fmt(med(impl, n, "init_ms")), fmt(med(impl, n, "first_ms")),
+                fmt(med(impl, n, "connections"), 0), fmt(med(impl, n, "init_cpu_ms_max")),
+                fmt(med(impl, n, "init_cpu_ms_mean"))))
     lines += ["", "| ranks | gloo / braid eager, creation | gloo / braid lazy, creation | "
               "gloo / braid lazy, creation + first | braid lazy creation vs 16 ranks |",
               "|---:|---:|---:|---:|---:|"]
