@@ -78,6 +78,18 @@ braid::Options makeOptions(const BackendConfig& config);
 /// A new reconfigure handle, "braid;host=H;pid=P;id=X" with X random (elastic.cpp).
 std::string newReconfigureHandle();
 
+/// What enqueue() takes from torch's option structs (every one has both): the call's timeout
+/// (kUnsetTimeout: the group's bound), and asyncOp, false when the caller waits on the Work
+/// right after issuing it (torch's blocking calls, which set it from async_op).
+struct CallOptions {
+  std::chrono::milliseconds timeout = c10d::kUnsetTimeout;
+  bool asyncOp = true;
+};
+template <typename Opts>
+CallOptions callOptions(const Opts& opts) {
+  return CallOptions{opts.timeout, opts.asyncOp};
+}
+
 class ProcessGroupBraid : public BackendBase {
  public:
   ProcessGroupBraid(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -275,14 +287,16 @@ class ProcessGroupBraid : public BackendBase {
                                                    std::function<void(braid::Comm&)> fn);
 
  private:
-  /// Queues a collective: run() performs it. `callTimeout`: the option struct's timeout
-  /// (kUnsetTimeout: the group's bound applies). A template (defined below the class) so that
-  /// the operation and its timeout handling make one std::function, not two.
+  /// Queues a collective: run() performs it. `call`: the option struct's timeout
+  /// (kUnsetTimeout: the group's bound applies) and asyncOp (false: the caller is about to
+  /// wait() and run it inline, so the queue's worker is not woken for it). A template (defined
+  /// below the class) so that the operation and its timeout handling make one std::function,
+  /// not two.
   template <typename Run>
-  c10::intrusive_ptr<c10d::Work> enqueue(
-      c10d::OpType type, const char* title, const std::vector<at::Tensor>& inputs,
-      std::vector<at::Tensor> outputs, Run&& run,
-      std::chrono::milliseconds callTimeout = c10d::kUnsetTimeout);
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
+                                         const std::vector<at::Tensor>& inputs,
+                                         std::vector<at::Tensor> outputs, Run&& run,
+                                         CallOptions call = {});
   /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
   /// it (the worker may be running a Python future callback).
   void stopQueue();
@@ -322,12 +336,12 @@ template <typename Run>
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
                                                           const std::vector<at::Tensor>& inputs,
                                                           std::vector<at::Tensor> outputs,
-                                                          Run&& run,
-                                                          std::chrono::milliseconds callTimeout) {
+                                                          Run&& run, CallOptions call) {
   // closed_ is set before abort() aborts the communicators: a caller whose pending operation
   // just failed with Aborted gets this error, not a queue that is about to stop.
   checkOpen(title);
   const std::uint64_t seq = ++seq_;
+  const std::chrono::milliseconds callTimeout = call.timeout;
   const bool perCall = callTimeout.count() > 0;
   TORCH_CHECK(perCall || callTimeout == c10d::kUnsetTimeout, "braid: ", title, " on rank ", rank_,
               ": the option's timeout must be positive, got ", callTimeout.count(), " ms");
@@ -357,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
                                              std::move(withTimeout));
   tracker_->issue(work, seq, *queue_);
-  queue_->push(work);
+  queue_->push(work, /*callerWaits=*/!call.asyncOp);
   return work;
 }
 

@@ -147,7 +147,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce(std::vector<at::Tens
         comm->allreduce(s.ptr(), s.ptr(), static_cast<std::size_t>(t.numel()), dtype, op);
         s.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 // Sparse COO tensors (e.g. nn.Embedding(sparse=True) gradients under DDP): every rank gathers
@@ -209,7 +209,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allreduce_coalesced(
         comm->allreduce(p.base, p.base, count, dtype, op);
         unpack(p, tensors);
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>& tensors,
@@ -236,7 +236,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce(std::vector<at::Tensor>
           comm->reduce(n ? in.data_ptr() : nullptr, nullptr, n, dtype, op, root);
         }
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
@@ -264,7 +264,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter(
           comm->reduceScatterv(p.base, o.ptr(), counts, dtype, op);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
@@ -284,7 +284,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_reduce_scatter_base(
                             static_cast<std::size_t>(out.numel()), dtype, op);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 // ---------------------------------------------------------------- data movement (any dtype)
@@ -305,7 +305,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::broadcast(std::vector<at::Tens
         comm->broadcast(s.ptr(), byteSize(t), kByte, root);
         if (!isRoot) s.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
@@ -330,7 +330,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather(
           comm->allgatherv(s, area.base, counts, {}, kByte);
         unpack(area, out);
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(
@@ -346,7 +346,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::_allgather_base(
         comm->allgather(byteSize(src) ? src.data_ptr() : nullptr, o.ptr(), byteSize(src), kByte);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
@@ -378,7 +378,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_coalesced(
         comm->allgather(src.base, area.base, bytes, kByte);
         unpack(area, flatOut);
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 // _coalescing_manager's fast path (FSDP's coalesced all_gather_into_tensor): one Work, one
@@ -425,7 +425,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::allgather_into_tensor_coalesce
           o.commit();
         }
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesced(
@@ -479,7 +479,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::reduce_scatter_tensor_coalesce
           o.commit();
         }
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 // dist.gather_into_tensor: the root receives every rank's input back to back in one tensor;
@@ -515,7 +515,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather_into_tensor(
         comm->gather(s, o.ptr(), byteSize(src), kByte, root);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
@@ -540,7 +540,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::gather(
         comm->gather(s, area.base, byteSize(src), kByte, root);
         unpack(area, out);
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
@@ -561,7 +561,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::scatter(
         comm->scatter(src.base, o.ptr(), byteSize(out), kByte, root);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
@@ -593,7 +593,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall_base(
           comm->alltoallv(s, sendCounts, {}, o.ptr(), recvCounts, {}, kByte);
         o.commit();
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tensor>& outputs,
@@ -631,13 +631,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::alltoall(std::vector<at::Tenso
         comm->alltoallv(src.base, sendCounts, {}, area.base, recvCounts, {}, kByte);
         unpack(area, outputs);
       },
-      opts.timeout);
+      callOptions(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::barrier(const c10d::BarrierOptions& opts) {
   auto comm = comm_;
   return enqueue(
-      c10d::OpType::BARRIER, "braid:barrier", {}, {}, [comm] { comm->barrier(); }, opts.timeout);
+      c10d::OpType::BARRIER, "braid:barrier", {}, {}, [comm] { comm->barrier(); },
+      callOptions(opts));
 }
 
 // ---------------------------------------------------------------- point-to-point

@@ -231,7 +231,7 @@ void OpQueue::startWorkerLocked() {
     worker_ = std::thread([self = shared_from_this()] { self->workerLoop(); });
 }
 
-void OpQueue::push(c10::intrusive_ptr<BraidWork> work) {
+void OpQueue::push(c10::intrusive_ptr<BraidWork> work, bool callerWaits) {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -240,7 +240,7 @@ void OpQueue::push(c10::intrusive_ptr<BraidWork> work) {
                 "abort()); it takes no new operations");
     queue_.push_back({std::move(work), std::chrono::steady_clock::now()});
     startWorkerLocked();
-    wake = workerState_ == WorkerState::Idle;
+    wake = !callerWaits && workerState_ == WorkerState::Idle;
   }
   if (wake) cv_.notify_all();
 }
@@ -283,6 +283,12 @@ void OpQueue::runUntilDone(BraidWork* work) {
 
 bool OpQueue::waitDone(BraidWork* work, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
+  // This caller runs nothing itself: the worker must, even for an operation queued without
+  // waking it (push's callerWaits).
+  if (!queue_.empty()) {
+    urgent_ = true;
+    cv_.notify_all();
+  }
   ++waiters_;
   const bool done = cv_.wait_for(lk, timeout, [&] { return work->done(); });
   --waiters_;

@@ -132,10 +132,15 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  void push(c10::intrusive_ptr<BraidWork> work);
+  /// Queues `work`. `callerWaits`: the issuing thread calls wait() on it next (torch's blocking
+  /// calls, asyncOp false) and runs it inline, so the worker is not woken for it: a loop of
+  /// blocking collectives then costs no thread wake-ups at all. The worker still runs it (after
+  /// the grace period) if it comes to it first.
+  void push(c10::intrusive_ptr<BraidWork> work, bool callerWaits = false);
   /// Runs queued operations on the calling thread until `work` is done (others may run some).
   void runUntilDone(BraidWork* work);
-  /// Waits (without running anything) until `work` is done or the timeout passes.
+  /// Waits (without running anything) until `work` is done or the timeout passes; the worker
+  /// runs the queue meanwhile (woken now, as by expedite()).
   bool waitDone(BraidWork* work, std::chrono::milliseconds timeout);
   /// Keeps polling a posted work on the worker until it completes (its future needs it).
   void watch(c10::intrusive_ptr<BraidWork> work);

@@ -10,6 +10,9 @@ any world size >= 2:
   gives a completed work.
 - _enable_collectives_timing: a work issued before has no duration (error), one issued after
   has one.
+- a collective issued with asyncOp=False (torch's blocking calls: braid does not wake its
+  worker for it, the caller runs it in wait()) that is then waited on with a timeout, which
+  runs nothing itself: the worker runs it.
 - _register_on_completion_hook: one WorkInfo per successful operation (collectives and
   point-to-point, an isend nobody waits on included), with op type, sequence numbers, times;
   none for the failed receive; a second registration raises; _has_hooks;
@@ -125,6 +128,16 @@ def timing(rank, world):
     assert isinstance(d, float) and d >= 0.0, d
 
 
+def blocking_then_timed_wait(rank, world):
+    backend = dist.group.WORLD._get_backend(CPU)
+    t = torch.full((1000,), float(rank + 1))
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    w = backend.allreduce([t], opts)
+    w.wait(datetime.timedelta(seconds=30))
+    assert torch.equal(t, torch.full_like(t, world * (world + 1) / 2)), t[:4]
+
+
 def hooks(rank, world):
     pg = dist.group.WORLD
     infos = []
@@ -197,6 +210,7 @@ def main():
     dist.init_process_group("braid", timeout=datetime.timedelta(seconds=60))
     coalescing(rank, world)
     timing(rank, world)
+    blocking_then_timed_wait(rank, world)
     hooks(rank, world)
     dist.destroy_process_group()
     print(f"[rank {rank}] PASS work_hooks", flush=True)
