@@ -1,6 +1,7 @@
 // Communicator creation: the bootstrap (options checked, store namespace, transports, topology,
 // cost model) behind Comm::create / Comm::fromEnv, and sub-communicators (split, subgroup), which
 // run the same bootstrap for a subset of ranks. Execution is in comm.cpp.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,50 @@ namespace braid {
 // ---------------------------------------------------------------- bootstrap
 
 namespace {
+
+/// Creation's phases, wall time and the creating thread's CPU time (user + system; the
+/// transport's and the liveness hub's own threads not counted), for the BRAID_DEBUG=INFO line
+/// "created in ...": which phase a slow creation waited in (join: for every rank to start;
+/// transport: connections; topology: the host gather).
+class PhaseClock {
+ public:
+  PhaseClock() : start_(std::chrono::steady_clock::now()), cpuStart_(threadCpu()) {
+    last_ = start_;
+    cpuLast_ = cpuStart_;
+  }
+  void mark(const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    const double cpu = threadCpu();
+    phases_ += std::string(phases_.empty() ? "" : ", ") + phase + " " + ms(now - last_) + " (" +
+               ms(cpu - cpuLast_) + ")";
+    last_ = now;
+    cpuLast_ = cpu;
+  }
+  /// "created in W ms (CPU C ms): phase W (C), ...".
+  std::string text() const {
+    return "created in " + ms(last_ - start_) + " ms (this thread's CPU " +
+           ms(cpuLast_ - cpuStart_) + " ms): " + phases_ + ", in ms";
+  }
+
+ private:
+  static double threadCpu() {
+    rusage u{};
+    if (::getrusage(RUSAGE_THREAD, &u) != 0) return 0;
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+  }
+  static std::string ms(double seconds) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", seconds * 1e3);
+    return b;
+  }
+  static std::string ms(std::chrono::steady_clock::duration d) {
+    return ms(std::chrono::duration<double>(d).count());
+  }
+  std::chrono::steady_clock::time_point start_, last_;
+  double cpuStart_, cpuLast_;
+  std::string phases_;
+};
 
 // Every rank of a world communicator publishes the world size it was started with. Rank 0
 // reads every other rank's, in rank order, then publishes its verdict ("ok", or what it found);
@@ -95,6 +140,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::span<const int> members = {},
                                      const tuning::CostParams* parentParams = nullptr,
                                      const transport::Transport* parentTransport = nullptr) {
+  PhaseClock clock;
   auto impl = std::make_unique<Comm::Impl>();
   impl->driverLink = std::make_shared<Comm::Impl::DriverLink>();
   impl->driverLink->impl = impl.get();
@@ -130,6 +176,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
         impl->log(2, "machine profile: " + d.name + " " + d.value + " (" + d.source + ")");
     }
   }
+  clock.mark("options and machine profile");
   impl->storeServer = std::move(server);
   impl->store = std::move(store);
   impl->commStore = std::make_shared<PrefixStore>(impl->store, "braid/" + impl->id + "/");
@@ -199,15 +246,18 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
     }
     checkWorldSize(*impl->commStore, rank, size, opts.connectTimeout);
   }
+  clock.mark("join");
   std::vector<std::string> hosts;
   impl->transport = transport::createTransport(
       *impl->commStore, rank, size, transportOptions,
       dynamic_cast<const transport::RoutedTransport*>(parentTransport), members, &hosts);
   impl->transport->setTagDescriber([](std::uint64_t t) { return core::describeTag(t); });
+  clock.mark("transport");
   impl->startDiagnosis();
   impl->startElastic();
   impl->scratchMemory = std::make_unique_for_overwrite<std::uint8_t[]>(opts.bufferBytes);
   impl->scratch = {impl->scratchMemory.get(), opts.bufferBytes};
+  clock.mark("diagnosis and liveness");
   // Gathered by node: the hosts as the transport grouped them (with shared memory off every rank
   // is a host of its own).
   const std::vector<int> nodeOf = nodeIndices(hosts);
@@ -217,6 +267,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   // use (nothing is built here; core/comm_groups.cpp).
   if (impl->topo.size() == size && impl->topo.numNodes() >= 2 && impl->topo.maxLocalSize() >= 2)
     impl->groups = core::makeCommGroups(*impl);
+  clock.mark("topology");
   if (parentParams != nullptr) {
     costParams = *parentParams;  // measured or loaded once, for the world communicator
   } else if (opts.tune && size > 1) {
@@ -225,6 +276,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
         core::collectiveTag(Collective::Barrier, DataType::Uint8, ReduceOp::Sum, 0,
                             core::kTagSeqMask, 0x74756e65 /* "tune" */, impl->commHash),
         opts.connectTimeout);
+    clock.mark("calibration");
   }
   impl->model = std::make_unique<tuning::CostModel>(std::move(costParams), impl->topo, size,
                                                     std::min(opts.chunkBytes, opts.bufferBytes / 2),
@@ -255,6 +307,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                              : ", predictions only (one host, fixed policy)"));
   }
   impl->finishBootstrap();
+  clock.mark("bootstrap done");
+  impl->log(2, clock.text());
   return impl;
 }
 

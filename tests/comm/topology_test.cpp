@@ -204,5 +204,29 @@ TEST(CommTopology, InfoLogDescribesTheTopology) {
   EXPECT_NE(log.find("local rank 0 of 1"), std::string::npos) << log;
 }
 
+// The INFO line that says where a creation's time went, phase by phase, in wall and CPU ms.
+TEST(CommTopology, InfoLogTimesCreationPhases) {
+  Options o = testOptions();
+  o.logLevel = 2;
+  testing::internal::CaptureStderr();
+  runThreads(3, o, [](Comm&) {});
+  const std::string log = testing::internal::GetCapturedStderr();
+  std::size_t lines = 0;
+  for (auto at = log.find("created in "); at != std::string::npos;
+       at = log.find("created in ", at + 1)) {
+    ++lines;
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    std::size_t from = 0;
+    for (const char* phase : {" ms (this thread's CPU ", " ms): options and machine profile ",
+                              ", join ", ", transport ", ", diagnosis and liveness ", ", topology ",
+                              ", bootstrap done ", ", in ms"}) {
+      const auto p = line.find(phase, from);
+      EXPECT_NE(p, std::string::npos) << phase << " in: " << line;
+      from = p == std::string::npos ? from : p;
+    }
+  }
+  EXPECT_EQ(lines, 3u) << log;  // one per rank
+}
+
 }  // namespace
 }  // namespace braid::test
