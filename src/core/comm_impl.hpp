@@ -136,6 +136,11 @@ struct Comm::Impl {
   /// It keeps the parent's options (its rules too, never forced: a rule naming a row that
   /// cannot run there is skipped) but not its timeline or metrics file.
   std::unique_ptr<Impl> makeChild(std::span<const int> members, std::string childId);
+  /// The bootstrap of a sub-communicator of `members` (this communicator's ranks) in which this
+  /// rank is `newRank`, with id `childId` and options `o`, over this communicator's store and
+  /// connections, topology and cost parameters (makeChild, split, subgroup, memberSubgroup).
+  std::unique_ptr<Impl> makeSub(int newRank, std::span<const int> members, std::string childId,
+                                const Options& o);
   /// The Op of `a` issued internally (a hierarchy's phase): tagged and recorded like a public
   /// call, without its validation (the caller built the arguments).
   Op internalOp(const algo::CollArgs& a);
