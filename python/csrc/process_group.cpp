@@ -71,6 +71,24 @@ void logInfo(const braid::Comm& comm, const std::string& group, const std::strin
                comm.id().c_str(), group.c_str(), text.c_str());
 }
 
+/// The braid name of a torch group: torch's name with a hash of its ranks. torch's group names
+/// are not unique across disjoint groups: new_subgroups(group=G) run by the members of two
+/// disjoint groups G at once gives each sub-group of both the same name (torch counts groups per
+/// process), and braid's memberSubgroup takes a name to name one group among the parent's ranks
+/// (two first-listed ranks under one name fail as a disagreement). The members of one torch
+/// group pass the same ranks, so they still agree on the braid name without talking.
+std::string braidGroupName(const std::string& name, const std::vector<int>& ranks) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the ranks
+  for (int r : ranks)
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<std::uint32_t>(r) >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return name + "@" + hex;
+}
+
 }  // namespace
 
 ProcessGroupBraid::ProcessGroupBraid(ProcessGroupBraid& parent, const std::vector<int>& parentRanks,
@@ -80,7 +98,7 @@ ProcessGroupBraid::ProcessGroupBraid(ProcessGroupBraid& parent, const std::vecto
       config_(config),
       timeoutMs_(config.timeout.count()) {
   // The parent's Options, with this group's bound on every operation.
-  comm_ = parent.comm_->memberSubgroup(parentRanks, name);
+  comm_ = parent.comm_->memberSubgroup(parentRanks, braidGroupName(name, parentRanks));
   comm_->setOpTimeout(config.timeout);
   p2p_ = std::make_shared<P2P>(comm_->split(0, comm_->rank()));
   p2p_->comm().setOpTimeout(config.timeout);

@@ -46,10 +46,13 @@ void WorkTracker::issue(const c10::intrusive_ptr<BraidWork>& work, std::uint64_t
       ++pendingPosted_;
       // Completed ones leave lazily: completed() runs inside the work's own completion, which
       // must not drop what may be the last reference to it.
-      if (posted_.size() >= 64)
+      // (At twice what the last purge left, so many works pending cost no scan per issue.)
+      if (posted_.size() >= purgeAt_) {
         posted_.erase(
             std::remove_if(posted_.begin(), posted_.end(), [](const auto& w) { return w->done(); }),
             posted_.end());
+        purgeAt_ = std::max<std::size_t>(64, 2 * posted_.size());
+      }
       posted_.push_back(work);
     }
     if (coalescing_) coalesced_.push_back(work);

@@ -90,6 +90,7 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   std::uint64_t pendingPosted_ = 0;  // posted works issued, not completed
   // Posted works not completed: watched by waitForPending (they complete only when polled).
   std::vector<c10::intrusive_ptr<BraidWork>> posted_;
+  std::size_t purgeAt_ = 64;  // posted_'s size at which the completed ones are dropped
   std::atomic<bool> coalescing_{false};
   std::vector<c10::intrusive_ptr<BraidWork>> coalesced_;
   // The WorkInfo hook and its thread.

@@ -5,7 +5,8 @@ checks, destroy_process_group; the later ones rendezvous through a file:// store
   share   - default group braid, sharing on (the default): after the world's first collectives
             (an all_to_all_single touches every pair, so that lazy connections are all made),
             new_group([0,1,2,3]), new_group([1,3]), new_group([3,1], sort_ranks=False),
-            new_subgroups and split_group (made while a world all_reduce is in flight) open no
+            new_subgroups, split_group and sub-groups of two disjoint groups that torch names
+            alike (made while a world all_reduce is in flight) open no
             socket (braid_torch._C.tcp_sockets_opened(),
             the process's count), are derived from the world's communicator (their comm_id is
             under the world's) and count its sockets, and their collectives and point-to-point
@@ -129,6 +130,14 @@ def phase(mode, first):
         if mode != "gloo" and hasattr(dist, "split_group"):
             mine = [0, 2] if rank % 2 == 0 else [1, 3]
             groups["split"] = (mine, dist.split_group(split_ranks=[[0, 2], [1, 3]]))
+        if mode == "share":
+            # Two disjoint groups made at once, each by its own members: torch names the
+            # sub-groups of both alike (new_subgroups(group=...) counts groups per process), so
+            # braid must not take the name alone for the group (PyTorch's
+            # test_new_subgroups_with_group_param at world size 4).
+            outer, _ = dist.new_subgroups_by_enumeration([[0, 2], [1, 3]], backend="braid")
+            inner, _ = dist.new_subgroups(group_size=2, group=outer, backend="braid")
+            groups["nested"] = ([0, 2] if rank % 2 == 0 else [1, 3], inner)
         state["groups"] = groups
         pending.wait()
         assert_equal(big, expected_sum(range(world), 200003, 5), "world all_reduce in flight")
