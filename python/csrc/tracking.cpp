@@ -114,11 +114,6 @@ void WorkTracker::setInfoHook(InfoHook hook) {
   hooked_.store(true, std::memory_order_release);
 }
 
-bool WorkTracker::hasInfoHook() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return static_cast<bool>(infoHook_);
-}
-
 #if BRAID_TORCH_HAS_COMPLETION_HOOKS
 void WorkTracker::registerHook(std::int64_t id, c10d::CompletionHook hook) {
   std::lock_guard<std::mutex> lk(mu_);

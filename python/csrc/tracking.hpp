@@ -58,7 +58,6 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   void enableTiming();
   /// torch's registerOnCompletionHook: once per group.
   void setInfoHook(InfoHook hook);
-  bool hasInfoHook() const;
 #if BRAID_TORCH_HAS_COMPLETION_HOOKS
   void registerHook(std::int64_t id, c10d::CompletionHook hook);
   void unregisterHook(std::int64_t id);
