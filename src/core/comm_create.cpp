@@ -34,14 +34,17 @@ namespace {
 /// Creation's phases, wall time and the creating thread's CPU time (user + system; the
 /// transport's and the liveness hub's own threads not counted), for the BRAID_DEBUG=INFO line
 /// "created in ...": which phase a slow creation waited in (join: for every rank to start;
-/// transport: connections; topology: the host gather).
+/// transport: connections; topology: the host gather). Off (nothing read, nothing built) unless
+/// that line is logged.
 class PhaseClock {
  public:
-  PhaseClock() : start_(std::chrono::steady_clock::now()), cpuStart_(threadCpu()) {
-    last_ = start_;
-    cpuLast_ = cpuStart_;
+  explicit PhaseClock(bool on) : on_(on) {
+    if (!on_) return;
+    start_ = last_ = std::chrono::steady_clock::now();
+    cpuStart_ = cpuLast_ = threadCpu();
   }
   void mark(const char* phase) {
+    if (!on_) return;
     const auto now = std::chrono::steady_clock::now();
     const double cpu = threadCpu();
     phases_ += std::string(phases_.empty() ? "" : ", ") + phase + " " + ms(now - last_) + " (" +
@@ -49,7 +52,7 @@ class PhaseClock {
     last_ = now;
     cpuLast_ = cpu;
   }
-  /// "created in W ms (CPU C ms): phase W (C), ...".
+  /// "created in W ms (this thread's CPU C ms): phase W (C), ..., in ms".
   std::string text() const {
     return "created in " + ms(last_ - start_) + " ms (this thread's CPU " +
            ms(cpuLast_ - cpuStart_) + " ms): " + phases_ + ", in ms";
@@ -70,8 +73,9 @@ class PhaseClock {
   static std::string ms(std::chrono::steady_clock::duration d) {
     return ms(std::chrono::duration<double>(d).count());
   }
-  std::chrono::steady_clock::time_point start_, last_;
-  double cpuStart_, cpuLast_;
+  bool on_;
+  std::chrono::steady_clock::time_point start_{}, last_{};
+  double cpuStart_ = 0, cpuLast_ = 0;
   std::string phases_;
 };
 
@@ -141,7 +145,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                      std::span<const int> members = {},
                                      const tuning::CostParams* parentParams = nullptr,
                                      const transport::Transport* parentTransport = nullptr) {
-  PhaseClock clock;
+  PhaseClock clock(opts.logLevel >= 2);
   auto impl = std::make_unique<Comm::Impl>();
   impl->driverLink = std::make_shared<Comm::Impl::DriverLink>();
   impl->driverLink->impl = impl.get();
@@ -309,7 +313,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   }
   impl->finishBootstrap();
   clock.mark("bootstrap done");
-  impl->log(2, clock.text());
+  if (opts.logLevel >= 2) impl->log(2, clock.text());
   return impl;
 }
 
