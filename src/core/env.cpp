@@ -231,13 +231,21 @@ std::size_t editDistance(std::string_view a, std::string_view b) {
 
 // BRAID_* variables that are not the library's: set by braid-run for the application, or read
 // by braid's tests, benchmarks and scripts (docs/env.md, "Variables of the tools and tests").
-constexpr std::string_view kNotTheLibrarys[] = {"BRAID_NODE_RANK",    "BRAID_LOCAL_WORLD_SIZE",
-                                                "BRAID_RUN",          "BRAID_VENV_PYTHON",
-                                                "BRAID_SOAK_",        "BRAID_CHAOS_",
-                                                "BRAID_SANITIZE",     "BRAID_FUZZ_",
-                                                "BRAID_SUITE_",       "BRAID_TEST_",
-                                                "BRAID_TRAINING_",    "BRAID_SHAPED_LINK_",
-                                                "BRAID_HOSTILE_SOAK_"};
+constexpr std::string_view kNotTheLibrarys[] = {"BRAID_NODE_RANK",
+                                                "BRAID_LOCAL_WORLD_SIZE",
+                                                "BRAID_RUN",
+                                                "BRAID_VENV_PYTHON",
+                                                "BRAID_SOAK_",
+                                                "BRAID_CHAOS_",
+                                                "BRAID_SANITIZE",
+                                                "BRAID_FUZZ_",
+                                                "BRAID_SUITE_",
+                                                "BRAID_TEST_",
+                                                "BRAID_TRAINING_",
+                                                "BRAID_SHAPED_LINK_",
+                                                "BRAID_HOSTILE_SOAK_",
+                                                "BRAID_ELASTIC_",
+                                                "BRAID_AB_"};
 
 /// Milliseconds as a decimal number ("1", "0.5", "2.5"), returned in microseconds.
 std::chrono::microseconds millisecondsVar(const char* name, std::chrono::microseconds def) {

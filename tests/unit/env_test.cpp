@@ -235,11 +235,11 @@ TEST_F(EnvTest, TimeoutsAcceptUnits) {
 // What creation warns about: unknown BRAID_* names (with the closest known one when it is
 // close), and timeouts given as a bare number under a second.
 TEST_F(EnvTest, WarningsNameTyposAndUnitlessTimeouts) {
-  std::vector<std::string> entries = {"BRAID_EXEC_TIMOUT=300",    "BRAID_FROBNICATE=1",
-                                      "BRAID_CONNECT_TIMEOUT=20", "BRAID_EXEC_TIMEOUT=20s",
-                                      "BRAID_SOAK_SEED=7",        "BRAID_NODE_RANK=0",
-                                      "BRAID_CHUNK_SIZE=64K",     "PATH=/bin",
-                                      "BRAID_SHM_STAGNG=1M",      "BRAID_CONNECT_TIMEOUT"};
+  std::vector<std::string> entries = {
+      "BRAID_EXEC_TIMOUT=300",  "BRAID_FROBNICATE=1",  "BRAID_CONNECT_TIMEOUT=20",
+      "BRAID_EXEC_TIMEOUT=20s", "BRAID_SOAK_SEED=7",   "BRAID_NODE_RANK=0",
+      "BRAID_CHUNK_SIZE=64K",   "PATH=/bin",           "BRAID_SHM_STAGNG=1M",
+      "BRAID_CONNECT_TIMEOUT",  "BRAID_AB_ITERS=2000", "BRAID_ELASTIC_ROUNDS=3"};
   std::vector<char*> env;
   for (std::string& e : entries) env.push_back(e.data());
   env.push_back(nullptr);
