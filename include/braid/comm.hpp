@@ -248,6 +248,12 @@ class Comm {
   /// shared-memory transport.
   std::string singleCopy() const;
 
+  /// The pipelining unit of this rank's direct shared-memory collectives, and why: "1048576 B:
+  /// measured at creation in 4.1 ms (...)", "262144 B: cached in FILE (...)", "65536 B:
+  /// BRAID_CHUNK_SIZE", "262144 B: crowded host: ..." (docs/env.md, BRAID_SHM_CHUNK_SIZE). ""
+  /// without a shared-memory transport.
+  std::string sharedMemoryChunk() const;
+
   /// How this rank's transport names `peer` in its errors, with what bootstrap learned about it:
   /// "rank P (HOST:PORT)" for a TCP peer (the address and port its listener published),
   /// "rank P (pid N on HOSTNAME)" for a peer reached through shared memory, "rank P" for this

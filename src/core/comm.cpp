@@ -548,6 +548,10 @@ std::string Comm::singleCopy() const {
   return transport::shmSingleCopy(*impl_->transport);
 }
 
+std::string Comm::sharedMemoryChunk() const {
+  return transport::shmDirectChunk(*impl_->transport);
+}
+
 std::string Comm::describePeer(int peer) const {
   if (peer < 0 || peer >= impl_->size)
     throw Error(ErrorCode::InvalidArgument,

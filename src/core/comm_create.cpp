@@ -226,6 +226,10 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.lightWake = opts.shmLightWake;
   transportOptions.shm.forceNamedSegment = opts.shmNamedSegment;
   transportOptions.shm.stagingBytes = opts.shmStagingBytes;
+  transportOptions.shm.chunkBytes = opts.shmChunkBytes != 0 ? opts.shmChunkBytes : opts.chunkBytes;
+  transportOptions.shm.chunkFrom = opts.shmChunkBytes != 0 ? "BRAID_SHM_CHUNK_SIZE"
+                                   : opts.chunkBytes != Options{}.chunkBytes ? "BRAID_CHUNK_SIZE"
+                                                                             : "";
   transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
   transportOptions.shm.tuneKey = core::machineKey();
   // Shared connections: this communicator's lane is its id's hash (the same on every rank; 0
@@ -298,6 +302,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                      (wake.empty() ? std::string() : ", shm wake-ups " + wake));
     const std::string single = transport::shmSingleCopy(*impl->transport);
     if (!single.empty()) impl->log(2, "shm single copy: " + single);
+    const std::string chunk = transport::shmDirectChunk(*impl->transport);
+    if (!chunk.empty()) impl->log(2, "shm chunk: " + chunk);
     impl->log(2, core::describeTopology(impl->topo, rank));
     if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
       // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).

@@ -75,6 +75,9 @@ const std::vector<EnvVarDoc> kVariables = {
      "1: the shm segment is a named POSIX shm object (unlinked once mapped), not a memfd"},
     {"BRAID_SHM_STAGING", "2M",
      "staging bytes per rank for the direct shm collectives (two halves; 0: none)"},
+    {"BRAID_SHM_CHUNK_SIZE", "auto",
+     "pipelining unit of the direct shm collectives (auto: measured per rank count, with a CPU "
+     "per rank; BRAID_CHUNK_SIZE when set)"},
     {"BRAID_AUTH_KEY", "", "per-job secret: store and peer connections are authenticated (HMAC)"},
     {"BRAID_AUTH_KEY_FILE", "",
      "FILE holding the per-job secret instead (owned by you, mode 0600 or stricter)"},
@@ -412,6 +415,11 @@ Options Options::fromEnv() {
   o.shmLightWake = boolVar("BRAID_SHM_LIGHT_WAKE", true);
   o.shmNamedSegment = boolVar("BRAID_SHM_NAMED", false);
   o.shmStagingBytes = sizeVar("BRAID_SHM_STAGING", o.shmStagingBytes);
+  if (const char* v = get("BRAID_SHM_CHUNK_SIZE"); v != nullptr && std::string_view(v) != "auto") {
+    o.shmChunkBytes = sizeVar("BRAID_SHM_CHUNK_SIZE", 0);
+    if (o.shmChunkBytes == 0)
+      throw badValue("BRAID_SHM_CHUNK_SIZE", "0", "a positive size or auto");
+  }
   if (const char* v = get("BRAID_DEBUG")) {
     std::string_view s(v);
     if (s == "NONE" || s == "none" || s == "0")

@@ -137,11 +137,33 @@ std::string tuneReport(const Options& opts) {
     if (!d.detail.empty()) out += "    why:  " + d.detail + "\n";
   };
   for (const TuneDecision& d : p.decisions) line(d);
-  // The chunk size is a constant for now (docs/plan.md, "Decisions from measurement").
-  line({"chunk size", bytesText(opts.chunkBytes),
-        opts.chunkBytes != Options{}.chunkBytes ? "BRAID_CHUNK_SIZE / Options::chunkBytes"
-                                                : "default (a constant, not measured yet)",
-        ""});
+  // The message algorithms' chunk is a constant (docs/plan.md, "Decisions from measurement");
+  // the direct shared-memory collectives' is measured per rank count at creation.
+  const bool chunkSet = opts.chunkBytes != Options{}.chunkBytes;
+  line({"chunk size (message algorithms)", bytesText(opts.chunkBytes),
+        chunkSet ? "BRAID_CHUNK_SIZE / Options::chunkBytes" : "default (a constant)", ""});
+  const std::string shmChunk = "shm chunk (direct collectives, one host)";
+  if (opts.shmChunkBytes != 0) {
+    line({shmChunk, bytesText(opts.shmChunkBytes), "BRAID_SHM_CHUNK_SIZE", ""});
+  } else if (chunkSet) {
+    line({shmChunk, bytesText(opts.chunkBytes), "BRAID_CHUNK_SIZE / Options::chunkBytes", ""});
+  } else {
+    const machine::TuneCache c = machine::readTuneCache(path, key);
+    bool any = false;
+    for (const auto& [name, e] : c.entries) {
+      const std::string prefix = "shm_chunk.";
+      if (name.rfind(prefix, 0) != 0) continue;
+      any = true;
+      line({shmChunk + ", " + name.substr(prefix.size()), bytesText(e.value),
+            "cached in " + path + " (measured " + e.date + ")", e.detail});
+    }
+    if (!any)
+      line({shmChunk, "at creation",
+            "measured when a communicator first runs with a CPU per rank on one host, then "
+            "cached per rank count (ranks outnumbering CPUs: " +
+                bytesText(opts.chunkBytes) + ")",
+            ""});
+  }
   // Single copy: decided per communicator at creation, from the file when it has an entry for
   // the group's rank count.
   const std::string single = "shm single-copy threshold (one host)";

@@ -298,19 +298,30 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   return std::make_unique<RoutedTransport>(rank, size, std::move(legs));
 }
 
-std::string shmWakeMode(const Transport& t) {
+namespace {
+
+// The shared-memory transport of `t`: `t` itself, or a routed transport's shared-memory leg.
+const ShmTransport* sharedMemoryOf(const Transport& t) {
   const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
-  const ShmTransport* shm =
-      routed != nullptr ? routed->sharedMemoryLeg() : dynamic_cast<const ShmTransport*>(&t);
+  return routed != nullptr ? routed->sharedMemoryLeg() : dynamic_cast<const ShmTransport*>(&t);
+}
+
+}  // namespace
+
+std::string shmWakeMode(const Transport& t) {
+  const ShmTransport* shm = sharedMemoryOf(t);
   if (shm == nullptr) return "";
   return shm->lightWake() ? "light (membarrier)" : "fenced";
 }
 
 std::string shmSingleCopy(const Transport& t) {
-  const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
-  const ShmTransport* shm =
-      routed != nullptr ? routed->sharedMemoryLeg() : dynamic_cast<const ShmTransport*>(&t);
+  const ShmTransport* shm = sharedMemoryOf(t);
   return shm == nullptr ? "" : shm->singleCopy();
+}
+
+std::string shmDirectChunk(const Transport& t) {
+  const ShmTransport* shm = sharedMemoryOf(t);
+  return shm == nullptr ? "" : shm->directChunk();
 }
 
 std::string pathTo(const Transport& t, int peer) {

@@ -118,5 +118,8 @@ std::string shmWakeMode(const Transport& t);
 /// From which size this rank's direct shared-memory collectives go single copy, and why
 /// (ShmTransport::singleCopy), or "" when `t` has no shared-memory leg.
 std::string shmSingleCopy(const Transport& t);
+/// The direct shared-memory collectives' pipelining unit, and why (ShmTransport::directChunk),
+/// or "" when `t` has no shared-memory leg.
+std::string shmDirectChunk(const Transport& t);
 
 }  // namespace braid::transport

@@ -113,6 +113,11 @@ class SharedMemoryGroup {
   /// (readPeer) by the direct collectives; SIZE_MAX: never (no canReadPeers, or staging was
   /// measured faster). The same answer on every rank (shm_single_copy.hpp says how it is chosen).
   virtual std::size_t singleCopyBytes() const = 0;
+  /// The pipelining unit in bytes of the direct collectives that stage one area per rank
+  /// (allreduce, reduce, broadcast, allgather; each bounds it by a staging half): measured per rank
+  /// count on the machine, or BRAID_SHM_CHUNK_SIZE / BRAID_CHUNK_SIZE (shm_single_copy.hpp says
+  /// how). The same answer on every rank.
+  virtual std::size_t chunkBytes() const = 0;
   /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
   /// keeps that memory unchanged until a barrier that follows this call. Throws
   /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is

@@ -3,7 +3,8 @@
 // non-empty block read out of the peers' buffers with process_vm_readv) and to never (everything
 // staged), over ranks as threads and as processes, every collective x world size x count x dtype
 // x op x in-place x root (harness/checks); large messages (reduce stages whatever the threshold);
-// the choice as Comm::singleCopy() reports it (override, measured, disabled); and a process
+// the choice as Comm::singleCopy() reports it (override, measured, disabled); the direct
+// collectives' chunk, measured by the same probe (Comm::sharedMemoryChunk); and a process
 // whose kernel refuses process_vm_readv (a seccomp filter, as a container or Yama would), which
 // must fall back to staging and say why.
 #include <gtest/gtest.h>
@@ -217,6 +218,96 @@ TEST(SingleCopy, ThresholdKeptInTheProfileFile) {
         (c.rank() == 0 && got.find("was another machine's") == std::string::npos))
       throw Error(ErrorCode::Internal, "other machine: singleCopy() = '" + got + "'");
   });
+  std::filesystem::remove_all(dirTemplate);
+}
+
+// The direct collectives' chunk (SharedMemoryGroup::chunkBytes, shm_single_copy.hpp): with
+// BRAID_CHUNK_SIZE at its default and a CPU per rank, measured by the single-copy probe and
+// kept per rank count; the next creation reads it; a planted value is used (every rank the
+// same) and the collectives stay correct across its chunks; an entry too large for this
+// group's staging half is measured over, and then only sizes that fit qualify;
+// BRAID_SHM_CHUNK_SIZE and BRAID_CHUNK_SIZE win; a crowded host takes the default unmeasured.
+TEST(ShmChunk, MeasuredKeptAndOverridden) {
+  char dirTemplate[] = "/tmp/braid-chunk-tune-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string path = std::string(dirTemplate) + "/m.tune";
+  Options o = testOptions("shm_direct");
+  o.chunkBytes = Options{}.chunkBytes;  // the default: the shm chunk is measured
+  o.tuneCache = path;
+  auto expectChunk = [](Comm& c, const std::string& prefix) {
+    const std::string got = c.sharedMemoryChunk();
+    if (got.rfind(prefix, 0) != 0)
+      throw Error(ErrorCode::Internal,
+                  "sharedMemoryChunk() = '" + got + "', expected '" + prefix + "...'");
+  };
+  runThreads(2, o, [&](Comm& c) {
+    const std::string got = c.sharedMemoryChunk();
+    const bool probeSize = got.rfind("65536 B: ", 0) == 0 || got.rfind("262144 B: ", 0) == 0 ||
+                           got.rfind("1048576 B: ", 0) == 0;
+    if (!probeSize || got.find(": measured at creation in ") == std::string::npos ||
+        got.find(" ms (2 ranks): the smallest staged block within 10% of the fastest per byte "
+                 "(ps per byte: 64K ") == std::string::npos)
+      throw Error(ErrorCode::Internal, "first: sharedMemoryChunk() = '" + got + "'");
+    if (c.rank() == 0 && got.find("; kept in " + path) == std::string::npos)
+      throw Error(ErrorCode::Internal, "first, rank 0: sharedMemoryChunk() = '" + got + "'");
+  });
+  const machine::TuneKey key =
+      machine::thisMachine(kernels::toString(kernels::supportedIsas().back()));
+  const machine::TuneCache file = machine::readTuneCache(path, key);
+  ASSERT_EQ(file.state, machine::TuneCache::State::Loaded) << file.problem;
+  ASSERT_NE(file.find("shm_chunk.2ranks"), nullptr);
+  // testOptions sets the single-copy threshold: only the chunk was asked for and written.
+  EXPECT_EQ(file.find("shm_single_copy.2ranks"), nullptr);
+  runThreads(2, o, [&](Comm& c) {
+    expectChunk(c, std::to_string(file.find("shm_chunk.2ranks")->value) + " B: cached in " + path +
+                       " (measured ");
+  });
+  // A planted chunk of 4 KiB: a 1 MB allreduce, reduce and broadcast run 250 chunks.
+  ASSERT_EQ(machine::writeTuneCache(
+                path, key, {{"shm_chunk.2ranks", {4096, "2026-01-02T03:04:05Z", "planted"}}}),
+            "");
+  runThreads(2, o, [&](Comm& c) {
+    expectChunk(c, "4096 B: cached in " + path + " (measured 2026-01-02T03:04:05Z, 2 ranks)");
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 250007, false);
+    checkReduce(c, DataType::Float64, ReduceOp::Max, 125003, 1, true);
+    checkNonReducing(c, DataType::Int32, 250007);
+  });
+  // A staging half of 128 KiB cannot hold a planted 1 MiB chunk: measured over, 64 KiB (the one
+  // probe size from the smallest chunk on that fits).
+  ASSERT_EQ(machine::writeTuneCache(
+                path, key, {{"shm_chunk.2ranks", {1 << 20, "2026-01-02T03:04:05Z", "planted"}}}),
+            "");
+  Options small = o;
+  small.shmStagingBytes = 256 << 10;
+  runThreads(2, small, [&](Comm& c) {
+    expectChunk(c, "65536 B: measured at creation in ");
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 100003, true);
+  });
+  Options shmSet = o;
+  shmSet.shmChunkBytes = 8192;
+  runThreads(2, shmSet, [&](Comm& c) {
+    expectChunk(c, "8192 B: BRAID_SHM_CHUNK_SIZE");
+    checkAllreduce(c, DataType::BFloat16, ReduceOp::Sum, 30011, false);
+  });
+  Options chunkSet = o;
+  chunkSet.chunkBytes = 16384;
+  runThreads(2, chunkSet, [&](Comm& c) { expectChunk(c, "16384 B: BRAID_CHUNK_SIZE"); });
+  // Both measured by one probe (the single-copy threshold automatic too), both kept.
+  Options both = o;
+  both.shmCmaThresholdBytes.reset();
+  both.tuneCache = std::string(dirTemplate) + "/both.tune";
+  runThreads(2, both, [&](Comm& c) {
+    expectChunk(c, "");
+    if (c.sharedMemoryChunk().find("measured at creation in ") == std::string::npos ||
+        c.singleCopy().find("measured at creation in ") == std::string::npos)
+      throw Error(ErrorCode::Internal,
+                  "both: '" + c.sharedMemoryChunk() + "' and '" + c.singleCopy() + "'");
+  });
+  const machine::TuneCache bothFile = machine::readTuneCache(both.tuneCache, key);
+  EXPECT_NE(bothFile.find("shm_chunk.2ranks"), nullptr);
+  EXPECT_NE(bothFile.find("shm_single_copy.2ranks"), nullptr);
+  // testOptions' host of 2 CPUs: 3 ranks are crowded.
+  runThreads(3, o, [&](Comm& c) { expectChunk(c, "262144 B: crowded host: not measured"); });
   std::filesystem::remove_all(dirTemplate);
 }
 

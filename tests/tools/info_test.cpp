@@ -69,8 +69,8 @@ TEST(BraidInfo, TunePrintsEveryDecisionAndItsSource) {
     return o;
   };
   ProcessOptions opts = withCache(path);
-  for (const char* v :
-       {"BRAID_LLC_SIZE", "BRAID_SHM_CMA_THRESHOLD", "BRAID_SHM_CMA_DISABLE", "BRAID_CHUNK_SIZE"})
+  for (const char* v : {"BRAID_LLC_SIZE", "BRAID_SHM_CMA_THRESHOLD", "BRAID_SHM_CMA_DISABLE",
+                        "BRAID_CHUNK_SIZE", "BRAID_SHM_CHUNK_SIZE"})
     opts.env.emplace_back(v, std::nullopt);
   auto r = braidInfo({"--tune"}, opts);
   ASSERT_EQ(r.exitCode(), 0) << describe(r);
@@ -79,7 +79,9 @@ TEST(BraidInfo, TunePrintsEveryDecisionAndItsSource) {
   EXPECT_NE(r.out.find("  effective cache: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("    from: measured now in "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(", kept in " + path), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("  chunk size: 256 KiB\n    from: default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  chunk size (message algorithms): 256 KiB\n    from: default"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("  shm single-copy threshold (one host): at creation"), std::string::npos)
       << r.out;
   r = braidInfo({"--tune"}, opts);
@@ -98,7 +100,8 @@ TEST(BraidInfo, TunePrintsEveryDecisionAndItsSource) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("128 KiB\n    from: BRAID_SHM_CMA_THRESHOLD"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("chunk size: 1 MiB\n    from: BRAID_CHUNK_SIZE"), std::string::npos)
+  EXPECT_NE(r.out.find("chunk size (message algorithms): 1 MiB\n    from: BRAID_CHUNK_SIZE"),
+            std::string::npos)
       << r.out;
 
   ProcessOptions off = withCache("off");

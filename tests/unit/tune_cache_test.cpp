@@ -1,8 +1,8 @@
 // The machine profile (src/common/tune_cache.hpp, src/kernels/copy_profile.hpp,
 // src/core/machine_profile.hpp): the file written and read back, another machine's file and a
-// corrupt one measured over, BRAID_LLC_SIZE winning, concurrent writers, and the copy decision
-// as a function of made-up timings. Every test uses a file of its own under a temporary
-// directory, never the user's ~/.cache/braid.
+// corrupt one measured over, BRAID_LLC_SIZE winning, concurrent writers, and the copy and
+// shared-memory chunk decisions as functions of made-up timings. Every test uses a file of its own
+// under a temporary directory, never the user's ~/.cache/braid.
 #include "common/tune_cache.hpp"
 
 #include <gtest/gtest.h>
@@ -20,6 +20,7 @@
 #include "core/machine_profile.hpp"
 #include "kernels/copy_profile.hpp"
 #include "kernels/reduce.hpp"
+#include "transport/shm/shm_single_copy.hpp"
 
 namespace braid {
 namespace {
@@ -429,6 +430,32 @@ TEST(MachineProfile, OverridesWinAndOffKeepsNothing) {
       << sourceOf(off, "streaming threshold");
 }
 
+// The shared-memory chunk from the probe's staged timings (shm_single_copy.hpp): the smallest
+// size from 64 KiB on within 10 % of the fastest per byte; sizes below 64 KiB never count; none
+// when the staging half held no such size.
+TEST(ShmChunkRule, SmallestWithinTenPercentOfTheFastestPerByte) {
+  using transport::shm::chunkFromStaged;
+  // ns at 4K, 16K, 64K, 256K, 1M.
+  const std::uint64_t falling[] = {300, 900, 12000, 29000, 56000};  // per byte: 1M fastest
+  EXPECT_EQ(chunkFromStaged(falling, 5).bytes, kMiB);
+  const std::uint64_t flat[] = {100, 400, 6500, 26000, 104000};  // 64K as fast as any
+  EXPECT_EQ(chunkFromStaged(flat, 5).bytes, 64 * kKiB);
+  const std::uint64_t within[] = {100, 400, 9000, 26000, 99000};  // 1M 5 % faster than 256K
+  EXPECT_EQ(chunkFromStaged(within, 5).bytes, 256 * kKiB);
+  const std::uint64_t rising[] = {10, 40, 6000, 30000, 200000};  // 64K fastest
+  EXPECT_EQ(chunkFromStaged(rising, 5).bytes, 64 * kKiB);
+  // A tiny 4K time never decides: only 64K on count.
+  const std::uint64_t tinyFast[] = {1, 1, 13000, 26000, 52000};
+  EXPECT_EQ(chunkFromStaged(tinyFast, 5).bytes, kMiB);
+  // A staging half of 128 KiB measured 4K-64K: 64K; of 32 KiB: nothing to choose.
+  EXPECT_EQ(chunkFromStaged(falling, 3).bytes, 64 * kKiB);
+  const transport::shm::ChunkChoice none = chunkFromStaged(falling, 2);
+  EXPECT_EQ(none.bytes, 0u);
+  EXPECT_NE(chunkFromStaged(falling, 5).why.find("ps per byte: 64K 183.11, 256K 110.63, 1M 53.41"),
+            std::string::npos)
+      << chunkFromStaged(falling, 5).why;
+}
+
 // braid-info --tune's text, in process: every decision with its source.
 TEST(MachineProfile, ReportNamesEverySource) {
   TempDir dir;
@@ -438,11 +465,14 @@ TEST(MachineProfile, ReportNamesEverySource) {
   EXPECT_NE(r.find("profile file: " + path), std::string::npos) << r;
   EXPECT_NE(r.find("streaming threshold: "), std::string::npos) << r;
   EXPECT_NE(r.find("from: measured now in "), std::string::npos) << r;
-  EXPECT_NE(r.find("chunk size: 256 KiB"), std::string::npos) << r;
+  EXPECT_NE(r.find("chunk size (message algorithms): 256 KiB"), std::string::npos) << r;
   EXPECT_NE(r.find("shm single-copy threshold (one host): at creation"), std::string::npos) << r;
+  EXPECT_NE(r.find("shm chunk (direct collectives, one host): at creation"), std::string::npos)
+      << r;
   ASSERT_EQ(machine::writeTuneCache(
                 path, core::machineKey(),
-                {{"shm_single_copy.2ranks", {64 * kKiB, "2026-01-02T03:04:05Z", "planted"}}}),
+                {{"shm_single_copy.2ranks", {64 * kKiB, "2026-01-02T03:04:05Z", "planted"}},
+                 {"shm_chunk.2ranks", {kMiB, "2026-01-02T03:04:06Z", "planted chunk"}}}),
             "");
   r = core::tuneReport(o);
   EXPECT_NE(r.find("from: cached in " + path + " (measured "), std::string::npos) << r;
@@ -450,11 +480,26 @@ TEST(MachineProfile, ReportNamesEverySource) {
                    path + " (measured 2026-01-02T03:04:05Z)"),
             std::string::npos)
       << r;
+  EXPECT_NE(r.find("shm chunk (direct collectives, one host), 2ranks: 1 MiB\n    from: cached in " +
+                   path + " (measured 2026-01-02T03:04:06Z)\n    why:  planted chunk"),
+            std::string::npos)
+      << r;
   o.shmCmaThresholdBytes = 4096;
   o.chunkBytes = kMiB;
   r = core::tuneReport(o);
   EXPECT_NE(r.find("4 KiB\n    from: BRAID_SHM_CMA_THRESHOLD"), std::string::npos) << r;
-  EXPECT_NE(r.find("chunk size: 1 MiB\n    from: BRAID_CHUNK_SIZE"), std::string::npos) << r;
+  EXPECT_NE(r.find("chunk size (message algorithms): 1 MiB\n    from: BRAID_CHUNK_SIZE"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("shm chunk (direct collectives, one host): 1 MiB\n    from: BRAID_CHUNK_SIZE"),
+            std::string::npos)
+      << r;
+  o.shmChunkBytes = 128 * kKiB;
+  r = core::tuneReport(o);
+  EXPECT_NE(
+      r.find("shm chunk (direct collectives, one host): 128 KiB\n    from: BRAID_SHM_CHUNK_SIZE"),
+      std::string::npos)
+      << r;
   o.shmCmaDisable = true;
   EXPECT_NE(core::tuneReport(o).find("never\n    from: BRAID_SHM_CMA_DISABLE"), std::string::npos);
 }

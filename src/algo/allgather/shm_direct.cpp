@@ -52,7 +52,8 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
     peers.done();
     return;
   }
-  const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
+  const std::size_t chunk =
+      std::max(es, std::min(g->chunkBytes(), g->stagingBytes() / 2) / es * es);
   for (std::size_t off = 0; off < block; off += chunk) {
     const std::size_t c = std::min(chunk, block - off);
     const std::size_t h = g->beginStep();
@@ -82,7 +83,7 @@ void shmDirectAllgatherv(Context& ctx, const CollArgs& a) {
   if (n == 1) return;
   const std::size_t largest = *std::max_element(a.counts.begin(), a.counts.end());
   const std::size_t chunk =
-      std::max<std::size_t>(1, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es);
+      std::max<std::size_t>(1, std::min(g->chunkBytes(), g->stagingBytes() / 2) / es);
   for (std::size_t from = 0; from < largest; from += chunk) {
     const std::size_t h = g->beginStep();
     if (a.counts[ume] > from)

@@ -62,7 +62,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
     return;
   }
 
-  const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, half) / es);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min(g->chunkBytes(), half) / es);
   // A large output is written with non-temporal stores: no read-for-ownership, and the staged
   // chunks stay cached.
   const bool stream = streamsOutput(bytes, n);

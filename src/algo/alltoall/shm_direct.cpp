@@ -33,13 +33,17 @@
 //      the output.
 // Steps alternate staging halves. max(1, R) barriers; memory traffic per rank: its send buffer
 // written once into the segment, its receive buffer read once out of it, plus N headers.
+//
+// chunkBytes here is Context::chunkBytes (BRAID_CHUNK_SIZE), not the measured
+// SharedMemoryGroup::chunkBytes() of the algorithms that stage one area per rank: the probe
+// times that pattern, not one slot per peer, and larger slots did not pay off here
+// (docs/benchmarks.md, "The shared-memory chunk from measurement").
 #include <algorithm>
 
 #include "algo/exchange.hpp"
 #include "algo/single_copy.hpp"
 
 namespace braid::algo {
-
 
 void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   const std::size_t es = dataTypeSize(a.dtype);

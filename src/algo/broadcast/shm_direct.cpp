@@ -37,7 +37,8 @@ void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
     peers.done();
     return;
   }
-  const std::size_t chunk = std::max(es, std::min(ctx.chunkBytes, g->stagingBytes() / 2) / es * es);
+  const std::size_t chunk =
+      std::max(es, std::min(g->chunkBytes(), g->stagingBytes() / 2) / es * es);
   const bool stream = streamsOutput(bytes, ctx.size);
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t c = std::min(chunk, bytes - off);

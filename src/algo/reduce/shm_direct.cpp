@@ -61,7 +61,7 @@ void shmDirectReduce(Context& ctx, const CollArgs& a) {
     return;
   }
 
-  const std::size_t chunk = std::max<std::size_t>(1, std::min(ctx.chunkBytes, half) / es);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min(g->chunkBytes(), half) / es);
   const bool stream = isRoot && streamsOutput(bytes, n) && out != in;
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);

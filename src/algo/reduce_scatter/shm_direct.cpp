@@ -14,6 +14,11 @@
 // counts; blocks packed in the input): slot q of C = min(chunkBytes, staging half / N) bytes
 // holds round k's part [kC, (k+1)C) of block q. ceil(largest block / C) barriers (none when
 // every block is empty); the same memory traffic as reduce-scatter.
+//
+// chunkBytes here is Context::chunkBytes (BRAID_CHUNK_SIZE), not the measured
+// SharedMemoryGroup::chunkBytes() of the algorithms that stage one area per rank: the probe
+// times that pattern, not one slot per peer, and larger slots did not pay off here
+// (docs/benchmarks.md, "The shared-memory chunk from measurement").
 #include <algorithm>
 
 #include "algo/exchange.hpp"

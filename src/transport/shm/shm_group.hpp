@@ -59,6 +59,9 @@ class ShmGroup final : public SharedMemoryGroup {
   std::size_t singleCopyBytes() const override { return singleCopyBytes_; }
   /// Set once, right after construction, the same on every rank (shm_single_copy.hpp).
   void setSingleCopyBytes(std::size_t bytes) { singleCopyBytes_ = bytes; }
+  std::size_t chunkBytes() const override { return chunkBytes_; }
+  /// Set once, right after construction, the same on every rank (shm_single_copy.hpp).
+  void setChunkBytes(std::size_t bytes) { chunkBytes_ = bytes; }
   /// Which pair's probe failed when !canReadPeers() (CMA disabled: ""), in words.
   const std::string& unreadablePair() const { return unreadable_; }
   void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
@@ -106,6 +109,7 @@ class ShmGroup final : public SharedMemoryGroup {
   bool canReadPeers_ = false;
   std::string unreadable_;
   std::size_t singleCopyBytes_ = SIZE_MAX;
+  std::size_t chunkBytes_ = std::size_t{256} << 10;
   std::uint64_t epoch_ = 0;         // barriers entered
   std::uint64_t tag_ = 0;           // the tag of the current barrier
   std::uint64_t lineSeq_ = 0;       // line exchanges entered

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <vector>
 
 namespace braid::transport::shm {
@@ -19,7 +20,34 @@ std::string sizeText(std::size_t b) {
 
 }  // namespace
 
-SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline) {
+ChunkChoice chunkFromStaged(const std::uint64_t* stagedNs, std::size_t sizes) {
+  ChunkChoice c;
+  double best = 0;
+  for (std::size_t i = 0; i < sizes; ++i) {
+    if (kSingleCopyProbeSizes[i] < kMinMeasuredChunk || stagedNs[i] == 0) continue;
+    const double perByte =
+        static_cast<double>(stagedNs[i]) / static_cast<double>(kSingleCopyProbeSizes[i]);
+    if (best == 0 || perByte < best) best = perByte;
+  }
+  if (best == 0) return c;
+  std::string figures;
+  for (std::size_t i = 0; i < sizes; ++i) {
+    if (kSingleCopyProbeSizes[i] < kMinMeasuredChunk || stagedNs[i] == 0) continue;
+    const double perByte =
+        static_cast<double>(stagedNs[i]) / static_cast<double>(kSingleCopyProbeSizes[i]);
+    if (c.bytes == 0 && perByte <= best * 1.1) c.bytes = kSingleCopyProbeSizes[i];
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%s %.2f", figures.empty() ? "" : ", ",
+                  sizeText(kSingleCopyProbeSizes[i]).c_str(), perByte * 1e3);
+    figures += buf;
+  }
+  c.why =
+      "the smallest staged block within 10% of the fastest per byte (ps per byte: " + figures + ")";
+  return c;
+}
+
+DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
+                           bool singleCopy) {
   const auto start = Clock::now();
   const int me = g.rank();
   const int n = g.size();
@@ -45,16 +73,20 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
       g.barrier(tag, deadline);
       std::memcpy(dst.data(), g.staging(next) + h, s);
       const std::uint64_t staged = ns(t0);
-      t0 = Clock::now();
-      h = g.beginStep();
-      const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(src.data()));
-      std::memcpy(g.staging(me) + h, &address, sizeof address);
-      g.barrier(tag, deadline);
-      std::uint64_t theirs = 0;
-      std::memcpy(&theirs, g.staging(next) + h, sizeof theirs);
-      g.readPeer(next, theirs, dst.data(), s);
-      g.barrier(tag, deadline);
-      const std::uint64_t single = ns(t0);
+      std::uint64_t single = 0;
+      if (singleCopy) {
+        t0 = Clock::now();
+        h = g.beginStep();
+        const auto address =
+            static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(src.data()));
+        std::memcpy(g.staging(me) + h, &address, sizeof address);
+        g.barrier(tag, deadline);
+        std::uint64_t theirs = 0;
+        std::memcpy(&theirs, g.staging(next) + h, sizeof theirs);
+        g.readPeer(next, theirs, dst.data(), s);
+        g.barrier(tag, deadline);
+        single = ns(t0);
+      }
       if (round == 0) continue;  // warm-up
       mine[2 * i] = std::min(mine[2 * i], staged);
       mine[2 * i + 1] = std::min(mine[2 * i + 1], single);
@@ -70,10 +102,22 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
     std::memcpy(theirs.data(), g.staging(p) + h, theirs.size() * sizeof(std::uint64_t));
     for (std::size_t k = 0; k < theirs.size(); ++k) slowest[k] = std::max(slowest[k], theirs[k]);
   }
+  char took[32];
+  std::snprintf(took, sizeof took, "%.1f ms", static_cast<double>(ns(start)) / 1e6);
+  const std::string at =
+      std::string("measured at creation in ") + took + " (" + std::to_string(n) + " ranks; ";
+  DirectChoice d;
+  std::vector<std::uint64_t> staged(sizes);
+  for (std::size_t i = 0; i < sizes; ++i) staged[i] = slowest[2 * i];
+  d.chunk = chunkFromStaged(staged.data(), sizes);
+  if (d.chunk.bytes != 0)
+    d.chunk.why = std::string("measured at creation in ") + took + " (" + std::to_string(n) +
+                  " ranks): " + d.chunk.why;
+  if (!singleCopy) return d;
   // The step that most measured sizes agree with: single copy from size k on scores one per
   // size >= k where it won, minus one where it lost; the lowest score wins, never (score 0) on
   // ties. A size whose every round lost its CPU to another process misleads one vote only.
-  SingleCopyChoice c;
+  SingleCopyChoice& c = d.single;
   int score = 0, best = 0;
   for (std::size_t i = sizes; i-- > 0;) {
     score += slowest[2 * i + 1] < slowest[2 * i] ? -1 : 1;
@@ -91,28 +135,31 @@ SingleCopyChoice measureSingleCopy(SharedMemoryGroup& g, std::uint64_t tag, Dead
                   static_cast<double>(slowest[2 * i + 1]) / 1e3);
     figures += buf;
   }
-  char took[32];
-  std::snprintf(took, sizeof took, "%.1f ms", static_cast<double>(ns(start)) / 1e6);
-  c.why = std::string("measured at creation in ") + took + " (" + std::to_string(n) +
-          " ranks; us staged/single copy per block: " + figures + ")";
-  return c;
+  c.why = at + "us staged/single copy per block: " + figures + ")";
+  return d;
 }
 
 std::string singleCopyEntry(std::size_t ranks) {
   return "shm_single_copy." + std::to_string(ranks) + "ranks";
 }
 
-SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t tag,
-                                            Deadline deadline, const std::string& path,
-                                            const machine::TuneKey& key) {
-  const std::string name = singleCopyEntry(static_cast<std::size_t>(g.size()));
+std::string chunkEntry(std::size_t ranks) {
+  return "shm_chunk." + std::to_string(ranks) + "ranks";
+}
+
+DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
+                                    const std::string& path, const machine::TuneKey& key,
+                                    bool single, bool chunk) {
+  const std::size_t ranks = static_cast<std::size_t>(g.size());
   // What group rank 0 found, through its staging half: every rank must reach the same answer,
   // since measuring is collective, and only one reading of a file that another job may be
   // rewriting is the same for all.
   struct Found {
-    std::uint64_t present = 0;
-    std::uint64_t bytes = 0;
-    char date[24] = {};
+    std::uint64_t present = 0;  // every entry asked for is there
+    std::uint64_t single = 0;
+    std::uint64_t chunk = 0;
+    char singleDate[24] = {};
+    char chunkDate[24] = {};
   };
   static_assert(sizeof(Found) <= 4096);
   std::string problem;  // rank 0: why the file had nothing to use
@@ -120,10 +167,21 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
   if (g.rank() == 0) {
     Found f;
     const machine::TuneCache c = machine::readTuneCache(path, key);
-    if (const machine::TuneEntry* e = c.find(name)) {
+    const machine::TuneEntry* s = single ? c.find(singleCopyEntry(ranks)) : nullptr;
+    const machine::TuneEntry* k = chunk ? c.find(chunkEntry(ranks)) : nullptr;
+    // A chunk entry is a size a staging half of this group can hold; another is re-measured.
+    const bool chunkOk = k != nullptr && k->value != 0 && k->value != machine::kTuneNever &&
+                         k->value <= g.stagingBytes() / 2;
+    if ((!single || s != nullptr) && (!chunk || chunkOk)) {
       f.present = 1;
-      f.bytes = e->value;
-      std::snprintf(f.date, sizeof f.date, "%s", e->date.c_str());
+      if (s != nullptr) {
+        f.single = s->value;
+        std::snprintf(f.singleDate, sizeof f.singleDate, "%s", s->date.c_str());
+      }
+      if (k != nullptr) {
+        f.chunk = k->value;
+        std::snprintf(f.chunkDate, sizeof f.chunkDate, "%s", k->date.c_str());
+      }
     } else if (c.state == machine::TuneCache::State::Corrupt) {
       problem = "; " + path + " was corrupt (" + c.problem + "), measured over";
     } else if (c.state == machine::TuneCache::State::OtherMachine) {
@@ -134,27 +192,41 @@ SingleCopyChoice cachedOrMeasuredSingleCopy(SharedMemoryGroup& g, std::uint64_t 
   g.barrier(tag, deadline);
   Found f;
   std::memcpy(&f, g.staging(0) + h, sizeof f);
-  SingleCopyChoice c;
+  DirectChoice d;
   if (f.present != 0) {
-    c.bytes = f.bytes == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.bytes);
-    c.why = "cached in " + path + " (measured " + std::string(f.date) + ", " +
-            std::to_string(g.size()) + " ranks)";
-    return c;
+    const std::string of = ", " + std::to_string(ranks) + " ranks)";
+    if (single) {
+      d.single.bytes =
+          f.single == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.single);
+      d.single.why = "cached in " + path + " (measured " + std::string(f.singleDate) + of;
+    }
+    if (chunk) {
+      d.chunk.bytes = static_cast<std::size_t>(f.chunk);
+      d.chunk.why = "cached in " + path + " (measured " + std::string(f.chunkDate) + of;
+    }
+    return d;
   }
-  c = measureSingleCopy(g, tag, deadline);
+  d = measureDirect(g, tag, deadline, single);
+  if (!single) d.single = {};
+  if (!chunk) d.chunk = {};
+  std::string kept;
   if (g.rank() == 0 && !path.empty()) {
-    machine::TuneEntry e;
-    e.value = c.bytes == SIZE_MAX ? machine::kTuneNever : c.bytes;
-    e.date = machine::tuneDateNow();
-    e.detail = c.why;
+    std::map<std::string, machine::TuneEntry> entries;
+    const std::string date = machine::tuneDateNow();
+    if (single)
+      entries[singleCopyEntry(ranks)] = {
+          d.single.bytes == SIZE_MAX ? machine::kTuneNever : d.single.bytes, date, d.single.why};
+    if (chunk && d.chunk.bytes != 0)
+      entries[chunkEntry(ranks)] = {d.chunk.bytes, date, d.chunk.why};
     // Under the file's lock: a process measuring the copy profile at the same time rewrites
     // the file too, and each writer merges into what it read.
     const machine::TuneCacheLock lock(path, 1000);
-    const std::string failed = machine::writeTuneCache(path, key, {{name, e}});
-    c.why += failed.empty() ? "; kept in " + path : "; not kept: " + failed;
+    const std::string failed = machine::writeTuneCache(path, key, entries);
+    kept = failed.empty() ? "; kept in " + path : "; not kept: " + failed;
   }
-  c.why += problem;
-  return c;
+  if (single) d.single.why += kept + problem;
+  if (chunk && d.chunk.bytes != 0) d.chunk.why += kept + problem;
+  return d;
 }
 
 }  // namespace braid::transport::shm

@@ -85,6 +85,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::string pathTo(int peer) const override;
   bool lightWake() const override { return att_.lightWake; }
   std::string singleCopy() const override { return singleCopy_; }
+  std::string directChunk() const override { return chunk_; }
   SharedMemoryGroup* sharedGroup() override { return group_.get(); }
 
  private:
@@ -120,7 +121,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until, const Request* req);
   void backgroundLoop();
   // Sets the group's and the channels' single-copy threshold (shm_single_copy.hpp).
-  void chooseSingleCopy(bool crowded);
+  void chooseDirect(bool crowded);
 
   const int rank_;
   const int size_;
@@ -134,6 +135,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::vector<pollfd> pollFds_;      // one per processes_ entry with a pidfd, built once
   std::unique_ptr<ShmGroup> group_;  // when this host's ranks are the whole communicator
   std::string singleCopy_;           // what singleCopy() reports
+  std::string chunk_;                // what directChunk() reports
 
   engine::Engine engine_;
   std::mutex& mu_;  // engine_.mutex()
@@ -166,7 +168,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   if (count <= att_.hostCpus) busyPoll_ = options.spin;
   // Messages go single copy by default only on a crowded host: with a CPU each, the ring's two
   // copies run at once and beat process_vm_readv (docs/benchmarks.md, "Point-to-point" and
-  // "Single copy where it wins"). The direct collectives' threshold: chooseSingleCopy().
+  // "Single copy where it wins"). The direct collectives' threshold and chunk: chooseDirect().
   const bool crowded = count > att_.hostCpus;
   const std::size_t cmaThreshold =
       options.cmaThresholdBytes.value_or(crowded ? kCrowdedCmaThreshold : SIZE_MAX);
@@ -218,7 +220,7 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
         [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
           mismatchSeen(att_.localRanks[local], mine, theirs);
         });
-    chooseSingleCopy(crowded);
+    chooseDirect(crowded);
   } else {
     singleCopy_ =
         options.cmaDisable ? "messages: never (BRAID_SHM_CMA_DISABLE)"
@@ -229,8 +231,9 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   }
 }
 
-void ShmTransportImpl::chooseSingleCopy(bool crowded) {
+void ShmTransportImpl::chooseDirect(bool crowded) {
   shm::SingleCopyChoice c;
+  bool measureSingle = false;
   if (options_.cmaDisable) {
     c.why = "BRAID_SHM_CMA_DISABLE";
   } else if (!group_->canReadPeers()) {
@@ -245,12 +248,33 @@ void ShmTransportImpl::chooseSingleCopy(bool crowded) {
     c.why = "crowded host: " + std::to_string(att_.localRanks.size()) + " ranks on " +
             std::to_string(att_.hostCpus) + " CPUs";
   } else {
+    measureSingle = true;
+  }
+  shm::ChunkChoice k;
+  bool measureChunk = false;
+  if (!options_.chunkFrom.empty()) {
+    k = {options_.chunkBytes, options_.chunkFrom};
+  } else if (crowded) {
+    k = {options_.chunkBytes, "crowded host: not measured (BRAID_CHUNK_SIZE's default)"};
+  } else {
+    measureChunk = true;
+  }
+  if (measureSingle || measureChunk) {
     // No operation runs on this transport yet, so any tag will do ("singleco" in a dump).
     constexpr std::uint64_t kMeasureTag = 0x73696e676c65636fULL;  // "singleco"
-    c = shm::cachedOrMeasuredSingleCopy(*group_, kMeasureTag, Clock::now() + options_.setupTimeout,
-                                        options_.tuneCachePath, options_.tuneKey);
+    shm::DirectChoice d = shm::cachedOrMeasuredDirect(
+        *group_, kMeasureTag, Clock::now() + options_.setupTimeout, options_.tuneCachePath,
+        options_.tuneKey, measureSingle, measureChunk);
+    if (measureSingle) c = std::move(d.single);
+    if (measureChunk) {
+      k = std::move(d.chunk);
+      // A staging half below every probe size measured nothing: the default, bounded by it.
+      if (k.bytes == 0) k = {options_.chunkBytes, "staging too small to measure"};
+    }
   }
   group_->setSingleCopyBytes(c.bytes);
+  group_->setChunkBytes(k.bytes);
+  chunk_ = std::to_string(k.bytes) + " B: " + k.why;
   singleCopy_ =
       (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
       ": " + c.why;

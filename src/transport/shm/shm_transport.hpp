@@ -94,6 +94,12 @@ struct ShmOptions {
   /// Staging memory per rank for direct collectives (SharedMemoryGroup, two halves); 0: none.
   /// Rounded up to 4 KiB, at least 16 KiB, halved while the segment exceeds maxSegmentBytes.
   std::size_t stagingBytes = std::size_t{2} << 20;
+  /// The direct collectives' pipelining unit (SharedMemoryGroup::chunkBytes) when not measured:
+  /// always when `chunkFrom` names where it came from (BRAID_SHM_CHUNK_SIZE, BRAID_CHUNK_SIZE),
+  /// else on a crowded host. Otherwise measured with the single-copy probe for this many ranks
+  /// and kept in the machine profile (shm_single_copy.hpp).
+  std::size_t chunkBytes = std::size_t{256} << 10;
+  std::string chunkFrom;
   /// The machine profile's file (BRAID_TUNE_CACHE, resolved: "" = none) and this machine's key:
   /// the single-copy threshold measured for this many ranks is read from there and, when
   /// measured, kept there (shm_single_copy.hpp, step 5).
@@ -115,6 +121,10 @@ class ShmTransport : public Transport {
   /// rule where it differs)
   /// (shm_single_copy.hpp): "from 16384 B: measured at creation in 3.2 ms (...)", "never: ...".
   virtual std::string singleCopy() const = 0;
+  /// The direct collectives' pipelining unit and why (shm_single_copy.hpp): "1048576 B:
+  /// measured at creation in 4.1 ms (...)", "65536 B: BRAID_CHUNK_SIZE", ...; "" when the
+  /// transport has no shared-memory group.
+  virtual std::string directChunk() const = 0;
 };
 
 namespace shm {
