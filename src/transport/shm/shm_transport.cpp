@@ -120,7 +120,8 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void wakeBackground();
   void sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until, const Request* req);
   void backgroundLoop();
-  // Sets the group's and the channels' single-copy threshold (shm_single_copy.hpp).
+  // Sets the group's and the channels' single-copy threshold and the direct collectives' chunk
+  // (shm_single_copy.hpp).
   void chooseDirect(bool crowded);
 
   const int rank_;
