@@ -137,6 +137,25 @@ std::string tuneReport(const Options& opts) {
     if (!d.detail.empty()) out += "    why:  " + d.detail + "\n";
   };
   for (const TuneDecision& d : p.decisions) line(d);
+  // A decision the shared-memory transport measures at creation and keeps per rank count: the
+  // file's entries named `prefix` + "<N>ranks", or where it will come from.
+  auto perRankCount = [&](const std::string& what, const std::string& prefix,
+                          const std::string& crowded) {
+    const machine::TuneCache c = machine::readTuneCache(path, key);
+    bool any = false;
+    for (const auto& [name, e] : c.entries) {
+      if (name.rfind(prefix, 0) != 0) continue;
+      any = true;
+      line({what + ", " + name.substr(prefix.size()), bytesText(e.value),
+            "cached in " + path + " (measured " + e.date + ")", e.detail});
+    }
+    if (!any)
+      line({what, "at creation",
+            "measured when a communicator first runs with a CPU per rank on one host, then "
+            "cached per rank count (" +
+                crowded + ")",
+            ""});
+  };
   // The message algorithms' chunk is a constant (docs/plan.md, "Decisions from measurement");
   // the direct shared-memory collectives' is measured per rank count at creation.
   const bool chunkSet = opts.chunkBytes != Options{}.chunkBytes;
@@ -148,21 +167,7 @@ std::string tuneReport(const Options& opts) {
   } else if (chunkSet) {
     line({shmChunk, bytesText(opts.chunkBytes), "BRAID_CHUNK_SIZE / Options::chunkBytes", ""});
   } else {
-    const machine::TuneCache c = machine::readTuneCache(path, key);
-    bool any = false;
-    for (const auto& [name, e] : c.entries) {
-      const std::string prefix = "shm_chunk.";
-      if (name.rfind(prefix, 0) != 0) continue;
-      any = true;
-      line({shmChunk + ", " + name.substr(prefix.size()), bytesText(e.value),
-            "cached in " + path + " (measured " + e.date + ")", e.detail});
-    }
-    if (!any)
-      line({shmChunk, "at creation",
-            "measured when a communicator first runs with a CPU per rank on one host, then "
-            "cached per rank count (ranks outnumbering CPUs: " +
-                bytesText(opts.chunkBytes) + ")",
-            ""});
+    perRankCount(shmChunk, "shm_chunk.", "ranks outnumbering CPUs: " + bytesText(opts.chunkBytes));
   }
   // Single copy: decided per communicator at creation, from the file when it has an entry for
   // the group's rank count.
@@ -172,20 +177,7 @@ std::string tuneReport(const Options& opts) {
   } else if (opts.shmCmaThresholdBytes) {
     line({single, bytesText(*opts.shmCmaThresholdBytes), "BRAID_SHM_CMA_THRESHOLD", ""});
   } else {
-    const machine::TuneCache c = machine::readTuneCache(path, key);
-    bool any = false;
-    for (const auto& [name, e] : c.entries) {
-      const std::string prefix = "shm_single_copy.";
-      if (name.rfind(prefix, 0) != 0) continue;
-      any = true;
-      line({single + ", " + name.substr(prefix.size()), bytesText(e.value),
-            "cached in " + path + " (measured " + e.date + ")", e.detail});
-    }
-    if (!any)
-      line({single, "at creation",
-            "measured when a communicator first runs with a CPU per rank on one host, then "
-            "cached per rank count (ranks outnumbering CPUs: 64 KiB)",
-            ""});
+    perRankCount(single, "shm_single_copy.", "ranks outnumbering CPUs: 64 KiB");
   }
   for (const std::string& w : p.warnings) out += "warning: " + w + "\n";
   return out;
