@@ -107,9 +107,9 @@ struct Options {
   std::size_t shmStagingBytes = std::size_t{2} << 20;
   /// The pipelining unit of the direct shared-memory allreduce, reduce, broadcast and allgather
   /// (BRAID_SHM_CHUNK_SIZE; at most a staging half; reduce-scatter and alltoall, one slot per
-  /// peer, keep chunkBytes). 0 ("auto"): chunkBytes
-  /// when that is not the default; else, with a CPU per rank, measured on the machine for the
-  /// host's rank count and kept in the machine profile (tuneCache); on a crowded host, chunkBytes.
+  /// peer, keep chunkBytes). 0 ("auto"): chunkBytes when that is not the default; else, with a
+  /// CPU per rank, measured on the machine for the host's rank count and kept in the machine
+  /// profile (tuneCache); on a crowded host, chunkBytes.
   std::size_t shmChunkBytes = 0;
   /// Authentication and peer address filtering (BRAID_AUTH_KEY, BRAID_WHITELIST).
   SecurityOptions security;

@@ -38,6 +38,7 @@ class EnvTest : public ::testing::Test {
                           "BRAID_STORE_EXTERNAL",
                           "BRAID_DETERMINISTIC",
                           "BRAID_SHM_STAGING",
+                          "BRAID_SHM_CHUNK_SIZE",
                           "BRAID_HIER_PIECE_SIZE",
                           "BRAID_LLC_SIZE",
                           "BRAID_CONNECT",
@@ -295,6 +296,24 @@ TEST_F(EnvTest, ShmStagingSize) {
   EXPECT_TRUE(listed);
 }
 
+// BRAID_SHM_CHUNK_SIZE: auto (0, measured or BRAID_CHUNK_SIZE) or a positive size.
+TEST_F(EnvTest, ShmChunkSize) {
+  EXPECT_EQ(Options::fromEnv().shmChunkBytes, 0u);
+  setenv("BRAID_SHM_CHUNK_SIZE", "auto", 1);
+  EXPECT_EQ(Options::fromEnv().shmChunkBytes, 0u);
+  setenv("BRAID_SHM_CHUNK_SIZE", "512K", 1);
+  EXPECT_EQ(Options::fromEnv().shmChunkBytes, std::size_t{512} << 10);
+  for (const char* bad : {"0", "lots", "-1", "1.5M"}) {
+    setenv("BRAID_SHM_CHUNK_SIZE", bad, 1);
+    try {
+      Options::fromEnv();
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("BRAID_SHM_CHUNK_SIZE"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_F(EnvTest, TransportBetweenHosts) {
   EXPECT_EQ(Options::fromEnv().interHostTransport, "auto");
   for (const char* v : {"auto", "tcp", "ucx"}) {
@@ -382,10 +401,11 @@ TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {
     for (const char* v : kOverflow) expectRejected(b, v, false);
     expectRejected(b, "2", false);
   }
-  for (const char* sz : {"BRAID_CHUNK_SIZE", "BRAID_BUFFSIZE", "BRAID_SMALL_MSG_SIZE",
-                         "BRAID_SHM_SLOTS", "BRAID_SHM_SLOT_SIZE", "BRAID_SHM_MAX_SEGMENT",
-                         "BRAID_SHM_CMA_THRESHOLD", "BRAID_SHM_STAGING", "BRAID_FUSION_THRESHOLD",
-                         "BRAID_SOCKET_STRIPE_MIN", "BRAID_HIER_PIECE_SIZE"})
+  for (const char* sz :
+       {"BRAID_CHUNK_SIZE", "BRAID_BUFFSIZE", "BRAID_SMALL_MSG_SIZE", "BRAID_SHM_SLOTS",
+        "BRAID_SHM_SLOT_SIZE", "BRAID_SHM_MAX_SEGMENT", "BRAID_SHM_CMA_THRESHOLD",
+        "BRAID_SHM_STAGING", "BRAID_FUSION_THRESHOLD", "BRAID_SOCKET_STRIPE_MIN",
+        "BRAID_HIER_PIECE_SIZE", "BRAID_SHM_CHUNK_SIZE"})
     for (const char* v : {"18446744073709551615", "18446744073709551616", "17179869184G", "2048G",
                           "-1", "1.5M", "4T"})
       expectRejected(sz, v, false);
