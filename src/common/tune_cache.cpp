@@ -12,6 +12,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -57,7 +58,8 @@ bool plausibleDate(const std::string& d) {
 }
 
 std::string keyText(const TuneKey& k) {
-  return "'" + k.cpuModel + "', " + k.isa + ", " + std::to_string(k.cpus) + " CPUs";
+  return "'" + k.cpuModel + "'" + (k.cpuId.empty() ? "" : " (" + k.cpuId + ")") + ", " + k.isa +
+         ", " + std::to_string(k.cpus) + " CPUs";
 }
 
 }  // namespace
@@ -67,17 +69,32 @@ TuneKey thisMachine(std::string isa, const std::string& cpuinfo) {
   k.isa = std::move(isa);
   std::ifstream in(cpuinfo);
   std::string line;
+  // The first CPU's block (up to the first blank line after it began).
+  std::map<std::string, std::string> first;
   while (std::getline(in, line)) {
-    // x86: "model name : AMD EPYC"; arm64 has no model name, only "CPU part".
     const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const std::string name = trim(line.substr(0, colon));
-    if (name == "model name" || (k.cpuModel.empty() && name == "CPU part")) {
-      k.cpuModel = oneLine(line.substr(colon + 1));
-      if (name == "model name") break;
+    if (colon == std::string::npos) {
+      if (!first.empty() && trim(line).empty()) break;
+      continue;
+    }
+    first.emplace(trim(line.substr(0, colon)), oneLine(line.substr(colon + 1)));
+  }
+  // x86: "model name : AMD EPYC"; arm64 has no model name, only "CPU part".
+  for (const char* name : {"model name", "CPU part"}) {
+    if (auto it = first.find(name); it != first.end() && !it->second.empty()) {
+      k.cpuModel = it->second;
+      break;
     }
   }
   if (k.cpuModel.empty()) k.cpuModel = "unknown";
+  const std::pair<const char*, const char*> identity[] = {
+      {"vendor_id", ""},         {"cpu family", "family "},           {"model", "model "},
+      {"stepping", "stepping "}, {"CPU implementer", "implementer "}, {"CPU variant", "variant "},
+      {"CPU part", "part "},     {"CPU revision", "revision "}};
+  for (const auto& [name, label] : identity) {
+    if (auto it = first.find(name); it != first.end() && !it->second.empty())
+      k.cpuId += (k.cpuId.empty() ? "" : " ") + std::string(label) + it->second;
+  }
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   k.cpus = n > 0 ? static_cast<int>(n) : 1;
   return k;
@@ -133,6 +150,8 @@ TuneCache readTuneCache(const std::string& path, const TuneKey& key) {
     if (word == "cpu") {
       c.key.cpuModel = rest;
       cpu = true;
+    } else if (word == "cpuid") {
+      c.key.cpuId = rest;  // absent in files of braid before it: another machine, measured over
     } else if (word == "isa") {
       c.key.isa = rest;
       isa = true;
@@ -184,6 +203,7 @@ std::string writeTuneCache(const std::string& path, const TuneKey& key,
       "# measured again when the CPU differs; delete the file to measure again.\n";
   text += std::string(kMagic) + "\n";
   text += "cpu " + oneLine(key.cpuModel) + "\n";
+  if (!key.cpuId.empty()) text += "cpuid " + oneLine(key.cpuId) + "\n";
   text += "isa " + oneLine(key.isa) + "\n";
   text += "cpus " + std::to_string(key.cpus) + "\n";
   for (const auto& [name, e] : all)

@@ -28,6 +28,12 @@ struct TuneKey {
   std::string cpuModel;  // /proc/cpuinfo's "model name" ("unknown" when absent)
   std::string isa;       // the best kernel level the CPU has ("avx512", "avx2", ...)
   int cpus = 0;          // online CPUs
+  // The CPU's identity beneath its name, from the first CPU of /proc/cpuinfo: x86's vendor,
+  // family, model and stepping ("AuthenticAMD family 26 model 2 stepping 1"), arm64's
+  // implementer, variant, part and revision; "" where it shows none. Virtual machines name
+  // different CPUs alike ("AMD EPYC" for Zen 1, Zen 4 and Zen 5 guests), and a home directory
+  // shared by the nodes of a cluster carries one file to all of them.
+  std::string cpuId;
   friend bool operator==(const TuneKey&, const TuneKey&) = default;
 };
 

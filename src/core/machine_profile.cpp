@@ -128,10 +128,9 @@ std::string tuneReport(const Options& opts) {
   const MachineProfile p = resolveMachineProfile(opts);
   const machine::TuneKey key = machineKey();
   const std::string path = tuneCachePath(opts);
-  std::string out =
-      "machine: " + key.cpuModel + ", " + key.isa + ", " + std::to_string(key.cpus) +
-      " CPUs\nprofile file: " + (path.empty() ? std::string("none (BRAID_TUNE_CACHE=off)") : path) +
-      "\n";
+  std::string out = "machine: " + key.cpuModel + (key.cpuId.empty() ? "" : " (" + key.cpuId + ")") +
+                    ", " + key.isa + ", " + std::to_string(key.cpus) + " CPUs\nprofile file: " +
+                    (path.empty() ? std::string("none (BRAID_TUNE_CACHE=off)") : path) + "\n";
   auto line = [&](const TuneDecision& d) {
     out += "  " + d.name + ": " + d.value + "\n    from: " + d.source + "\n";
     if (!d.detail.empty()) out += "    why:  " + d.detail + "\n";

@@ -52,8 +52,8 @@ void spit(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
-const TuneKey kKeyA{"Test CPU A @ 2.0GHz", "avx2", 8};
-const TuneKey kKeyB{"Test CPU B", "avx512", 8};
+const TuneKey kKeyA{"Test CPU A @ 2.0GHz", "avx2", 8, ""};
+const TuneKey kKeyB{"Test CPU B", "avx512", 8, ""};
 
 TEST(TuneCache, WriteThenReadBack) {
   TempDir dir;
@@ -93,8 +93,8 @@ TEST(TuneCache, AnotherMachinesFileIsNotUsedAndIsReplaced) {
   TempDir dir;
   const std::string path = dir.file("m.tune");
   ASSERT_EQ(machine::writeTuneCache(path, kKeyA, {{"a", {4096, "2026-01-02T03:04:05Z", ""}}}), "");
-  for (TuneKey other :
-       {kKeyB, TuneKey{kKeyA.cpuModel, "avx512", 8}, TuneKey{kKeyA.cpuModel, kKeyA.isa, 16}}) {
+  for (TuneKey other : {kKeyB, TuneKey{kKeyA.cpuModel, "avx512", 8, ""},
+                        TuneKey{kKeyA.cpuModel, kKeyA.isa, 16, ""}}) {
     const TuneCache c = machine::readTuneCache(path, other);
     EXPECT_EQ(c.state, TuneCache::State::OtherMachine);
     EXPECT_TRUE(c.entries.empty());
@@ -108,11 +108,36 @@ TEST(TuneCache, AnotherMachinesFileIsNotUsedAndIsReplaced) {
   EXPECT_EQ(machine::readTuneCache(path, kKeyA).state, TuneCache::State::OtherMachine);
 }
 
+// Two CPUs a virtual machine names alike ("AMD EPYC": Zen 1, Zen 4 and Zen 5 guests) differ in
+// their identity; a file written before the identity was kept (no cpuid line) is another
+// machine's for a CPU that shows one.
+TEST(TuneCache, SameNameOtherCpuIsAnotherMachine) {
+  TempDir dir;
+  const std::string path = dir.file("m.tune");
+  const TuneKey zen4{"AMD EPYC", "avx512bf16", 2, "AuthenticAMD family 25 model 17 stepping 0"};
+  const TuneKey zen5{"AMD EPYC", "avx512bf16", 2, "AuthenticAMD family 26 model 2 stepping 1"};
+  ASSERT_EQ(machine::writeTuneCache(path, zen4, {{"a", {1, "2026-01-02T03:04:05Z", ""}}}), "");
+  EXPECT_EQ(machine::readTuneCache(path, zen4).state, TuneCache::State::Loaded);
+  const TuneCache other = machine::readTuneCache(path, zen5);
+  EXPECT_EQ(other.state, TuneCache::State::OtherMachine);
+  EXPECT_NE(other.problem.find("measured on 'AMD EPYC' (AuthenticAMD family 25 model 17 stepping "
+                               "0), avx512bf16, 2 CPUs, this machine is 'AMD EPYC' (AuthenticAMD "
+                               "family 26 model 2 stepping 1)"),
+            std::string::npos)
+      << other.problem;
+  spit(path,
+       "braid-tune-cache 1\ncpu AMD EPYC\nisa avx512bf16\ncpus 2\n"
+       "entry a 1 2026-01-02T03:04:05Z\n");
+  EXPECT_EQ(machine::readTuneCache(path, zen5).state, TuneCache::State::OtherMachine);
+  EXPECT_EQ(machine::readTuneCache(path, TuneKey{"AMD EPYC", "avx512bf16", 2, ""}).state,
+            TuneCache::State::Loaded);
+}
+
 TEST(TuneCache, CorruptFilesAreReportedWithTheLine) {
   TempDir dir;
   const std::string path = dir.file("m.tune");
   const std::string head = "braid-tune-cache 1\ncpu X\nisa avx2\ncpus 8\n";
-  const TuneKey x{"X", "avx2", 8};
+  const TuneKey x{"X", "avx2", 8, ""};
   struct Case {
     std::string text, problem;
   };
@@ -151,15 +176,23 @@ TEST(TuneCache, MachineKeyAndPath) {
   TempDir dir;
   const std::string cpuinfo = dir.file("cpuinfo");
   spit(cpuinfo,
-       "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6338 "
-       "CPU @ 2.00GHz  \nflags\t\t: fpu\n\nprocessor\t: 1\nmodel name\t: Intel(R) Xeon(R)\n");
+       "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 106\nmodel "
+       "name\t: Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz  \nstepping\t: 6\nflags\t\t: fpu\n\n"
+       "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n"
+       "model name\t: Intel(R) Xeon(R)\n");
   TuneKey k = machine::thisMachine("avx512", cpuinfo);
   EXPECT_EQ(k.cpuModel, "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz");
+  EXPECT_EQ(k.cpuId, "GenuineIntel family 6 model 106 stepping 6");  // the first CPU's
   EXPECT_EQ(k.isa, "avx512");
   EXPECT_GE(k.cpus, 1);
-  spit(cpuinfo, "processor\t: 0\nCPU part\t: 0xd0c\n");  // arm64
+  spit(cpuinfo,
+       "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+       "CPU variant\t: 0x1\nCPU part\t: 0xd0c\nCPU revision\t: 1\n\nprocessor\t: 1\n");  // arm64
   EXPECT_EQ(machine::thisMachine("scalar", cpuinfo).cpuModel, "0xd0c");
+  EXPECT_EQ(machine::thisMachine("scalar", cpuinfo).cpuId,
+            "implementer 0x41 variant 0x1 part 0xd0c revision 1");
   EXPECT_EQ(machine::thisMachine("scalar", dir.file("none")).cpuModel, "unknown");
+  EXPECT_EQ(machine::thisMachine("scalar", dir.file("none")).cpuId, "");
 
   EXPECT_EQ(machine::tuneCachePath("off"), "");
   EXPECT_EQ(machine::tuneCachePath("/x/y.tune"), "/x/y.tune");
