@@ -396,6 +396,9 @@ TEST(TcpLazy, StreamsConnectOnFirstUse) {
   o.socketsPerThread = 2;
   o.stripeMinBytes = 4096;
   Rendezvous created(2);
+  // Both have counted stream 0 alone before either dials the others: a rank that ran ahead into
+  // the striped exchange would dial streams 1-3, and the peer's count includes what it accepted.
+  Rendezvous counted(2);
   runRanks(
       2,
       [&](int rank, Transport& t) {
@@ -403,6 +406,7 @@ TEST(TcpLazy, StreamsConnectOnFirstUse) {
         created.arriveAndWait();
         exchange(rank, t, 100);
         EXPECT_EQ(t.connectionCount(), 1u);
+        counted.arriveAndWait();
         exchange(rank, t, 1 << 20);
         EXPECT_EQ(t.connectionCount(), 4u);
       },
