@@ -254,6 +254,13 @@ class Comm {
   /// without a shared-memory transport.
   std::string sharedMemoryChunk() const;
 
+  /// From what size of their outputs (all this host's ranks' together) this rank's direct
+  /// shared-memory collectives write them with non-temporal stores, and why: "67108864 B:
+  /// measured at creation in 31.0 ms (...)", "16777216 B: BRAID_LLC_SIZE", "16777216 B: crowded
+  /// host: ...", "never: cached in FILE (...)" (docs/env.md, BRAID_LLC_SIZE). "" without a
+  /// shared-memory group.
+  std::string sharedMemoryStreaming() const;
+
   /// How this rank's transport names `peer` in its errors, with what bootstrap learned about it:
   /// "rank P (HOST:PORT)" for a TCP peer (the address and port its listener published),
   /// "rank P (pid N on HOSTNAME)" for a peer reached through shared memory, "rank P" for this

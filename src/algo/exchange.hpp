@@ -152,11 +152,24 @@ inline void copyBytes(void* dst, const void* src, std::size_t bytes) noexcept {
   if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
 }
 
-/// Whether a direct collective of `ranks` ranks (one host) writes an output of `outputBytes`
-/// per rank with non-temporal stores: when the outputs of all ranks together reach half the
-/// last-level cache (kernels::streamingThresholdBytes()) they share, so that they would not
-/// stay cached until read anyway (docs/benchmarks.md, "Shared memory vs Open MPI": 2 ranks at
-/// 8 MiB, alltoall 1.4-2.1 -> 2.8-3.2 GB/s and broadcast 7-10 -> 14-16 GB/s busbw).
+/// Whether a direct collective of group `g` (one host) in which every rank writes an output of
+/// `outputBytes` (allgather, allreduce, alltoall, broadcast) writes it with non-temporal
+/// stores: when the outputs of all ranks together reach the group's threshold
+/// (SharedMemoryGroup::streamingBytes: every rank writing at once, measured on the machine for
+/// this many ranks, transport/shm/shm_streaming.hpp), so that they would not stay cached until
+/// read anyway (docs/benchmarks.md, "Shared memory vs Open MPI": 2 ranks at 8 MiB, alltoall
+/// 1.4-2.1 -> 2.8-3.2 GB/s and broadcast 7-10 -> 14-16 GB/s busbw on Zen 1; "Streaming stores
+/// measured by the group": where the outputs stay cached, streaming them cost up to 2.3x).
+inline bool streamsOutput(const transport::SharedMemoryGroup& g, std::size_t outputBytes) noexcept {
+  const std::size_t threshold = g.streamingBytes();
+  return threshold != 0 && outputBytes * static_cast<std::size_t>(g.size()) >= threshold;
+}
+
+/// The same by the process's threshold (kernels::streamingThresholdBytes(): one core's copies,
+/// measured), for a collective with one writer, the reduce's root, whose output the group's
+/// measurement of every rank writing at once does not describe: on a Zen 5 guest the root's
+/// 16 MiB output took 1.18x as long cached, as the group's threshold would have had it, as
+/// streamed (docs/benchmarks.md, "Streaming stores measured by the group").
 inline bool streamsOutput(std::size_t outputBytes, int ranks) noexcept {
   const std::size_t threshold = kernels::streamingThresholdBytes();
   return threshold != 0 && outputBytes * static_cast<std::size_t>(ranks) >= threshold;

@@ -552,6 +552,10 @@ std::string Comm::sharedMemoryChunk() const {
   return transport::shmDirectChunk(*impl_->transport);
 }
 
+std::string Comm::sharedMemoryStreaming() const {
+  return transport::shmDirectStreaming(*impl_->transport);
+}
+
 std::string Comm::describePeer(int peer) const {
   if (peer < 0 || peer >= impl_->size)
     throw Error(ErrorCode::InvalidArgument,

@@ -230,6 +230,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.shm.chunkFrom = opts.shmChunkBytes != 0 ? "BRAID_SHM_CHUNK_SIZE"
                                    : opts.chunkBytes != Options{}.chunkBytes ? "BRAID_CHUNK_SIZE"
                                                                              : "";
+  transportOptions.shm.measureStreaming = true;
   transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
   transportOptions.shm.tuneKey = core::machineKey();
   // Shared connections: this communicator's lane is its id's hash (the same on every rank; 0
@@ -304,6 +305,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
     if (!single.empty()) impl->log(2, "shm single copy: " + single);
     const std::string chunk = transport::shmDirectChunk(*impl->transport);
     if (!chunk.empty()) impl->log(2, "shm chunk: " + chunk);
+    const std::string streaming = transport::shmDirectStreaming(*impl->transport);
+    if (!streaming.empty()) impl->log(2, "shm streaming stores: " + streaming);
     impl->log(2, core::describeTopology(impl->topo, rank));
     if (opts.tune && size > 1 && parentParams == nullptr && rank == 0) {
       // The measurement in BRAID_TUNE_FILE syntax, to keep (docs/plan.md).

@@ -168,6 +168,15 @@ std::string tuneReport(const Options& opts) {
   } else {
     perRankCount(shmChunk, "shm_chunk.", "ranks outnumbering CPUs: " + bytesText(opts.chunkBytes));
   }
+  // The direct collectives' streaming stores: measured per rank count like the chunk, since the
+  // outputs of a host's ranks share its cache (transport/shm/shm_streaming.hpp).
+  const std::string shmStreaming = "shm streaming stores (direct collectives' outputs together)";
+  if (opts.llcBytes != 0) {
+    line({shmStreaming, bytesText(opts.llcBytes / 2), "BRAID_LLC_SIZE (half of it)", ""});
+  } else {
+    perRankCount(shmStreaming, "shm_streaming.",
+                 "ranks outnumbering CPUs: the streaming threshold above");
+  }
   // Single copy: decided per communicator at creation, from the file when it has an entry for
   // the group's rank count.
   const std::string single = "shm single-copy threshold (one host)";

@@ -295,6 +295,11 @@ void setLastLevelCacheBytes(std::size_t bytes) noexcept {
   gThreshold.store(bytes == 0 ? kUnset : bytes / 2, std::memory_order_relaxed);
 }
 
+std::size_t streamingThresholdSet() noexcept {
+  const std::size_t set = gThreshold.load(std::memory_order_relaxed);
+  return set == kUnset ? 0 : set;
+}
+
 void setMeasuredStreamingThreshold(std::size_t bytes) noexcept {
   gMeasured.store(bytes == 0 ? kUnset : bytes, std::memory_order_relaxed);
 }

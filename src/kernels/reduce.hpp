@@ -69,6 +69,9 @@ std::size_t streamingThresholdBytes() noexcept;
 /// communicator applies BRAID_LLC_SIZE through this); 0 returns to the measured threshold, if
 /// any, else the machine's report.
 void setLastLevelCacheBytes(std::size_t bytes) noexcept;
+/// The threshold setLastLevelCacheBytes set (half of it), 0 when none is set: an override
+/// (BRAID_LLC_SIZE, a test's cache) that the shared-memory group's measured threshold yields to.
+std::size_t streamingThresholdSet() noexcept;
 /// Process-wide: the streaming threshold the machine profile measured (core/machine_profile.hpp);
 /// below setLastLevelCacheBytes in precedence. 0 forgets it.
 void setMeasuredStreamingThreshold(std::size_t bytes) noexcept;

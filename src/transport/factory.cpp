@@ -324,6 +324,11 @@ std::string shmDirectChunk(const Transport& t) {
   return shm == nullptr ? "" : shm->directChunk();
 }
 
+std::string shmDirectStreaming(const Transport& t) {
+  const ShmTransport* shm = sharedMemoryOf(t);
+  return shm == nullptr ? "" : shm->directStreaming();
+}
+
 std::string pathTo(const Transport& t, int peer) {
   const auto* routed = dynamic_cast<const RoutedTransport*>(&t);
   return routed != nullptr ? routed->pathTo(peer) : "";

@@ -122,4 +122,8 @@ std::string shmSingleCopy(const Transport& t);
 /// or "" when `t` has no shared-memory leg.
 std::string shmDirectChunk(const Transport& t);
 
+/// The direct shared-memory collectives' streaming threshold, and why
+/// (ShmTransport::directStreaming), or "" when `t` has no shared-memory leg.
+std::string shmDirectStreaming(const Transport& t);
+
 }  // namespace braid::transport

@@ -118,6 +118,12 @@ class SharedMemoryGroup {
   /// count on the machine, or BRAID_SHM_CHUNK_SIZE / BRAID_CHUNK_SIZE (shm_single_copy.hpp says
   /// how). The same answer on every rank.
   virtual std::size_t chunkBytes() const = 0;
+  /// The direct collectives in which every rank writes an output (allgather, allreduce, alltoall,
+  /// broadcast) write them with non-temporal stores when the outputs of all the group's ranks
+  /// together reach this many bytes (algo::streamsOutput); SIZE_MAX:
+  /// never. Measured per rank count on the machine, or BRAID_LLC_SIZE's half, or the process's
+  /// kernels::streamingThresholdBytes() (shm_streaming.hpp says when). The same on every rank.
+  virtual std::size_t streamingBytes() const = 0;
   /// Copies `bytes` at address `remote` of rank `peer`'s address space into `dst`. The peer
   /// keeps that memory unchanged until a barrier that follows this call. Throws
   /// Error(PeerLost) when the peer exited, else Error(Internal) naming errno; the group is

@@ -4,7 +4,8 @@
 // staged), over ranks as threads and as processes, every collective x world size x count x dtype
 // x op x in-place x root (harness/checks); large messages (reduce stages whatever the threshold);
 // the choice as Comm::singleCopy() reports it (override, measured, disabled); the direct
-// collectives' chunk, measured by the same probe (Comm::sharedMemoryChunk); and a process
+// collectives' chunk, measured by the same probe (Comm::sharedMemoryChunk); their streaming
+// threshold, measured by the group (Comm::sharedMemoryStreaming); and a process
 // whose kernel refuses process_vm_readv (a seccomp filter, as a container or Yama would), which
 // must fall back to staging and say why.
 #include <gtest/gtest.h>
@@ -308,6 +309,96 @@ TEST(ShmChunk, MeasuredKeptAndOverridden) {
   EXPECT_NE(bothFile.find("shm_single_copy.2ranks"), nullptr);
   // testOptions' host of 2 CPUs: 3 ranks are crowded.
   runThreads(3, o, [&](Comm& c) { expectChunk(c, "262144 B: crowded host: not measured"); });
+  std::filesystem::remove_all(dirTemplate);
+}
+
+// The direct collectives' streaming threshold (shm_streaming.hpp): measured by the group at
+// the first creation and kept in the profile file, read from it afterwards; a planted threshold
+// of 4 KiB makes every direct collective write its output with non-temporal stores, "never"
+// none (both checked with data); a crowded host keeps the process's threshold; BRAID_LLC_SIZE
+// (an override of the process's threshold, half of it) wins.
+TEST(ShmStreaming, MeasuredKeptAndOverridden) {
+  // No override of the process's threshold while the group measures (restored at the end).
+  const std::size_t overridden = kernels::streamingThresholdSet();
+  kernels::setLastLevelCacheBytes(0);
+  char dirTemplate[] = "/tmp/braid-streaming-tune-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string path = std::string(dirTemplate) + "/m.tune";
+  Options o = testOptions("shm_direct");
+  o.tuneCache = path;
+  auto expectStreaming = [](Comm& c, const std::string& prefix) {
+    const std::string got = c.sharedMemoryStreaming();
+    if (got.rfind(prefix, 0) != 0)
+      throw Error(ErrorCode::Internal,
+                  "sharedMemoryStreaming() = '" + got + "', expected '" + prefix + "...'");
+  };
+  runThreads(2, o, [&](Comm& c) {
+    const std::string got = c.sharedMemoryStreaming();
+    const std::size_t at = got.find(" B: measured at creation in ");
+    if (at == std::string::npos || at == 0 ||
+        got.find(" ms (2 ranks): streaming stores ") == std::string::npos ||
+        got.find("(all ranks' outputs together; us cached/streamed: 4M ") == std::string::npos)
+      throw Error(ErrorCode::Internal, "first: sharedMemoryStreaming() = '" + got + "'");
+    if (c.rank() == 0 && got.find("; kept in " + path) == std::string::npos)
+      throw Error(ErrorCode::Internal, "first, rank 0: sharedMemoryStreaming() = '" + got + "'");
+  });
+  const machine::TuneKey key =
+      machine::thisMachine(kernels::toString(kernels::supportedIsas().back()));
+  const machine::TuneCache file = machine::readTuneCache(path, key);
+  ASSERT_EQ(file.state, machine::TuneCache::State::Loaded) << file.problem;
+  const machine::TuneEntry* measured = file.find("shm_streaming.2ranks");
+  ASSERT_NE(measured, nullptr);
+  EXPECT_GE(measured->value, std::size_t{4} << 20);
+  // testOptions sets the single-copy threshold and the chunk: only streaming was measured.
+  EXPECT_EQ(file.find("shm_chunk.2ranks"), nullptr);
+  EXPECT_EQ(file.find("shm_single_copy.2ranks"), nullptr);
+  runThreads(2, o, [&](Comm& c) {
+    expectStreaming(
+        c, (measured->value == machine::kTuneNever ? std::string("never")
+                                                   : std::to_string(measured->value) + " B") +
+               ": cached in " + path + " (measured ");
+  });
+  // 4 KiB of outputs together: every direct collective below streams its output.
+  ASSERT_EQ(machine::writeTuneCache(
+                path, key, {{"shm_streaming.2ranks", {4096, "2026-01-02T03:04:05Z", "planted"}}}),
+            "");
+  auto checkAll = [](Comm& c) {
+    checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 250007, false);
+    checkAllreduce(c, DataType::Int64, ReduceOp::Max, 4099, true);
+    checkReduce(c, DataType::Float64, ReduceOp::Sum, 125003, 1, false);
+    checkReduce(c, DataType::Int32, ReduceOp::Min, 30011, 0, true);
+    checkNonReducing(c, DataType::Int32, 100003);
+    checkNonReducing(c, DataType::Uint8, 4099);
+  };
+  runThreads(2, o, [&](Comm& c) {
+    expectStreaming(c, "4096 B: cached in " + path + " (measured 2026-01-02T03:04:05Z, 2 ranks)");
+    checkAll(c);
+  });
+  ASSERT_EQ(
+      machine::writeTuneCache(path, key,
+                              {{"shm_streaming.2ranks",
+                                {machine::kTuneNever, "2026-01-02T03:04:06Z", "planted never"}}}),
+      "");
+  runThreads(2, o, [&](Comm& c) {
+    expectStreaming(c, "never: cached in " + path + " (measured 2026-01-02T03:04:06Z, 2 ranks)");
+    checkAll(c);
+  });
+  // testOptions' host of 2 CPUs: 3 ranks are crowded.
+  runThreads(3, o, [&](Comm& c) {
+    const std::string got = c.sharedMemoryStreaming();
+    if (got.find(" B: crowded host: not measured (the process's threshold)") == std::string::npos)
+      throw Error(ErrorCode::Internal, "crowded: sharedMemoryStreaming() = '" + got + "'");
+  });
+  // BRAID_LLC_SIZE (Options::llcBytes, applied process-wide at creation) wins over the file's
+  // "never": every output below streams.
+  Options llc = o;
+  llc.llcBytes = std::size_t{1} << 20;
+  runThreads(2, llc, [&](Comm& c) {
+    expectStreaming(c, "524288 B: BRAID_LLC_SIZE (the process's threshold, half of it)");
+    checkAllreduce(c, DataType::BFloat16, ReduceOp::Sum, 300007, false);
+    checkNonReducing(c, DataType::Float32, 200003);
+  });
+  kernels::setLastLevelCacheBytes(overridden * 2);
   std::filesystem::remove_all(dirTemplate);
 }
 

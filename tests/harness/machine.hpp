@@ -20,9 +20,10 @@ namespace braid::test {
 /// (as BRAID_LLC_SIZE would set it); the previous threshold is restored afterwards.
 class ScopedLastLevelCache {
  public:
-  explicit ScopedLastLevelCache(std::size_t bytes) : saved_(kernels::streamingThresholdBytes()) {
+  explicit ScopedLastLevelCache(std::size_t bytes) : saved_(kernels::streamingThresholdSet()) {
     kernels::setLastLevelCacheBytes(bytes);
   }
+  // The override that was set (none: 0, the measured or reported threshold applies again).
   ~ScopedLastLevelCache() { kernels::setLastLevelCacheBytes(saved_ * 2); }
   ScopedLastLevelCache(const ScopedLastLevelCache&) = delete;
   ScopedLastLevelCache& operator=(const ScopedLastLevelCache&) = delete;

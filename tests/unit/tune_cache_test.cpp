@@ -489,6 +489,48 @@ TEST(ShmChunkRule, SmallestWithinTenPercentOfTheFastestPerByte) {
       << chunkFromStaged(falling, 5).why;
 }
 
+// The direct collectives' streaming threshold from the group's timings (shm_streaming.hpp): the
+// step that most sizes agree with; lost everywhere: twice the largest size; a missing figure
+// decides nothing (the process's threshold then applies).
+TEST(ShmStreamingRule, TheStepMostSizesAgreeWith) {
+  using transport::shm::streamingFromTimings;
+  const std::size_t sizes[] = {4 * kMiB, 8 * kMiB, 16 * kMiB, 32 * kMiB, 64 * kMiB};
+  // us cached / streamed (in ns): streaming wins from 32M.
+  const std::uint64_t cached[] = {35000, 66000, 151000, 800000, 1644000};
+  const std::uint64_t streamed[] = {94000, 188000, 375000, 750000, 824000};
+  const transport::shm::StreamingChoice c = streamingFromTimings(sizes, cached, streamed, 5);
+  EXPECT_EQ(c.bytes, 32 * kMiB);
+  EXPECT_NE(c.why.find("streaming stores win from 32M of outputs (all ranks' outputs together; "
+                       "us cached/streamed: 4M 35/94, 8M 66/188, 16M 151/375, 32M 800/750, "
+                       "64M 1644/824)"),
+            std::string::npos)
+      << c.why;
+  // Streaming never wins: twice the largest size measured.
+  const std::uint64_t slow[] = {94000, 188000, 375000, 1500000, 3000000};
+  const transport::shm::StreamingChoice lost = streamingFromTimings(sizes, cached, slow, 5);
+  EXPECT_EQ(lost.bytes, 128 * kMiB);
+  EXPECT_NE(lost.why.find("streaming stores lost up to 64M of outputs"), std::string::npos)
+      << lost.why;
+  // Streaming wins everywhere: from the first size.
+  const std::uint64_t fast[] = {1000, 2000, 4000, 8000, 16000};
+  EXPECT_EQ(streamingFromTimings(sizes, cached, fast, 5).bytes, 4 * kMiB);
+  // One disturbed size (16M streamed slow) among sizes where streaming wins does not move the
+  // step past it: from 4M on scores -1 -1 +1 -1 -1 = -3, from 32M on only -2.
+  const std::uint64_t disturbed[] = {1000, 2000, 900000, 8000, 16000};
+  EXPECT_EQ(streamingFromTimings(sizes, cached, disturbed, 5).bytes, 4 * kMiB);
+  // A tie keeps the larger step (streams less): 8M disturbed, from 4M and from 16M both -3.
+  const std::uint64_t tie[] = {1000, 900000, 4000, 8000, 16000};
+  EXPECT_EQ(streamingFromTimings(sizes, cached, tie, 5).bytes, 16 * kMiB);
+  // A missing figure: no decision.
+  const std::uint64_t missing[] = {1000, 0, 4000, 8000, 16000};
+  EXPECT_EQ(streamingFromTimings(sizes, cached, missing, 5).bytes, 0u);
+  EXPECT_EQ(streamingFromTimings(sizes, cached, streamed, 0).bytes, 0u);
+  // The sizes reach past the cache: twice the OS's report, within [8 MiB, 128 MiB].
+  EXPECT_EQ(transport::shm::streamingProbeLimit(32 * kMiB), 64 * kMiB);
+  EXPECT_EQ(transport::shm::streamingProbeLimit(kMiB), 8 * kMiB);
+  EXPECT_EQ(transport::shm::streamingProbeLimit(512 * kMiB), 128 * kMiB);
+}
+
 // braid-info --tune's text, in process: every decision with its source.
 TEST(MachineProfile, ReportNamesEverySource) {
   TempDir dir;
@@ -502,10 +544,14 @@ TEST(MachineProfile, ReportNamesEverySource) {
   EXPECT_NE(r.find("shm single-copy threshold (one host): at creation"), std::string::npos) << r;
   EXPECT_NE(r.find("shm chunk (direct collectives, one host): at creation"), std::string::npos)
       << r;
+  EXPECT_NE(r.find("shm streaming stores (direct collectives' outputs together): at creation"),
+            std::string::npos)
+      << r;
   ASSERT_EQ(machine::writeTuneCache(
                 path, core::machineKey(),
                 {{"shm_single_copy.2ranks", {64 * kKiB, "2026-01-02T03:04:05Z", "planted"}},
-                 {"shm_chunk.2ranks", {kMiB, "2026-01-02T03:04:06Z", "planted chunk"}}}),
+                 {"shm_chunk.2ranks", {kMiB, "2026-01-02T03:04:06Z", "planted chunk"}},
+                 {"shm_streaming.2ranks", {64 * kMiB, "2026-01-02T03:04:07Z", "planted"}}}),
             "");
   r = core::tuneReport(o);
   EXPECT_NE(r.find("from: cached in " + path + " (measured "), std::string::npos) << r;
@@ -517,6 +563,16 @@ TEST(MachineProfile, ReportNamesEverySource) {
                    path + " (measured 2026-01-02T03:04:06Z)\n    why:  planted chunk"),
             std::string::npos)
       << r;
+  EXPECT_NE(r.find("shm streaming stores (direct collectives' outputs together), 2ranks: 64 MiB\n"
+                   "    from: cached in " +
+                   path + " (measured 2026-01-02T03:04:07Z)"),
+            std::string::npos)
+      << r;
+  o.llcBytes = 48 * kMiB;
+  EXPECT_NE(core::tuneReport(o).find("shm streaming stores (direct collectives' outputs together): "
+                                     "24 MiB\n    from: BRAID_LLC_SIZE (half of it)"),
+            std::string::npos);
+  o.llcBytes = 0;
   o.shmCmaThresholdBytes = 4096;
   o.chunkBytes = kMiB;
   r = core::tuneReport(o);

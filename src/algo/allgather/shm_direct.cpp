@@ -39,7 +39,7 @@ void shmDirectAllgather(Context& ctx, const CollArgs& a) {
   transport::SharedMemoryGroup* g = &requireSharedGroup(ctx, Collective::Allgather, "shm_direct");
   if (block == 0) return;
   const std::uint8_t* in = bytesOf(a.send);
-  const bool stream = streamsOutput(block * static_cast<std::size_t>(ctx.size), ctx.size);
+  const bool stream = streamsOutput(*g, block * static_cast<std::size_t>(ctx.size));
   if (singleCopy(*g, block)) {
     PeerBuffers peers(ctx, *g, in);
     std::uint8_t* own = out + static_cast<std::size_t>(me) * block;

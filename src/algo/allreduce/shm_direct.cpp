@@ -65,7 +65,7 @@ void shmDirectAllreduce(Context& ctx, const CollArgs& a) {
   const std::size_t chunk = std::max<std::size_t>(1, std::min(g->chunkBytes(), half) / es);
   // A large output is written with non-temporal stores: no read-for-ownership, and the staged
   // chunks stay cached.
-  const bool stream = streamsOutput(bytes, n);
+  const bool stream = streamsOutput(*g, bytes);
   for (std::size_t off = 0; off < a.count; off += chunk) {
     const std::size_t c = std::min(chunk, a.count - off);
     const std::size_t h = g->beginStep();

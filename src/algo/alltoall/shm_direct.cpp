@@ -56,7 +56,7 @@ void shmDirectAlltoall(Context& ctx, const CollArgs& a) {
   transport::SharedMemoryGroup* g =
       n > 1 ? &requireSharedGroup(ctx, Collective::Alltoall, "shm_direct") : nullptr;
   const auto own = static_cast<std::size_t>(me) * block;
-  const bool stream = streamsOutput(block * un, n);
+  const bool stream = g != nullptr && streamsOutput(*g, block * un);
   const bool single = n > 1 && singleCopy(*g, block);
   if (out != in && block > 0 && (n == 1 || single)) copyOut(stream, out + own, in + own, block);
   if (n == 1 || block == 0) return;

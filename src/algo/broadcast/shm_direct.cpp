@@ -39,7 +39,7 @@ void shmDirectBroadcast(Context& ctx, const CollArgs& a) {
   }
   const std::size_t chunk =
       std::max(es, std::min(g->chunkBytes(), g->stagingBytes() / 2) / es * es);
-  const bool stream = streamsOutput(bytes, ctx.size);
+  const bool stream = streamsOutput(*g, bytes);
   for (std::size_t off = 0; off < bytes; off += chunk) {
     const std::size_t c = std::min(chunk, bytes - off);
     const std::size_t h = g->beginStep();

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/reduce.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/shm/shm_transport.hpp"
 
@@ -62,6 +63,15 @@ class ShmGroup final : public SharedMemoryGroup {
   std::size_t chunkBytes() const override { return chunkBytes_; }
   /// Set once, right after construction, the same on every rank (shm_single_copy.hpp).
   void setChunkBytes(std::size_t bytes) { chunkBytes_ = bytes; }
+  /// An override of the process's threshold (BRAID_LLC_SIZE, applied process-wide) wins, even
+  /// one set after creation; then the group's own; then the process's.
+  std::size_t streamingBytes() const override {
+    if (const std::size_t set = kernels::streamingThresholdSet(); set != 0) return set;
+    return streamingBytes_ != 0 ? streamingBytes_ : kernels::streamingThresholdBytes();
+  }
+  /// Set once, right after construction, the same on every rank (shm_streaming.hpp); 0: the
+  /// process's threshold.
+  void setStreamingBytes(std::size_t bytes) { streamingBytes_ = bytes; }
   /// Which pair's probe failed when !canReadPeers() (CMA disabled: ""), in words.
   const std::string& unreadablePair() const { return unreadable_; }
   void readPeer(int peer, std::uint64_t remote, void* dst, std::size_t bytes) override;
@@ -110,6 +120,7 @@ class ShmGroup final : public SharedMemoryGroup {
   std::string unreadable_;
   std::size_t singleCopyBytes_ = SIZE_MAX;
   std::size_t chunkBytes_ = std::size_t{256} << 10;
+  std::size_t streamingBytes_ = 0;
   std::uint64_t epoch_ = 0;         // barriers entered
   std::uint64_t tag_ = 0;           // the tag of the current barrier
   std::uint64_t lineSeq_ = 0;       // line exchanges entered

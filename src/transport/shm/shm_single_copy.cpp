@@ -149,17 +149,21 @@ std::string chunkEntry(std::size_t ranks) {
 
 DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                     const std::string& path, const machine::TuneKey& key,
-                                    bool single, bool chunk) {
+                                    bool single, bool chunk, bool streaming,
+                                    std::size_t cacheBytes) {
   const std::size_t ranks = static_cast<std::size_t>(g.size());
   // What group rank 0 found, through its staging half: every rank must reach the same answer,
   // since measuring is collective, and only one reading of a file that another job may be
   // rewriting is the same for all.
   struct Found {
-    std::uint64_t present = 0;  // every entry asked for is there
+    std::uint64_t present = 0;           // every entry of the staged probe asked for is there
+    std::uint64_t streamingPresent = 0;  // the streaming entry is there (when asked)
     std::uint64_t single = 0;
     std::uint64_t chunk = 0;
+    std::uint64_t streaming = 0;
     char singleDate[24] = {};
     char chunkDate[24] = {};
+    char streamingDate[24] = {};
   };
   static_assert(sizeof(Found) <= 4096);
   std::string problem;  // rank 0: why the file had nothing to use
@@ -169,6 +173,7 @@ DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Dea
     const machine::TuneCache c = machine::readTuneCache(path, key);
     const machine::TuneEntry* s = single ? c.find(singleCopyEntry(ranks)) : nullptr;
     const machine::TuneEntry* k = chunk ? c.find(chunkEntry(ranks)) : nullptr;
+    const machine::TuneEntry* st = streaming ? c.find(streamingEntry(ranks)) : nullptr;
     // A chunk entry is a size a staging half of this group can hold; another is re-measured.
     const bool chunkOk = k != nullptr && k->value != 0 && k->value != machine::kTuneNever &&
                          k->value <= g.stagingBytes() / 2;
@@ -182,7 +187,13 @@ DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Dea
         f.chunk = k->value;
         std::snprintf(f.chunkDate, sizeof f.chunkDate, "%s", k->date.c_str());
       }
-    } else if (c.state == machine::TuneCache::State::Corrupt) {
+    }
+    if (st != nullptr && st->value != 0) {
+      f.streamingPresent = 1;
+      f.streaming = st->value;
+      std::snprintf(f.streamingDate, sizeof f.streamingDate, "%s", st->date.c_str());
+    }
+    if (c.state == machine::TuneCache::State::Corrupt) {
       problem = "; " + path + " was corrupt (" + c.problem + "), measured over";
     } else if (c.state == machine::TuneCache::State::OtherMachine) {
       problem = "; " + path + " was another machine's (" + c.problem + "), measured over";
@@ -193,8 +204,14 @@ DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Dea
   Found f;
   std::memcpy(&f, g.staging(0) + h, sizeof f);
   DirectChoice d;
-  if (f.present != 0) {
-    const std::string of = ", " + std::to_string(ranks) + " ranks)";
+  const std::string of = ", " + std::to_string(ranks) + " ranks)";
+  const bool measureStaged = (single || chunk) && f.present == 0;
+  const bool measureStreams = streaming && f.streamingPresent == 0;
+  if (measureStaged) {
+    d = measureDirect(g, tag, deadline, single);
+    if (!single) d.single = {};
+    if (!chunk) d.chunk = {};
+  } else {
     if (single) {
       d.single.bytes =
           f.single == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.single);
@@ -204,28 +221,37 @@ DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Dea
       d.chunk.bytes = static_cast<std::size_t>(f.chunk);
       d.chunk.why = "cached in " + path + " (measured " + std::string(f.chunkDate) + of;
     }
-    return d;
   }
-  d = measureDirect(g, tag, deadline, single);
-  if (!single) d.single = {};
-  if (!chunk) d.chunk = {};
+  if (measureStreams) {
+    d.streaming = measureStreaming(g, tag, deadline, cacheBytes);
+  } else if (streaming) {
+    d.streaming.bytes =
+        f.streaming == machine::kTuneNever ? SIZE_MAX : static_cast<std::size_t>(f.streaming);
+    d.streaming.why = "cached in " + path + " (measured " + std::string(f.streamingDate) + of;
+  }
+  if (!measureStaged && !measureStreams) return d;
   std::string kept;
   if (g.rank() == 0 && !path.empty()) {
     std::map<std::string, machine::TuneEntry> entries;
     const std::string date = machine::tuneDateNow();
-    if (single)
+    if (measureStaged && single)
       entries[singleCopyEntry(ranks)] = {
           d.single.bytes == SIZE_MAX ? machine::kTuneNever : d.single.bytes, date, d.single.why};
-    if (chunk && d.chunk.bytes != 0)
+    if (measureStaged && chunk && d.chunk.bytes != 0)
       entries[chunkEntry(ranks)] = {d.chunk.bytes, date, d.chunk.why};
+    if (measureStreams && d.streaming.bytes != 0)
+      entries[streamingEntry(ranks)] = {
+          d.streaming.bytes == SIZE_MAX ? machine::kTuneNever : d.streaming.bytes, date,
+          d.streaming.why};
     // Under the file's lock: a process measuring the copy profile at the same time rewrites
     // the file too, and each writer merges into what it read.
     const machine::TuneCacheLock lock(path, 1000);
     const std::string failed = machine::writeTuneCache(path, key, entries);
     kept = failed.empty() ? "; kept in " + path : "; not kept: " + failed;
   }
-  if (single) d.single.why += kept + problem;
-  if (chunk && d.chunk.bytes != 0) d.chunk.why += kept + problem;
+  if (measureStaged && single) d.single.why += kept + problem;
+  if (measureStaged && chunk && d.chunk.bytes != 0) d.chunk.why += kept + problem;
+  if (measureStreams && d.streaming.bytes != 0) d.streaming.why += kept + problem;
   return d;
 }
 

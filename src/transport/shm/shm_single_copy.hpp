@@ -25,6 +25,7 @@
 #include <string>
 
 #include "common/tune_cache.hpp"
+#include "transport/shm/shm_streaming.hpp"
 #include "transport/transport.hpp"
 
 namespace braid::transport::shm {
@@ -57,10 +58,12 @@ inline constexpr std::size_t kMinMeasuredChunk = 65536;
 /// kMinMeasuredChunk). A pure function of the figures, so tests feed it made-up ones.
 ChunkChoice chunkFromStaged(const std::uint64_t* stagedNs, std::size_t sizes);
 
-/// What the probe decides: the single-copy threshold (when asked) and the chunk.
+/// What the probes decide: the single-copy threshold (when asked) and the chunk (measureDirect),
+/// and the streaming threshold (measureStreaming, shm_streaming.hpp).
 struct DirectChoice {
   SingleCopyChoice single;
   ChunkChoice chunk;
+  StreamingChoice streaming;
 };
 
 /// Collective over the group (every rank calls it at the same point, with the same tag): times
@@ -87,14 +90,17 @@ DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline dea
 std::string singleCopyEntry(std::size_t ranks);
 std::string chunkEntry(std::size_t ranks);
 
-/// Steps 5 and 6 of the single-copy choice and the chunk's profile step: collective over the
-/// group like measureDirect. Group rank 0 reads `path` for `key`; when it holds an entry for
-/// this group size for each of the choices asked for (`single`, `chunk`), every rank takes
-/// them; else every rank measures (single copy only if asked) and rank 0 writes what was asked
-/// for to `path` (when not ""). The reasons name the file and the date of the measurement, or
-/// the measurement and where it was kept. What was not asked for is left empty.
+/// Steps 5 and 6 of the single-copy choice, the chunk's profile step and the streaming
+/// threshold's: collective over the group like measureDirect. Group rank 0 reads `path` for
+/// `key`; when it holds an entry for this group size for each of the staged probe's choices asked
+/// for (`single`, `chunk`), every rank takes them, else every rank runs measureDirect (single
+/// copy only if asked); the same, on its own, for `streaming` (measureStreaming with
+/// `cacheBytes`). Rank 0 writes what was measured to `path` (when not ""). The reasons name the
+/// file and the date of the measurement, or the measurement and where it was kept. What was not
+/// asked for is left empty.
 DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                     const std::string& path, const machine::TuneKey& key,
-                                    bool single, bool chunk);
+                                    bool single, bool chunk, bool streaming,
+                                    std::size_t cacheBytes);
 
 }  // namespace braid::transport::shm

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/machine.hpp"
+#include "kernels/reduce.hpp"
 #include "transport/engine.hpp"
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
@@ -86,6 +87,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   bool lightWake() const override { return att_.lightWake; }
   std::string singleCopy() const override { return singleCopy_; }
   std::string directChunk() const override { return chunk_; }
+  std::string directStreaming() const override { return streaming_; }
   SharedMemoryGroup* sharedGroup() override { return group_.get(); }
 
  private:
@@ -137,6 +139,7 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::unique_ptr<ShmGroup> group_;  // when this host's ranks are the whole communicator
   std::string singleCopy_;           // what singleCopy() reports
   std::string chunk_;                // what directChunk() reports
+  std::string streaming_;            // what directStreaming() reports
 
   engine::Engine engine_;
   std::mutex& mu_;  // engine_.mutex()
@@ -260,22 +263,43 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
   } else {
     measureChunk = true;
   }
-  if (measureSingle || measureChunk) {
+  shm::StreamingChoice st;
+  bool measureStreaming = false;
+  if (kernels::streamingThresholdSet() != 0) {
+    st.why = "BRAID_LLC_SIZE (the process's threshold, half of it)";
+  } else if (!options_.measureStreaming) {
+    st.why = "the process's threshold (a transport made alone)";
+  } else if (crowded) {
+    st.why = "crowded host: not measured (the process's threshold)";
+  } else {
+    measureStreaming = true;
+  }
+  if (measureSingle || measureChunk || measureStreaming) {
     // No operation runs on this transport yet, so any tag will do ("singleco" in a dump).
     constexpr std::uint64_t kMeasureTag = 0x73696e676c65636fULL;  // "singleco"
     shm::DirectChoice d = shm::cachedOrMeasuredDirect(
         *group_, kMeasureTag, Clock::now() + options_.setupTimeout, options_.tuneCachePath,
-        options_.tuneKey, measureSingle, measureChunk);
+        options_.tuneKey, measureSingle, measureChunk, measureStreaming,
+        machine::lastLevelCache().bytes);
     if (measureSingle) c = std::move(d.single);
     if (measureChunk) {
       k = std::move(d.chunk);
       // A staging half below every probe size measured nothing: the default, bounded by it.
       if (k.bytes == 0) k = {options_.chunkBytes, "staging too small to measure"};
     }
+    if (measureStreaming) {
+      st = std::move(d.streaming);
+      if (st.bytes == 0) st.why = "the measurement had a round of 0 ns (the process's threshold)";
+    }
   }
   group_->setSingleCopyBytes(c.bytes);
   group_->setChunkBytes(k.bytes);
+  group_->setStreamingBytes(st.bytes);
   chunk_ = std::to_string(k.bytes) + " B: " + k.why;
+  streaming_ =
+      (group_->streamingBytes() == SIZE_MAX ? std::string("never")
+                                            : std::to_string(group_->streamingBytes()) + " B") +
+      ": " + st.why;
   singleCopy_ =
       (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
       ": " + c.why;

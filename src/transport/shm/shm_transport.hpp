@@ -100,6 +100,12 @@ struct ShmOptions {
   /// and kept in the machine profile (shm_single_copy.hpp).
   std::size_t chunkBytes = std::size_t{256} << 10;
   std::string chunkFrom;
+  /// The direct collectives' streaming threshold (SharedMemoryGroup::streamingBytes, all ranks'
+  /// outputs together): measured for this many ranks and kept in the machine profile when
+  /// `measureStreaming` (communicators), the host is not crowded and no override of the
+  /// process's threshold is set (BRAID_LLC_SIZE); else the process's
+  /// kernels::streamingThresholdBytes() (shm_streaming.hpp).
+  bool measureStreaming = false;
   /// The machine profile's file (BRAID_TUNE_CACHE, resolved: "" = none) and this machine's key:
   /// the single-copy threshold measured for this many ranks is read from there and, when
   /// measured, kept there (shm_single_copy.hpp, step 5).
@@ -125,6 +131,10 @@ class ShmTransport : public Transport {
   /// measured at creation in 4.1 ms (...)", "65536 B: BRAID_CHUNK_SIZE", ...; "" when the
   /// transport has no shared-memory group.
   virtual std::string directChunk() const = 0;
+  /// The direct collectives' streaming threshold and why (shm_streaming.hpp): "67108864 B:
+  /// measured at creation in 31.0 ms (...)", "16777216 B: BRAID_LLC_SIZE", ...; "" when the
+  /// transport has no shared-memory group.
+  virtual std::string directStreaming() const = 0;
 };
 
 namespace shm {
