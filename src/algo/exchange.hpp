@@ -167,9 +167,9 @@ inline bool streamsOutput(const transport::SharedMemoryGroup& g, std::size_t out
 
 /// The same by the process's threshold (kernels::streamingThresholdBytes(): one core's copies,
 /// measured), for a collective with one writer, the reduce's root, whose output the group's
-/// measurement of every rank writing at once does not describe: on a Zen 5 guest the root's
-/// 16 MiB output took 1.18x as long cached, as the group's threshold would have had it, as
-/// streamed (docs/benchmarks.md, "Streaming stores measured by the group").
+/// measurement of every rank writing at once does not describe; on a Zen 5 guest the group's
+/// threshold gained the reduce nothing and once cost it 1.18x at 16 MiB (docs/benchmarks.md,
+/// "Streaming stores measured by the group").
 inline bool streamsOutput(std::size_t outputBytes, int ranks) noexcept {
   const std::size_t threshold = kernels::streamingThresholdBytes();
   return threshold != 0 && outputBytes * static_cast<std::size_t>(ranks) >= threshold;

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #endif
 
+#include "common/step_rule.hpp"
 #include "kernels/copy.hpp"
 
 namespace braid::kernels {
@@ -134,15 +135,10 @@ CopyDecision decideCopies(const std::vector<CopyTiming>& timings, std::size_t re
     return d;
   }
   d.measured = true;
-  int score = 0, best = 0;
-  std::size_t step = 0;
-  for (std::size_t i = timings.size(); i-- > 0;) {
-    score += timings[i].streamedNsPerByte < timings[i].cachedNsPerByte ? -1 : 1;
-    if (score < best) {
-      best = score;
-      step = timings[i].bytes;
-    }
-  }
+  std::vector<bool> wins;
+  for (const CopyTiming& t : timings) wins.push_back(t.streamedNsPerByte < t.cachedNsPerByte);
+  const std::size_t k = stepMostSizesAgreeWith(wins);
+  const std::size_t step = k < timings.size() ? timings[k].bytes : 0;
   if (step != 0) {
     d.streamingBytes = step;
     d.why = "streaming stores win from " + sizeText(step);

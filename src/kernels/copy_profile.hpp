@@ -42,8 +42,9 @@ struct CopyDecision {
 /// The decision, a pure function of the timings (tests feed made-up ones):
 ///   streaming threshold: the step (streaming from size k on) that agrees with the most
 ///     measured sizes, +1 for each size >= k where streaming was slower, -1 where it was faster;
-///     the lowest score wins. No step with more wins than losses: streaming lost up to the
-///     largest size, so the threshold is twice that, or `fallbackStreamingBytes` if larger.
+///     the lowest score wins (common/step_rule.hpp: a step must lead by two sizes). No such
+///     step: streaming lost up to the largest size, so the threshold is twice that, or
+///     `fallbackStreamingBytes` if larger.
 ///   effective cache: 2 x the threshold, capped by `reportedCacheBytes` (0: no report).
 ///   sanity: a figure that is not positive and finite, or a rate beyond 1 TB/s or under
 ///     10 MB/s, makes the whole measurement implausible: fallbackStreamingBytes, measured false.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/machine.hpp"
+#include "common/step_rule.hpp"
 #include "core/machine_profile.hpp"
 #include "kernels/copy_profile.hpp"
 #include "kernels/reduce.hpp"
@@ -278,6 +279,9 @@ TEST(CopyProfile, DecisionFollowsTheTimings) {
   EXPECT_NE(d.why.find("streaming stores lost up to"), std::string::npos) << d.why;
   d = kernels::decideCopies(t, 0, 64 * kMiB);
   EXPECT_EQ(d.streamingBytes, 64 * kMiB);
+  // Streaming wins at the largest size alone: one size decides nothing.
+  t.back() = at(t.back().bytes, 5, 10);
+  EXPECT_EQ(kernels::decideCopies(t, 0, kMiB).streamingBytes, 2 * t.back().bytes);
   // Streaming wins everywhere: from the smallest size.
   for (auto& x : t) x = at(x.bytes, 5, 10);
   EXPECT_EQ(kernels::decideCopies(t, 0, kMiB).streamingBytes, t.front().bytes);
@@ -463,6 +467,26 @@ TEST(MachineProfile, OverridesWinAndOffKeepsNothing) {
       << sourceOf(off, "streaming threshold");
 }
 
+// The step rule of every measured threshold (common/step_rule.hpp): the candidate from size k on
+// scores -1 per win and +1 per loss over the sizes >= k; the lowest score wins, the larger k on
+// ties, and only a lead of two sizes counts.
+TEST(StepRule, TheStepMostSizesAgreeWithLeadingByTwo) {
+  const std::size_t none = 5;
+  EXPECT_EQ(stepMostSizesAgreeWith({false, false, false, false, false}), none);
+  EXPECT_EQ(stepMostSizesAgreeWith({true, true, true, true, true}), 0u);
+  EXPECT_EQ(stepMostSizesAgreeWith({false, false, false, true, true}), 3u);
+  // The largest size alone (a disturbed round, or a real win with nothing to confirm it): none.
+  EXPECT_EQ(stepMostSizesAgreeWith({false, false, false, false, true}), none);
+  EXPECT_EQ(stepMostSizesAgreeWith({true}), 1u);
+  EXPECT_EQ(stepMostSizesAgreeWith({}), 0u);
+  // One loss among wins does not move the step: from 0, -1 -1 +1 -1 -1 = -3 beats from 3's -2.
+  EXPECT_EQ(stepMostSizesAgreeWith({true, true, false, true, true}), 0u);
+  // Ties keep the larger step: from 0 and from 2 both score -3.
+  EXPECT_EQ(stepMostSizesAgreeWith({true, false, true, true, true}), 2u);
+  // A lone win below the losses is no step either.
+  EXPECT_EQ(stepMostSizesAgreeWith({true, false, false, false, false}), none);
+}
+
 // The shared-memory chunk from the probe's staged timings (shm_single_copy.hpp): the smallest
 // size from 64 KiB on within 10 % of the fastest per byte; sizes below 64 KiB never count; none
 // when the staging half held no such size.
@@ -511,6 +535,9 @@ TEST(ShmStreamingRule, TheStepMostSizesAgreeWith) {
   EXPECT_EQ(lost.bytes, 128 * kMiB);
   EXPECT_NE(lost.why.find("streaming stores lost up to 64M of outputs"), std::string::npos)
       << lost.why;
+  // Streaming wins at the largest size alone: that decides nothing (lost, 128M).
+  const std::uint64_t lastOnly[] = {94000, 188000, 375000, 1500000, 824000};
+  EXPECT_EQ(streamingFromTimings(sizes, cached, lastOnly, 5).bytes, 128 * kMiB);
   // Streaming wins everywhere: from the first size.
   const std::uint64_t fast[] = {1000, 2000, 4000, 8000, 16000};
   EXPECT_EQ(streamingFromTimings(sizes, cached, fast, 5).bytes, 4 * kMiB);

@@ -7,6 +7,8 @@
 #include <map>
 #include <vector>
 
+#include "common/step_rule.hpp"
+
 namespace braid::transport::shm {
 
 namespace {
@@ -114,18 +116,13 @@ DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline dea
     d.chunk.why = std::string("measured at creation in ") + took + " (" + std::to_string(n) +
                   " ranks): " + d.chunk.why;
   if (!singleCopy) return d;
-  // The step that most measured sizes agree with: single copy from size k on scores one per
-  // size >= k where it won, minus one where it lost; the lowest score wins, never (score 0) on
-  // ties. A size whose every round lost its CPU to another process misleads one vote only.
+  // The step that most measured sizes agree with, leading by two (common/step_rule.hpp): a
+  // size whose every round lost its CPU to another process misleads one vote only.
   SingleCopyChoice& c = d.single;
-  int score = 0, best = 0;
-  for (std::size_t i = sizes; i-- > 0;) {
-    score += slowest[2 * i + 1] < slowest[2 * i] ? -1 : 1;
-    if (score < best) {
-      best = score;
-      c.bytes = kSingleCopyProbeSizes[i];
-    }
-  }
+  std::vector<bool> wins;
+  for (std::size_t i = 0; i < sizes; ++i) wins.push_back(slowest[2 * i + 1] < slowest[2 * i]);
+  if (const std::size_t k = stepMostSizesAgreeWith(wins); k < sizes)
+    c.bytes = kSingleCopyProbeSizes[k];
   std::string figures;
   for (std::size_t i = 0; i < sizes; ++i) {
     char buf[96];

@@ -78,10 +78,10 @@ struct DirectChoice {
 /// each and publishes them in its staging half; every rank then takes, per size, the slowest
 /// rank's figures, so all reach the same answers. Single copy: the step (single copy from size
 /// k on) that agrees with the most measured sizes, counting +1 for each size >= k where single
-/// copy was faster and -1 where it was slower (never when no step has more wins than losses;
-/// the larger size on ties), so that a size whose rounds all lost their CPU to another process
-/// cannot decide alone. Chunk: chunkFromStaged. A few milliseconds at 2 ranks. Errors as the
-/// group's barrier.
+/// copy was faster and -1 where it was slower (never when no step leads by two sizes,
+/// common/step_rule.hpp; the larger size on ties), so that a size whose rounds all lost their
+/// CPU to another process cannot decide alone. Chunk: chunkFromStaged. A few milliseconds at 2
+/// ranks. Errors as the group's barrier.
 DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                            bool singleCopy);
 

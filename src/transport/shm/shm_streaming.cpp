@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/step_rule.hpp"
 #include "kernels/copy.hpp"
 
 namespace braid::transport::shm {
@@ -39,15 +40,10 @@ StreamingChoice streamingFromTimings(const std::size_t* totalBytes, const std::u
                   static_cast<double>(cachedNs[i]) / 1e3, static_cast<double>(streamedNs[i]) / 1e3);
     figures += buf;
   }
-  int score = 0, best = 0;
-  std::size_t step = 0;
-  for (std::size_t i = sizes; i-- > 0;) {
-    score += streamedNs[i] < cachedNs[i] ? -1 : 1;
-    if (score < best) {
-      best = score;
-      step = totalBytes[i];
-    }
-  }
+  std::vector<bool> wins;
+  for (std::size_t i = 0; i < sizes; ++i) wins.push_back(streamedNs[i] < cachedNs[i]);
+  const std::size_t k = stepMostSizesAgreeWith(wins);
+  const std::size_t step = k < sizes ? totalBytes[k] : 0;
   if (step != 0) {
     c.bytes = step;
     c.why = "streaming stores win from " + mib(step) + " of outputs";

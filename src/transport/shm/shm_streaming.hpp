@@ -47,9 +47,9 @@ std::size_t streamingProbeLimit(std::size_t cacheBytes);
 /// The decision from the slowest rank's fastest rounds (`cachedNs[i]`, `streamedNs[i]`) at the
 /// sizes `totalBytes[i]` (ascending; the outputs of all ranks together): the step (streaming from
 /// size k on) that agrees with the most sizes, +1 for each size >= k where streaming was slower,
-/// -1 where it was faster, the lowest score winning; with no step that wins more than it loses,
-/// twice the largest size (streaming lost everywhere measured). bytes 0 when a figure is
-/// missing (0). A pure function of the figures, so tests feed it made-up ones.
+/// -1 where it was faster, the lowest score winning; with no step that leads by two sizes
+/// (common/step_rule.hpp), twice the largest size (streaming lost where it counts). bytes 0 when a
+/// figure is missing (0). A pure function of the figures, so tests feed it made-up ones.
 StreamingChoice streamingFromTimings(const std::size_t* totalBytes, const std::uint64_t* cachedNs,
                                      const std::uint64_t* streamedNs, std::size_t sizes);
 
