@@ -41,11 +41,16 @@ Options forced(std::size_t threshold, const char* algo = "shm_direct") {
   return o;
 }
 
+// Throws (on a rank: runThreads reports it) unless `got`, what `what` returned, starts with
+// `prefix`.
+void expectPrefix(const std::string& what, const std::string& got, const std::string& prefix) {
+  if (got.rfind(prefix, 0) != 0)
+    throw Error(ErrorCode::Internal, what + " = '" + got + "', expected '" + prefix + "...'");
+}
+
 void expectChoice(Comm& c, const std::string& prefix) {
   if (c.size() == 1) return;  // one rank: no peers to read
-  const std::string got = c.singleCopy();
-  if (got.rfind(prefix, 0) != 0)
-    throw Error(ErrorCode::Internal, "singleCopy() = '" + got + "', expected '" + prefix + "...'");
+  expectPrefix("singleCopy()", c.singleCopy(), prefix);
 }
 
 class SingleCopyThreads : public ::testing::TestWithParam<int> {};
@@ -236,10 +241,7 @@ TEST(ShmChunk, MeasuredKeptAndOverridden) {
   o.chunkBytes = Options{}.chunkBytes;  // the default: the shm chunk is measured
   o.tuneCache = path;
   auto expectChunk = [](Comm& c, const std::string& prefix) {
-    const std::string got = c.sharedMemoryChunk();
-    if (got.rfind(prefix, 0) != 0)
-      throw Error(ErrorCode::Internal,
-                  "sharedMemoryChunk() = '" + got + "', expected '" + prefix + "...'");
+    expectPrefix("sharedMemoryChunk()", c.sharedMemoryChunk(), prefix);
   };
   runThreads(2, o, [&](Comm& c) {
     const std::string got = c.sharedMemoryChunk();
@@ -327,10 +329,7 @@ TEST(ShmStreaming, MeasuredKeptAndOverridden) {
   Options o = testOptions("shm_direct");
   o.tuneCache = path;
   auto expectStreaming = [](Comm& c, const std::string& prefix) {
-    const std::string got = c.sharedMemoryStreaming();
-    if (got.rfind(prefix, 0) != 0)
-      throw Error(ErrorCode::Internal,
-                  "sharedMemoryStreaming() = '" + got + "', expected '" + prefix + "...'");
+    expectPrefix("sharedMemoryStreaming()", c.sharedMemoryStreaming(), prefix);
   };
   runThreads(2, o, [&](Comm& c) {
     const std::string got = c.sharedMemoryStreaming();
