@@ -22,6 +22,12 @@ constexpr std::size_t kHeaderBytes = kFrameHeaderBytes;
 constexpr std::size_t kStagingBytes = 16 * 1024;
 // Bytes moved per call before other peers get a turn (the transport's lock is held meanwhile).
 constexpr std::size_t kIoBudget = 4 << 20;
+// At most this much per sendmsg while the connection also receives (both directions at once).
+// A sendmsg holds the socket's lock while it copies; the peer's segments (and the ACKs of our
+// own) that arrive meanwhile wait in the socket's backlog until the call ends, so one long
+// call stalls the other direction. Short calls, each followed by a read, keep both flowing
+// (docs/benchmarks.md, "TCP both directions at once").
+constexpr std::size_t kDuplexWriteBytes = 256 << 10;
 constexpr int kMaxIov = 64;
 // A held (early) P2P message grows by at most this much per read.
 constexpr std::size_t kHeldGrowthBytes = 1 << 20;
@@ -447,7 +453,8 @@ void Connection::read() {
 // ---- writing ----
 
 void Connection::write() {
-  std::size_t budget = kIoBudget;
+  const bool duplex = inbox_.receiving() || inbox_.hasPosted();
+  std::size_t budget = duplex ? kDuplexWriteBytes : kIoBudget;
   while (!sends_.empty() && fd_ && !error_) {
     if (budget == 0) {  // more to send, but let the other peers have a turn first
       wantWrite_ = true;
