@@ -3,7 +3,8 @@
 //
 // A frame is a 24-byte header {tag, bytes, lane} (little-endian) followed by the payload. Sends are
 // queued in posting order and written with one sendmsg of header + payload (several queued
-// frames batched). Incoming bytes land in a 16 KiB staging buffer until a header is complete;
+// frames batched), at most 4 MiB per call, or 256 KiB while the connection also receives (a
+// long call holds the socket's lock, which stalls the other direction: tcp_connection.cpp). Incoming bytes land in a 16 KiB staging buffer until a header is complete;
 // the header is matched against the posted receives, and the payload goes to the matched
 // request: what is already staged is copied, the rest is read straight into the user buffer.
 // So a burst of small frames costs one recv, and a large payload is not copied twice.
