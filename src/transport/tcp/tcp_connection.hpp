@@ -1,13 +1,14 @@
 // One TCP connection of the transport: framing, matching of incoming frames to posted receives,
 // and the failure of everything in flight when the connection breaks.
 //
-// A frame is a 24-byte header {tag, bytes, lane} (little-endian) followed by the payload. Sends are
-// queued in posting order and written with one sendmsg of header + payload (several queued
+// A frame is a 24-byte header {tag, bytes, lane} (little-endian) followed by the payload. Sends
+// are queued in posting order and written with one sendmsg of header + payload (several queued
 // frames batched), at most 4 MiB per call, or 256 KiB while the connection also receives (a
-// long call holds the socket's lock, which stalls the other direction: tcp_connection.cpp). Incoming bytes land in a 16 KiB staging buffer until a header is complete;
-// the header is matched against the posted receives, and the payload goes to the matched
-// request: what is already staged is copied, the rest is read straight into the user buffer.
-// So a burst of small frames costs one recv, and a large payload is not copied twice.
+// long call holds the socket's lock, which stalls the other direction: tcp_connection.cpp).
+// Incoming bytes land in a 16 KiB staging buffer until a header is complete; the header is
+// matched against the posted receives, and the payload goes to the matched request: what is
+// already staged is copied, the rest is read straight into the user buffer. So a burst of
+// small frames costs one recv, and a large payload is not copied twice.
 //
 // Matching is the engine's (engine.hpp, Inbox), per lane (the communicator's, when several
 // share the connection): a non-P2P frame must match the first posted non-P2P receive of its lane
