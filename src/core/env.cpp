@@ -64,7 +64,7 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
     {"BRAID_SHM_CMA_THRESHOLD", "auto",
      "shm blocks and send/recv this big go single-copy (CMA); auto: measured at creation "
-     "(64K on a crowded host)"},
+     "(a crowded host: collectives stage, send/recv from 64K)"},
     {"BRAID_SHM_CMA_DISABLE", "0",
      "1: never use process_vm_readv (everything via the rings and staging)"},
     {"BRAID_SHM_HOST_CPUS", "auto",

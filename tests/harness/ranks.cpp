@@ -30,9 +30,9 @@ Options testOptions(std::string algo) {
   // alltoall and send/recv) follow the CPU count it assumes, not the machine's: a host of 2 CPUs,
   // so 3 or more ranks are crowded everywhere (docs/testing.md, "Machine independence").
   o.shmHostCpus = 2;
-  // The single-copy threshold, measured at creation with a CPU per rank (2 ranks here), fixed at
-  // the crowded host's 64 KiB: blocks and messages from 64 KiB read the peer's buffer
-  // (process_vm_readv) on every machine. Tests of the staged paths set SIZE_MAX, the
+  // The single-copy threshold, measured at creation with a CPU per rank (2 ranks here) and
+  // staged on a crowded host, fixed at 64 KiB: blocks and messages from 64 KiB read the peer's
+  // buffer (process_vm_readv) on every machine. Tests of the staged paths set SIZE_MAX, the
   // measurement's tests reset it (tests/comm/shm_single_copy_test.cpp).
   o.shmCmaThresholdBytes = std::size_t{64} << 10;
   return o;

@@ -11,9 +11,9 @@
 //      a seccomp filter, a container without CAP_SYS_PTRACE across its processes): never, naming
 //      the first such pair;
 //   3. BRAID_SHM_CMA_THRESHOLD (ShmOptions::cmaThresholdBytes): that size;
-//   4. a crowded host (ranks outnumber CPUs): kCrowdedCmaThreshold, since ranks that take turns
-//      on a CPU cannot be timed against each other and a barrier per chunk costs a turn each
-//      (docs/benchmarks.md, "Point-to-point");
+//   4. a crowded host (ranks outnumber CPUs): never (staged), unmeasured, since ranks that take
+//      turns on a CPU cannot be timed against each other; there process_vm_readv measured
+//      1.3-7x slower than the staged copies (docs/benchmarks.md, "Crowded hosts stage");
 //   5. the machine profile's file (ShmOptions::tuneCachePath, BRAID_TUNE_CACHE) holds a
 //      threshold measured on this machine for this many ranks: that one (the host's first rank
 //      reads the file and hands its answer to the others through the staging area, so all agree);

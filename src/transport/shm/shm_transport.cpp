@@ -248,9 +248,11 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
     c.bytes = *options_.cmaThresholdBytes;
     c.why = "BRAID_SHM_CMA_THRESHOLD";
   } else if (crowded) {
-    c.bytes = kCrowdedCmaThreshold;
+    // Staged: ranks taking turns on the CPUs read each other's buffers with process_vm_readv
+    // 1.3-7x slower than they copy through the staging areas (docs/benchmarks.md, "Crowded
+    // hosts stage"); messages keep the crowded host's single copy (the constructor).
     c.why = "crowded host: " + std::to_string(att_.localRanks.size()) + " ranks on " +
-            std::to_string(att_.hostCpus) + " CPUs";
+            std::to_string(att_.hostCpus) + " CPUs (staged)";
   } else {
     measureSingle = true;
   }
@@ -305,9 +307,11 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
       ": " + c.why;
   // Messages keep their own rule (the constructor's cmaThreshold): with a CPU per rank the
   // rings' copies on both sides overlap, which the measured staged step does not
-  // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB).
-  if (!options_.cmaDisable && group_->canReadPeers() && !options_.cmaThresholdBytes && !crowded)
-    singleCopy_ += "; messages: never (a CPU per rank: the rings' copies overlap)";
+  // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB);
+  // on a crowded host a message's single copy saves a turn on the CPU for its second copy.
+  if (!options_.cmaDisable && group_->canReadPeers() && !options_.cmaThresholdBytes)
+    singleCopy_ += crowded ? "; messages: from " + std::to_string(kCrowdedCmaThreshold) + " B"
+                           : "; messages: never (a CPU per rank: the rings' copies overlap)";
 }
 
 ShmTransportImpl::~ShmTransportImpl() {

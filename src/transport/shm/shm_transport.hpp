@@ -57,7 +57,8 @@
 
 namespace braid::transport {
 
-/// The single-copy threshold of a crowded host when none is set (ShmOptions::cmaThresholdBytes).
+/// The single-copy threshold of a crowded host's messages when none is set
+/// (ShmOptions::cmaThresholdBytes); its direct collectives stage (shm_single_copy.hpp).
 inline constexpr std::size_t kCrowdedCmaThreshold = 64 * 1024;
 
 struct ShmOptions {
