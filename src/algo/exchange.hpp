@@ -37,9 +37,9 @@ class InFlight {
   InFlight& operator=(const InFlight&) = delete;
   ~InFlight() {
     bool abandon = std::uncaught_exceptions() > uncaught_;
-    for (std::size_t i = 0; i < N; ++i)
-      abandon = abandon || (made_[i] && slot(i)->state.load(std::memory_order_acquire) ==
-                                            transport::Request::State::Pending);
+    for (std::size_t k = 0; k < used_; ++k)
+      abandon = abandon || slot(order_[k])->state.load(std::memory_order_acquire) ==
+                               transport::Request::State::Pending;
     if (abandon) {
       try {
         ctx_.tr.abort("rank " + std::to_string(ctx_.rank) + " failed an operation (tag " +
@@ -47,8 +47,7 @@ class InFlight {
       } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more to do while unwinding
       }
     }
-    for (std::size_t i = 0; i < N; ++i)
-      if (made_[i]) slot(i)->~Request();
+    for (std::size_t k = 0; k < used_; ++k) slot(order_[k])->~Request();
   }
 
   transport::Request& operator[](std::size_t i) noexcept { return at(i); }
@@ -67,14 +66,21 @@ class InFlight {
     ctx_.tr.wait(r, ctx_.deadline);
     r.state.store(transport::Request::State::Idle, std::memory_order_release);
   }
+  /// Waits for every request made, in index order.
   void waitAll() {
+    if (used_ == 0) return;
+    if (used_ == 1) {
+      wait(order_[0]);
+      return;
+    }
     for (std::size_t i = 0; i < N; ++i) wait(i);
   }
 
  private:
   // Requests are made on first use: an algorithm sized for the widest tree (66 slots) posts
   // one or two of them for 2 ranks, and zeroing all of them cost a small broadcast more than
-  // its transport did (docs/benchmarks.md).
+  // its transport did (docs/benchmarks.md). order_ lists the ones made, so that the destructor
+  // looks at those only.
   transport::Request* slot(std::size_t i) noexcept {
     return std::launder(
         reinterpret_cast<transport::Request*>(raw_ + i * sizeof(transport::Request)));
@@ -83,13 +89,16 @@ class InFlight {
     if (!made_[i]) {
       ::new (raw_ + i * sizeof(transport::Request)) transport::Request();
       made_[i] = true;
+      order_[used_++] = i;
     }
     return *slot(i);
   }
 
   Context& ctx_;
   int uncaught_;
+  std::size_t used_ = 0;
   std::array<bool, N> made_{};
+  std::array<std::size_t, N> order_;  // the first used_ entries: the slots made, in that order
   alignas(transport::Request) std::byte raw_[N * sizeof(transport::Request)];
 };
 
