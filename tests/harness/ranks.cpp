@@ -26,9 +26,10 @@ Options testOptions(std::string algo) {
   o.connectTimeout = std::chrono::milliseconds(20000);
   o.execTimeout = std::chrono::milliseconds(30000);
   o.logLevel = 1;
-  // The shared-memory transport's crowded-host decisions (waiters yield at once, single-copy
-  // alltoall and send/recv) follow the CPU count it assumes, not the machine's: a host of 2 CPUs,
-  // so 3 or more ranks are crowded everywhere (docs/testing.md, "Machine independence").
+  // The shared-memory transport's crowded-host decisions (waiters yield at once, the direct
+  // collectives stage, send/recv goes single copy) follow the CPU count it assumes, not the
+  // machine's: a host of 2 CPUs, so 3 or more ranks are crowded everywhere (docs/testing.md,
+  // "Machine independence").
   o.shmHostCpus = 2;
   // The single-copy threshold, measured at creation with a CPU per rank (2 ranks here) and
   // staged on a crowded host, fixed at 64 KiB: blocks and messages from 64 KiB read the peer's
