@@ -6,6 +6,7 @@ deadline: ranks still running then are killed and the launch fails naming them.
 
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,7 +127,10 @@ def _launch_once(nranks, script, args, init, timeout, env):
         procs.append(subprocess.Popen(
             [PYTHON, str(script), *map(str, args)], env=rank_env, stdout=out,
             stderr=subprocess.STDOUT, cwd=str(REPO), start_new_session=True))
-    return _collect(procs, files, start, timeout)
+    try:
+        return _collect(procs, files, start, timeout)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the logs are in the Result
 
 
 def launch_braid_run(nranks, script, args=(), timeout=120, env=None, options=()):
@@ -144,7 +148,10 @@ def launch_braid_run(nranks, script, args=(), timeout=120, env=None, options=())
          *map(str, args)],
         env=base_env(env), stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO),
         start_new_session=True)
-    return _collect([proc], [out], start, timeout + 10)
+    try:
+        return _collect([proc], [out], start, timeout + 10)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the log is in the Result
 
 
 def _collect(procs, files, start, timeout):

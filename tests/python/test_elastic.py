@@ -13,7 +13,6 @@ After each launch no /dev/shm entry of any rank is left.
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,8 +71,8 @@ def braid_run_or_skip():
     (2, 1, 4, "braid-run"),  # down to one rank
     (3, 2, 11, "processes"),
 ])
-def test_elastic_training_example(nranks, kill_rank, kill_step, launcher):
-    out = Path(tempfile.mkdtemp(prefix="braid_elastic_")) / "weights.pt"
+def test_elastic_training_example(nranks, kill_rank, kill_step, launcher, tmp_path):
+    out = tmp_path / "weights.pt"
     env = {"ELASTIC_KILL_RANK": kill_rank, "ELASTIC_KILL_STEP": kill_step}
     if launcher == "braid-run":
         braid_run_or_skip()
