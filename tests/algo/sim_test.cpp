@@ -235,8 +235,9 @@ std::optional<Expect> formula(Collective coll, const std::string& name, const Ca
   auto ringRs = [&](std::uint64_t count) {
     return (un - 1) * ceilDiv(ceilDiv(count, un), chunkElems(c, 4));
   };
+  // The allgather pass between two ranks forwards nothing: one message per segment, unchunked.
   auto ringAg = [&](std::uint64_t longest) {
-    return (un - 1) * ceilDiv(longest, chunkElems(c, 0));
+    return (un - 1) * (n == 2 ? (longest > 0 ? 1 : 0) : ceilDiv(longest, chunkElems(c, 0)));
   };
   const std::uint64_t seg = ceilDiv(c.elems, un);
   if (n == 1) return Expect{0, 0};
@@ -264,11 +265,14 @@ std::optional<Expect> formula(Collective coll, const std::string& name, const Ca
         return Expect{full * 2 * (L - 1) / L + (full / L) * 2 * (M - 1) / M,
                       2 * (L - 1) * sliceChunks + (M == 2 ? 1 : 2 * (M - 1))};
       case Collective::Allgather:
-      case Collective::ReduceScatter:
+      case Collective::ReduceScatter: {
         // Across nodes a ring of the own blocks (M-1 steps), in the node a ring whose steps
-        // carry M blocks, one message each (M(L-1)); per chunk of a block.
-        return Expect{M * (L - 1) * block + (M - 1) * block,
-                      ((M - 1) + M * (L - 1)) * ceilDiv(c.elems, C)};
+        // carry M blocks, one message each (M(L-1)); per chunk of a block. Between two hosts
+        // the allgather's ring is one unchunked exchange (the reduce-scatter's still chunks).
+        const std::uint64_t chunks = ceilDiv(c.elems, C);
+        const std::uint64_t across = coll == Collective::Allgather && M == 2 ? 1 : (M - 1) * chunks;
+        return Expect{M * (L - 1) * block + (M - 1) * block, across + M * (L - 1) * chunks};
+      }
       case Collective::Broadcast: {
         // Node allgather: L - 1 ring steps; tree across nodes: one message per child node;
         // both per chunk of a slice. The root first scatters L - 1 slices, one message each.

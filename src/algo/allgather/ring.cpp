@@ -6,10 +6,12 @@
 // Chunk-pipelined, chunk-major: chunk c of every segment makes its N-1 steps before chunk c+1,
 // two receives in flight, so forwarding chunk k overlaps receiving chunks k+1 and k+2. Segments
 // shorter than the longest (allgatherv) send empty messages for their missing chunks, so every
-// rank runs the same schedule.
+// rank runs the same schedule. Between two ranks (nothing to forward) each segment goes whole.
 // Steps: N-1 per chunk. Bytes on the wire per rank: (N-1)/N x output bytes (equal counts) sent
 // and received.
 #include "algo/allgather/ring.hpp"
+
+#include <algorithm>
 
 #include "algo/exchange.hpp"
 #include "algo/patterns/ring.hpp"
@@ -19,7 +21,10 @@ namespace braid::algo {
 void ringAllgatherPass(Context& ctx, void* buf, patterns::SegmentLayout& layout, std::size_t es) {
   const int n = ctx.size;
   const int r = ctx.rank;
-  const std::size_t ce = chunkElems(ctx, 0, es);
+  // With two ranks nothing is forwarded, so chunks would only add a wait per chunk: each
+  // segment travels as one message, as the exchange of an alltoall does.
+  const std::size_t ce =
+      n == 2 ? std::max<std::size_t>(layout.maxCount(), 1) : chunkElems(ctx, 0, es);
   const std::size_t chunks = patterns::chunkCount(layout.maxCount(), ce);
   if (chunks == 0) return;
   const auto steps = static_cast<std::size_t>(n - 1);
