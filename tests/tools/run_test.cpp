@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -60,6 +61,17 @@ TEST(BraidRun, PrefixesEveryLineAndSetsTheLaunchEnvironment) {
         line, m, std::regex(R"(\[(\d)\] store 127\.0\.0\.1:(\d+) 127\.0\.0\.1 (\d+))")))
         << line;
     EXPECT_NE(m[2].str(), m[3].str()) << "braid's store and torch's MASTER_PORT must differ";
+    // Below the ephemeral range, where no outgoing connection's local port can take them
+    // between braid-run's choice and the stores' bind.
+    int low = 0;
+    if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "re")) {
+      if (std::fscanf(f, "%d", &low) != 1) low = 0;
+      std::fclose(f);
+    }
+    if (low > 12000) {
+      EXPECT_LT(std::stoi(m[2].str()), low) << line;
+      EXPECT_LT(std::stoi(m[3].str()), low) << line;
+    }
     stores.insert(m[2].str());
   }
   EXPECT_EQ(envLines,

@@ -30,6 +30,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -230,20 +231,49 @@ Args parseArgs(int argc, char** argv) {
   return args;
 }
 
-/// A port nobody listens on right now: bind port 0, read what the kernel picked, close. Another
-/// process could take it before rank 0 binds it; the window is short and the failure loud.
-int pickFreePort() {
+/// Whether a TCP socket can bind 127.0.0.1:`port` now (0: any port; then `port` gets the one
+/// the kernel picked).
+bool canBind(int& port) {
   const Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw std::runtime_error("socket: " + errnoText(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t len = sizeof addr;
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    throw std::runtime_error("cannot pick a free port: " + errnoText(errno));
-  return ntohs(addr.sin_port);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return false;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return false;
+  port = ntohs(addr.sin_port);
+  return true;
+}
+
+/// A port nobody listens on right now, for braid's store and torch's (MASTER_PORT). Drawn at
+/// random below the kernel's ephemeral range (ip_local_port_range, from 10000 up) and checked
+/// by binding it: a port bind(0) hands out lies inside that range, and once released the kernel
+/// may give it to any outgoing connection as its local port (the ranks' own connections to
+/// braid's store included, or another job's), and the store that binds it next fails with
+/// EADDRINUSE. bind(0) only when the range starts too low or 100 draws found nothing. Another
+/// process could still take the port before rank 0 binds it; the window is short and the
+/// failure loud.
+int pickFreePort() {
+  int low = 32768;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "re")) {
+    if (std::fscanf(f, "%d", &low) != 1) low = 32768;
+    std::fclose(f);
+  }
+  constexpr int kFrom = 10000;
+  if (low > kFrom + 2000) {
+    std::random_device seed;
+    std::mt19937 rng(seed());
+    std::uniform_int_distribution<int> draw(kFrom, low - 1);
+    for (int i = 0; i < 100; ++i) {
+      int port = draw(rng);
+      if (canBind(port)) return port;
+    }
+  }
+  int port = 0;
+  if (!canBind(port)) throw std::runtime_error("cannot pick a free port: " + errnoText(errno));
+  return port;
 }
 
 /// The inherited environment with `overrides` replacing variables of the same name.
