@@ -368,9 +368,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
                              std::to_string(ms) + " ms)");
     }
   };
+  // A blocking call's Work is waited on and dropped by torch at once (dist.* with async_op
+  // False returns None), so nobody asks it for its result: it holds no reference to the
+  // outputs. Otherwise its destruction, which torch runs with the GIL released, would drop the
+  // last extra reference of the caller's tensor and take the GIL back for it (the tensor's
+  // Python object); the argument list torch made drops it with the GIL held instead. Outside
+  // coalescing only: a coalesced Work's result is its members'.
+  if (!call.asyncOp && !tracker_->coalescing()) outputs.clear();
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
                                              std::move(withTimeout));
   tracker_->issue(work, seq, *queue_);
+  // A blocking call runs here when the queue is idle (it would run inline in wait() anyway);
+  // an asynchronous one never does: running it at issue would block its caller until every peer
+  // arrives, which deadlocks a program that issues it and then does what a peer waits for.
+  if (!call.asyncOp && queue_->runIfIdle(*work)) return work;
   queue_->push(work, /*callerWaits=*/!call.asyncOp);
   return work;
 }

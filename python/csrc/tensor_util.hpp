@@ -63,16 +63,19 @@ class OutStage {
 };
 
 /// In-place operand: like OutStage, but the stand-in starts with the user's data.
+/// `user` must outlive the stage (the operation's captured tensor does); a contiguous one is
+/// borrowed, not copied (no reference counting on the per-call path).
 class InOutStage {
  public:
-  explicit InOutStage(const at::Tensor& user) : user_(user), work_(user.contiguous()) {}
-  void* ptr() const { return byteSize(work_) ? work_.data_ptr() : nullptr; }
+  explicit InOutStage(const at::Tensor& user) : user_(user), work_(user.expect_contiguous()) {}
+  void* ptr() const { return byteSize(*work_) ? work_->data_ptr() : nullptr; }
   void commit() const {
-    if (!work_.is_same(user_)) user_.copy_(work_);
+    if (!work_->is_same(user_)) user_.copy_(*work_);
   }
 
  private:
-  at::Tensor user_, work_;
+  const at::Tensor& user_;
+  c10::MaybeOwned<at::Tensor> work_;
 };
 
 /// Copies tensors into one byte buffer, back to back (returns the buffer, or the tensors' own

@@ -70,6 +70,10 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   /// first). Throws after `timeout`, saying how many are left.
   void waitForPending(OpQueue& queue, std::chrono::milliseconds timeout);
 
+  /// Between startCoalescing and endCoalescing (the works issued are recorded).
+  bool coalescing() const {
+    return coalescing_.load(std::memory_order_acquire);
+  }
   /// Starts recording the works issued (torch's startCoalescing); not again before end.
   void startCoalescing();
   /// The works issued since startCoalescing, as one (see the top of this file); a completed

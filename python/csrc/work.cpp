@@ -20,9 +20,11 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
 
 /// Whether the profiler records operations issued on this thread now. c10d::Work's constructor
 /// allocates a RecordFunction for every work with a title, and copies the inputs for it, to find
-/// out; without any record-function callback it cannot be active, so then neither is passed.
+/// out; without a record-function callback for its scope it cannot be active, so then neither
+/// is passed. The same question the RecordFunction asks, through the thread's cached view of the
+/// callbacks (at::hasCallbacks() takes the global callbacks' lock on every call).
 bool profiling() {
-  return at::isRecordFunctionEnabled() && at::hasCallbacks();
+  return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
 }
 
 std::atomic<std::uint64_t> nextKey{1};
@@ -243,6 +245,27 @@ void OpQueue::push(c10::intrusive_ptr<BraidWork> work, bool callerWaits) {
     wake = !callerWaits && workerState_ == WorkerState::Idle;
   }
   if (wake) cv_.notify_all();
+}
+
+bool OpQueue::runIfIdle(BraidWork& work) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    TORCH_CHECK(!stop_,
+                "braid: the process group was shut down (destroy_process_group, shutdown() or "
+                "abort()); it takes no new operations");
+    if (running_ || !queue_.empty()) return false;
+    running_ = true;
+  }
+  work.execute();  // never throws: the error is the work's, rethrown by its wait()
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    running_ = false;
+    // Whoever queued meanwhile (another thread of the group) or waits for the queue to drain.
+    wake = waiters_ > 0 || !queue_.empty();
+  }
+  if (wake) cv_.notify_all();
+  return true;
 }
 
 void OpQueue::expedite() {

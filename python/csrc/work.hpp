@@ -4,6 +4,8 @@
 // Work, even for a blocking `dist.all_reduce(t)` (it issues, then calls wait() at once). Handing
 // every operation to a thread costs a wake-up (~25 us on this VM), more than a small allreduce.
 // So an issued collective is only queued; whoever gets to it first runs it:
+//  - the caller's thread, at issue, for a blocking call (asyncOp false) when nothing is queued
+//    or running (OpQueue::runIfIdle: the common blocking path, not even a queue entry), or
 //  - the caller's thread, when it calls wait(): it runs the queue up to its own operation inline
 //    (the blocking path: no thread hand-off at all), or
 //  - the queue's worker thread, woken at issue, which runs it while the caller computes (the
@@ -137,6 +139,11 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   /// blocking collectives then costs no thread wake-ups at all. The worker still runs it (after
   /// the grace period) if it comes to it first.
   void push(c10::intrusive_ptr<BraidWork> work, bool callerWaits = false);
+  /// A blocking call's operation (asyncOp false: the caller waits on it next): runs it on the
+  /// calling thread now and returns true when nothing is queued or running, so it cannot
+  /// overtake anything; false (nothing done) otherwise, for push(). Saves the queue's round
+  /// trip (push, then wait()'s runUntilDone) on the per-call path of small collectives.
+  bool runIfIdle(BraidWork& work);
   /// Runs queued operations on the calling thread until `work` is done (others may run some).
   void runUntilDone(BraidWork* work);
   /// Waits (without running anything) until `work` is done or the timeout passes; the worker
