@@ -382,6 +382,20 @@ def check_async_and_futures(rank, world):
         assert w.is_completed()
     for i, t in enumerate(ts):
         assert_equal(t, reduced("sum", 5000 + i, torch.float32, world), f"async all_reduce {i}")
+    # A blocking call issued while an asynchronous one is still queued runs after it, never at
+    # issue ahead of it: broadcast after all_reduce gives everyone the sum (ahead of it, every
+    # rank would end with world x rank 0's value).
+    t = torch.full((1 << 16,), float(rank + 1))
+    w = dist.all_reduce(t, async_op=True)
+    dist.broadcast(t, src=0)
+    w.wait()
+    assert_equal(t, torch.full((1 << 16,), float(world * (world + 1) // 2)),
+                 "blocking broadcast after a queued all_reduce")
+    # A blocking call with nothing queued runs at issue.
+    for _ in range(3):
+        t = torch.full((5,), float(rank))
+        dist.all_reduce(t)
+        assert_equal(t, torch.full((5,), float(sum(range(world)))), "blocking all_reduce")
     # get_future without wait(): the worker runs it; then() chains work on the result.
     t = torch.ones(100)
     fut = dist.all_reduce(t, async_op=True).get_future()
