@@ -87,8 +87,10 @@ environment of each rank (global rank = node_rank * N + local rank):
   --nnodes > 1 set the same BRAID_AUTH_KEY or BRAID_AUTH_KEY_FILE on every node). Every store and peer
   connection of the job proves knowledge of it (docs/security.md).
   torchrun's RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK ROLE_WORLD_SIZE
-  MASTER_ADDR MASTER_PORT (MASTER_PORT is the store port + 1, so that a program that also
-  creates torch's own store does not collide with braid's)
+  MASTER_ADDR MASTER_PORT (MASTER_PORT differs from braid's store port, so that a program that
+  also creates torch's own store does not collide with braid's: with --master the store port
+  + 1; on one host both are free ports drawn below the kernel's ephemeral port range, where no
+  outgoing connection can take them before the stores bind them)
 
 SIGINT, SIGTERM and SIGHUP are forwarded to the ranks (a second one kills them). Rank 0 reads
 braid-run's stdin unless it is a terminal; the other ranks read /dev/null.
