@@ -391,7 +391,8 @@ def check_async_and_futures(rank, world):
     w.wait()
     assert_equal(t, torch.full((1 << 16,), float(world * (world + 1) // 2)),
                  "blocking broadcast after a queued all_reduce")
-    # A blocking call with nothing queued runs at issue.
+    # Blocking calls in a row, nothing queued: the path that runs them at issue (results only;
+    # that they do not overtake queued work is the check above).
     for _ in range(3):
         t = torch.full((5,), float(rank))
         dist.all_reduce(t)
