@@ -15,6 +15,7 @@
 #include "compression.hpp"
 #include "fusion.hpp"
 #include "process_group.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 namespace py = pybind11;
@@ -81,6 +82,10 @@ PYBIND11_MODULE(_C, m) {
       "tcp_sockets_opened", [] { return braid::transport::tcpSocketsOpened(); },
       "data sockets opened or accepted by every braid TCP transport of this process so far (a "
       "group that shares its parent's connections adds none)");
+  m.def(
+      "shm_segments_made", [] { return braid::transport::shmSegmentsMade(); },
+      "shared-memory segments made by this process's braid transports so far (a group that "
+      "shares its parent's segment makes none)");
 
   py::class_<ProcessGroupBraid, braid_torch::BackendBase, c10::intrusive_ptr<ProcessGroupBraid>>(
       m, "ProcessGroupBraid",

@@ -61,7 +61,8 @@ const std::vector<EnvVarDoc> kVariables = {
      "between hosts: auto, tcp or ucx (auto: ucx with an RDMA device, else tcp)"},
     {"BRAID_SHM_SLOTS", "8", "shared-memory ring slots per ordered pair of local ranks"},
     {"BRAID_SHM_SLOT_SIZE", "64K", "bytes per ring slot (power of two, 4K..16M)"},
-    {"BRAID_SHM_MAX_SEGMENT", "256M", "bound on one host's shared segment (slots shrink to fit)"},
+    {"BRAID_SHM_MAX_SEGMENT", "256M",
+     "bound on one host's shared segment (slots shrink, then staging, then lane groups)"},
     {"BRAID_SHM_CMA_THRESHOLD", "auto",
      "shm blocks and send/recv this big go single-copy (CMA); auto: measured at creation "
      "(a crowded host: collectives stage, send/recv from 64K)"},

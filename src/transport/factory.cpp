@@ -160,6 +160,43 @@ const TransportKind& interHostKind(const TransportOptions& options) {
                                               ")");
 }
 
+namespace {
+
+// A sub-communicator's view of its parent's shared-memory segment (docs/architecture.md,
+// "Shared connections") for the ranks `local` (this host's, ascending), on options.lane; with
+// the segment's lane group as its shared-memory group when `local` is every rank. nullptr when
+// the parent has no segment reaching them all, or when no lane group is free for a
+// sub-communicator that needs one (every member learns the same from the first: openGroup):
+// the caller then makes a segment of its own.
+std::unique_ptr<Transport> shareParentSegment(const RoutedTransport& parent,
+                                              std::span<const int> toParent,
+                                              std::span<const int> local, int rank, int size,
+                                              const TransportOptions& options,
+                                              std::vector<std::string>& paths) {
+  const LaneTransport* view = parent.sharedMemoryView();
+  if (view == nullptr || local.size() < 2 || toParent.size() != static_cast<std::size_t>(size))
+    return nullptr;
+  std::vector<int> toBase(static_cast<std::size_t>(size), -1);
+  for (int r : local) {
+    const int p = toParent[static_cast<std::size_t>(r)];
+    const int b = p >= 0 && p < view->size() ? view->baseRank(p) : -1;
+    if (b < 0) return nullptr;  // the parent reaches it some other way
+    toBase[static_cast<std::size_t>(r)] = b;
+  }
+  std::vector<std::string> mine(static_cast<std::size_t>(size));
+  for (int r : local)
+    if (r != rank)
+      mine[static_cast<std::size_t>(r)] = parent.pathTo(toParent[static_cast<std::size_t>(r)]);
+  auto child = std::make_unique<LaneTransport>(view->base(), options.lane, rank, std::move(toBase));
+  if (local.size() == static_cast<std::size_t>(size) &&
+      !child->openGroup(Clock::now() + options.shm.setupTimeout))
+    return nullptr;
+  paths = std::move(mine);
+  return child;
+}
+
+}  // namespace
+
 std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int size,
                                                  const TransportOptions& options,
                                                  const RoutedTransport* parent,
@@ -260,7 +297,11 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
     const LaneTransport* shared =
         parent != nullptr && options.shareConnections && !kind.sameHostOnly ? parent->laneLeg()
                                                                             : nullptr;
-    if (shared != nullptr) {
+    if (kind.sameHostOnly && parent != nullptr && options.shareConnections && options.lane != 0)
+      leg.transport = shareParentSegment(*parent, toParent, local, rank, size, options, leg.paths);
+    if (leg.transport != nullptr) {
+      // The parent's segment, on this communicator's lane: no segment made here.
+    } else if (shared != nullptr) {
       // The parent's connections, on this communicator's lane: no socket opened here.
       if (toParent.size() != static_cast<std::size_t>(size))
         throw Error(ErrorCode::InvalidArgument, "createTransport: rank " + std::to_string(rank) +
@@ -275,16 +316,16 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
       }
       leg.transport =
           std::make_unique<LaneTransport>(shared->base(), options.lane, rank, std::move(toBase));
-    } else if (options.shareConnections && (kind.name == "tcp" || kind.name == "ucx") &&
-               options.lane != 0) {
-      // Connections that sub-communicators will share: built once, viewed on this lane.
+    } else if (options.shareConnections && options.lane != 0) {
+      // Connections (a segment) that sub-communicators will share: built once, viewed on this
+      // lane; a segment's owner posts without a lane (lane 0), so its messages carry no lane.
       std::shared_ptr<Transport> base =
           kind.create(rank, size, peers, opts, leg.paths, std::move(prepared[k]), entries[k]);
       if (options.describeTag) base->setTagDescriber(options.describeTag);
       std::vector<int> identity(static_cast<std::size_t>(size));
       for (int r = 0; r < size; ++r) identity[static_cast<std::size_t>(r)] = r;
-      leg.transport =
-          std::make_unique<LaneTransport>(std::move(base), options.lane, rank, std::move(identity));
+      leg.transport = std::make_unique<LaneTransport>(
+          std::move(base), kind.sameHostOnly ? 0 : options.lane, rank, std::move(identity));
     } else {
       leg.transport =
           kind.create(rank, size, peers, opts, leg.paths, std::move(prepared[k]), entries[k]);

@@ -10,7 +10,7 @@ LaneTransport::LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane
                              std::vector<int> toBase)
     : base_(std::move(base)), lane_(lane), rank_(rank), toBase_(std::move(toBase)) {
   const int n = static_cast<int>(toBase_.size());
-  if (base_ == nullptr || !base_->carriesLanes() || lane == 0 || rank < 0 || rank >= n ||
+  if (base_ == nullptr || !base_->carriesLanes() || rank < 0 || rank >= n ||
       toBase_[static_cast<std::size_t>(rank)] != base_->rank())
     throw Error(ErrorCode::InvalidArgument,
                 "LaneTransport: rank " + std::to_string(rank) +
@@ -26,6 +26,12 @@ LaneTransport::LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane
     if (b != r) identity_ = false;
   }
   if (n != base_->size()) identity_ = false;
+  if (lane_ == 0) {  // the owner's view: no lane; the base's mismatches are this view's
+    base_->setMismatchObserver([this](int peer, std::uint64_t expected, std::uint64_t received) {
+      noteMismatch(peer, expected, received);
+    });
+    return;
+  }
   std::vector<int> peers;  // told when this communicator closes or aborts
   for (int r = 0; r < n; ++r)
     if (r != rank_ && toBase_[static_cast<std::size_t>(r)] >= 0)
@@ -44,8 +50,20 @@ LaneTransport::LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane
 }
 
 LaneTransport::~LaneTransport() {
+  group_.reset();  // its peers see it gone before the lane closes
+  if (lane_ == 0) {
+    base_->setMismatchObserver({});
+    base_->closeLane(0);
+    return;
+  }
   base_->setLaneMismatchObserver(lane_, {});
   base_->closeLane(lane_);
+}
+
+bool LaneTransport::openGroup(Deadline deadline) {
+  if (lane_ == 0) return base_->sharedGroup() != nullptr;
+  group_ = base_->openLaneGroup(lane_, toBase_, deadline);
+  return group_ != nullptr;
 }
 
 int LaneTransport::mapped(int peer, const char* op) const {

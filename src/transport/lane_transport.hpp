@@ -30,6 +30,10 @@ class LaneTransport final : public Transport {
   /// reached through it (a peer on this host, reached over shared memory by another leg).
   /// Opens `lane` (!= 0) on `base`, which must carriesLanes(); Error(InvalidArgument) when
   /// `rank` or a mapping is out of range, Error(Internal) when the lane is open already.
+  /// Lane 0 is the view of the communicator that built `base` and posts on it without a lane
+  /// (a shared-memory segment's owner: its messages carry no lane unit): nothing is opened,
+  /// closeLane(0) and abortLane(0, why) end the owner's part, and sharedGroup() is the base's
+  /// own group.
   LaneTransport(std::shared_ptr<Transport> base, std::uint64_t lane, int rank,
                 std::vector<int> toBase);
   /// Closes the lane (its requests still queued fail and leave the shared connections; messages
@@ -51,8 +55,20 @@ class LaneTransport final : public Transport {
   void abort(const std::string& why) override;
   /// The sockets of the shared transport (every communicator sharing it counts them alike).
   std::size_t connectionCount() const override { return base_->connectionCount(); }
+  /// The communicator's shared-memory group on the shared transport (a shared-memory
+  /// transport's lane group), when setGroup() gave it one.
+  SharedMemoryGroup* sharedGroup() override {
+    return lane_ == 0 ? base_->sharedGroup() : group_.get();
+  }
+  /// Asks the shared transport for this lane's shared-memory group (openLaneGroup: collective
+  /// over this view's ranks, all of which it must reach); false when it has none to give.
+  bool openGroup(Deadline deadline);
 
   std::uint64_t lane() const noexcept { return lane_; }
+  /// What a caller may post to instead of this view: the shared transport itself for an
+  /// owner's view that numbers ranks as it does (lane 0, identity), else this view. The view
+  /// keeps the shared transport alive.
+  Transport& direct() noexcept { return lane_ == 0 && identity_ ? *base_ : *this; }
   const std::shared_ptr<Transport>& base() const noexcept { return base_; }
   /// The shared transport's rank of this view's rank r (-1: not through it).
   int baseRank(int r) const { return toBase_[static_cast<std::size_t>(r)]; }
@@ -66,6 +82,7 @@ class LaneTransport final : public Transport {
   const int rank_;
   const std::vector<int> toBase_;
   bool identity_ = true;
+  std::unique_ptr<SharedMemoryGroup> group_;  // goes before base_ (it lives in base_'s memory)
 };
 
 }  // namespace braid::transport

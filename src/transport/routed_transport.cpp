@@ -25,10 +25,13 @@ RoutedTransport::RoutedTransport(int rank, int size, std::vector<Leg> legs)
         [this](int peer, std::uint64_t expected, std::uint64_t received) {
           noteMismatch(peer, expected, received);
         });
+    // An owner's view of a shared segment forwards every call: route to the segment itself.
+    auto* view = dynamic_cast<LaneTransport*>(leg.transport.get());
+    Transport* target = view != nullptr ? &view->direct() : leg.transport.get();
     for (int p = 0; p < size; ++p) {
       const std::size_t i = static_cast<std::size_t>(p);
       if (p == rank || route_[i] != nullptr || leg.paths[i].empty()) continue;
-      route_[i] = leg.transport.get();
+      route_[i] = target;
       path_[i] = &leg.paths[i];
     }
   }
@@ -94,15 +97,34 @@ SharedMemoryGroup* RoutedTransport::sharedGroup() {
   return legs_.size() == 1 ? legs_.front().transport->sharedGroup() : nullptr;
 }
 
+namespace {
+
+const ShmTransport* shmBase(const LaneTransport& view) {
+  return dynamic_cast<const ShmTransport*>(view.base().get());
+}
+
+}  // namespace
+
 const ShmTransport* RoutedTransport::sharedMemoryLeg() const {
-  for (const Leg& leg : legs_)
+  for (const Leg& leg : legs_) {
     if (const auto* shm = dynamic_cast<const ShmTransport*>(leg.transport.get())) return shm;
+    if (const auto* view = dynamic_cast<const LaneTransport*>(leg.transport.get()))
+      if (const ShmTransport* shm = shmBase(*view)) return shm;
+  }
+  return nullptr;
+}
+
+const LaneTransport* RoutedTransport::sharedMemoryView() const {
+  for (const Leg& leg : legs_)
+    if (const auto* view = dynamic_cast<const LaneTransport*>(leg.transport.get()))
+      if (shmBase(*view) != nullptr) return view;
   return nullptr;
 }
 
 const LaneTransport* RoutedTransport::laneLeg() const {
   for (const Leg& leg : legs_)
-    if (const auto* lane = dynamic_cast<const LaneTransport*>(leg.transport.get())) return lane;
+    if (const auto* view = dynamic_cast<const LaneTransport*>(leg.transport.get()))
+      if (shmBase(*view) == nullptr) return view;
   return nullptr;
 }
 

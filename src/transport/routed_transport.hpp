@@ -46,9 +46,14 @@ class RoutedTransport final : public Transport {
   /// The path to `peer`: "shm", "shm+cma" (single-copy for large messages), "tcp"; "self" for
   /// this rank, "" outside the world.
   std::string pathTo(int peer) const;
-  /// The first leg that is a shared-memory transport, or nullptr.
+  /// The first leg that is a shared-memory transport, or a view of one (LaneTransport), or
+  /// nullptr.
   const ShmTransport* sharedMemoryLeg() const;
-  /// The first leg that is a view of shared connections (LaneTransport), or nullptr.
+  /// The first leg that is a view of a shared shared-memory segment, or nullptr: what a
+  /// sub-communicator's ranks on this host share (LaneTransport::base(), baseRank()).
+  const LaneTransport* sharedMemoryView() const;
+  /// The first leg that is a view of shared network connections (LaneTransport over TCP or
+  /// UCX), or nullptr.
   const LaneTransport* laneLeg() const;
 
  private:

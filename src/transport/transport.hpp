@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -182,6 +183,18 @@ class Transport {
     (void)lane;
     (void)peer;
     return false;
+  }
+  /// A shared-memory group for the communicator on `lane` (open here) whose ranks are
+  /// `members` (this transport's ranks, in the communicator's order, this rank among them, all
+  /// reached over shared memory): collective over them. nullptr when this transport has none to
+  /// give (the communicator then makes a segment of its own). Default: nullptr.
+  virtual std::unique_ptr<SharedMemoryGroup> openLaneGroup(std::uint64_t lane,
+                                                           std::span<const int> members,
+                                                           Deadline deadline) {
+    (void)lane;
+    (void)members;
+    (void)deadline;
+    return nullptr;
   }
   /// postSend / postRecv on a lane (0: a plain post).
   virtual void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,

@@ -4,7 +4,9 @@
 // checked; mismatches, lost peers, aborts and a child outliving its parent behave as on
 // connections of its own; lazy connections and several streams per peer are shared alike; groups
 // made by their members alone (memberSubgroup) share them too. The same over UCX (SharedUcx):
-// sub-communicators post over their parent's UCX worker and endpoints.
+// sub-communicators post over their parent's UCX worker and endpoints. And over shared memory
+// (SharedMemory): sub-communicators post through their parent's segment and run the direct
+// collectives in one of its lane groups, making no segment of their own (while one is free).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 #include "harness/ranks.hpp"
 #include "harness/ucx_env.hpp"
 #include "store/memory_store.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -326,9 +329,131 @@ TEST_F(SharedUcx, ChildAbortedOnOneRankFailsItsPeerAtOnce) {
   peerLeavesTheChild(true, ucxOptions(true));
 }
 
-TEST(SharedConnections, ChildOutlivesItsParent) {
+// ---- the same over shared memory: a sub-communicator on its parent's segment ----
+
+// Every rank on this host's shared memory; with `direct`, the direct collectives are required
+// (BRAID_ALGO_FORCE), so a child without a shared-memory group fails instead of running a ring.
+Options shmOptions(bool share, bool direct = false) {
+  Options o = testOptions();
+  o.shareConnections = share;
+  if (direct) {
+    o.algo =
+        "allreduce:shm_direct;allgather:shm_direct;broadcast:shm_direct;reduce:shm_direct;"
+        "reducescatter:shm_direct;alltoall:shm_direct";
+    o.algoForce = true;
+  }
+  return o;
+}
+
+// A 2 x 2 split on one host: shared, the children make no segment (each claims a lane group of
+// the world's) and run the direct collectives over it, every element checked; on their own they
+// make one segment each.
+TEST(SharedMemory, SplitMakesNoSegmentAndRunsTheDirectCollectives) {
+  for (bool share : {true, false}) {
+    SCOPED_TRACE(share ? "shared" : "own segments");
+    std::atomic<std::size_t> before{0};
+    runThreads(4, shmOptions(share, true), [&](Comm& c) {
+      c.barrier();
+      if (c.rank() == 0) before = transport::shmSegmentsMade();
+      c.barrier();
+      auto sub = c.split(c.rank() % 2, -c.rank());  // {2, 0} and {3, 1}
+      ASSERT_NE(sub, nullptr);
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, std::size_t{1031},
+                            std::size_t{20011}}) {
+        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, n, false);
+        checkAllreduce(*sub, DataType::Int32, ReduceOp::Max, n, true);
+        checkNonReducing(*sub, DataType::Int32, n);
+        checkSendRecv(*sub, n);
+      }
+      c.barrier();
+      if (c.rank() == 0) {
+        EXPECT_EQ(transport::shmSegmentsMade() - before.load(), share ? 0u : 2u);
+      }
+      c.barrier();
+    });
+  }
+}
+
+TEST(SharedMemory, ParentAndChildRunConcurrentlyFromTwoThreads) {
+  concurrentParentAndChild(shmOptions(true));
+}
+
+TEST(SharedMemory, MismatchedCollectivesOnTheChildFailWithMismatch) {
+  mismatchOnTheChild(shmOptions(true));
+}
+
+TEST(SharedMemory, AbortOfTheChildLeavesTheParentWorking) {
+  childAbortLeavesTheParent(shmOptions(true));
+}
+
+TEST(SharedMemory, ChildDestroyedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(false, shmOptions(true));
+}
+
+TEST(SharedMemory, ChildAbortedOnOneRankFailsItsPeerAtOnce) {
+  peerLeavesTheChild(true, shmOptions(true));
+}
+
+// More children alive at once than the segment has lane groups: a world of 2 ranks whose
+// segment is bounded to 18 MiB has 3 (5.1 MiB for its own rings and group, 4.1 MiB per lane
+// group). The first 3 children share the world's segment, the other 2 make segments of their
+// own; all of them run the direct collectives. Once they are gone the lane groups are free
+// again: 3 more make no segment.
+TEST(SharedMemory, ChildrenBeyondTheLaneGroupsMakeTheirOwnSegment) {
+  std::atomic<std::size_t> before{0}, afterFirst{0};
+  Options o = shmOptions(true, true);
+  o.shmMaxSegmentBytes = std::size_t{18} << 20;
+  runThreads(2, o, [&](Comm& c) {
+    c.barrier();
+    if (c.rank() == 0) before = transport::shmSegmentsMade();
+    c.barrier();
+    {
+      std::vector<std::unique_ptr<Comm>> children;
+      for (int i = 0; i < 5; ++i) children.push_back(c.split(0, c.rank()));
+      for (auto& child : children)
+        checkAllreduce(*child, DataType::Float32, ReduceOp::Sum, 1031, false);
+      c.barrier();
+      if (c.rank() == 0) afterFirst = transport::shmSegmentsMade();
+      c.barrier();
+    }
+    c.barrier();  // every child is gone on both ranks
+    std::vector<std::unique_ptr<Comm>> again;
+    for (int i = 0; i < 3; ++i) again.push_back(c.split(0, c.rank()));
+    for (auto& child : again) checkNonReducing(*child, DataType::Int32, 1031);
+    c.barrier();
+    if (c.rank() == 0) {
+      EXPECT_EQ(afterFirst.load() - before.load(), 2u);
+      EXPECT_EQ(transport::shmSegmentsMade() - afterFirst.load(), 0u);
+    }
+    c.barrier();
+  });
+}
+
+// The parent aborted (what a revoke does) while its children use its segment: the parent's own
+// operations fail with Aborted, the children's lanes and lane groups go on.
+TEST(SharedMemory, AbortedParentLeavesTheChildWorking) {
+  runThreads(4, shmOptions(true, true), [](Comm& c) {
+    auto sub = c.split(c.rank() % 2, c.rank());
+    c.barrier();
+    c.abort();
+    std::vector<float> buf(13, 1.0f);
+    std::string message;
+    EXPECT_EQ(codeOf(
+                  [&] {
+                    c.allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                ReduceOp::Sum);
+                  },
+                  message),
+              ErrorCode::Aborted)
+        << message;
+    checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkNonReducing(*sub, DataType::Int32, 20011);
+    checkSendRecv(*sub, 13);
+  });
+}
+
+void childOutlivesItsParent(const Options& o) {
   auto store = std::make_shared<MemoryStore>();
-  const Options o = tcpOptions(true);
   std::vector<std::thread> ranks;
   std::atomic<int> failures{0};
   for (int r = 0; r < 4; ++r)
@@ -348,6 +473,14 @@ TEST(SharedConnections, ChildOutlivesItsParent) {
     });
   for (auto& t : ranks) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(SharedConnections, ChildOutlivesItsParent) {
+  childOutlivesItsParent(tcpOptions(true));
+}
+
+TEST(SharedMemory, ChildOutlivesItsParent) {
+  childOutlivesItsParent(shmOptions(true, true));
 }
 
 // Groups made by their members alone (Comm::memberSubgroup, what torch's new_group needs): the

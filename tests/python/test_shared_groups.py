@@ -4,7 +4,8 @@ and split_group of a braid default group open no socket and give the right value
 threads at once and across destroy_process_group; with BRAID_SHARE_CONNECTIONS=0, and with a
 gloo default group, they bootstrap through torch's store with sockets of their own. braid's
 INFO line says which path each group took. One launch runs the three phases (torch's import
-dominates a launch on a loaded machine)."""
+dominates a launch on a loaded machine). On shared memory (every pair on this host's segment),
+the same groups make no segment of their own: each takes a lane group of the default group's."""
 
 from pathlib import Path
 
@@ -36,3 +37,11 @@ def test_shared_groups():
             assert any(path in line for line in lines), (
                 f"rank {rank}: no group logged '{path}' ({mode}):\n" + "\n".join(lines))
         assert all(any(p in line for p in PATHS.values()) for line in lines), "\n".join(lines)
+
+
+def test_shared_groups_on_shared_memory():
+    result = launch(4, WORKER, init="env", timeout=150,
+                    env={"BRAID_TEST_MODES": "share", "BRAID_TEST_SHM": "1",
+                         "BRAID_SHM_DISABLE": "0", "BRAID_DEBUG": "INFO"})
+    assert result.ok, result.report()
+    assert "shared groups (share): 6 checks passed" in result.outputs[0], result.report()

@@ -1,7 +1,9 @@
 // Lanes (docs/architecture.md, "Shared connections"): several communicators' messages on one
 // transport's connections, each matched only by receives of its own lane. Over TCP with one
 // stream and two striped streams, and over UCX (UCX's tcp) with eager and lazy connections:
-// every test runs on each kind.
+// every test runs on each kind. And over shared memory ("shm": the ring of each pair, one
+// segment; "shm_cma": large messages single-copy), where a sub-communicator's lane shares its
+// parent's segment.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include "store/memory_store.hpp"
 #include "transport/factory.hpp"
 #include "transport/lane_transport.hpp"
+#include "transport/shm/shm_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
@@ -39,7 +42,7 @@ Deadline after(Clock::duration d) {
 // The transports with lanes: "tcp" (one stream per peer), "tcp2" (two striped streams), and,
 // where the build has UCX, "ucx" and "ucx_lazy" (UCX's tcp transport, set per transport).
 std::vector<std::string> kinds() {
-  std::vector<std::string> out{"tcp", "tcp2"};
+  std::vector<std::string> out{"tcp", "tcp2", "shm", "shm_cma"};
   if (ucxAvailable()) {
     out.push_back("ucx");
     out.push_back("ucx_lazy");
@@ -49,6 +52,15 @@ std::vector<std::string> kinds() {
 
 // The transport of rank r of `size` of that kind, for runTransportRanks.
 std::unique_ptr<Transport> make(const std::string& kind, Store& store, int r, int size) {
+  if (kind.starts_with("shm")) {
+    ShmOptions o;
+    o.setupTimeout = 10s;
+    o.slotBytes = 4096;  // small rings: large messages wrap and go in pieces
+    if (kind == "shm_cma") o.cmaThresholdBytes = 4096;
+    std::vector<int> local(static_cast<std::size_t>(size));
+    for (int i = 0; i < size; ++i) local[static_cast<std::size_t>(i)] = i;
+    return createShmTransport(store, r, size, local, o);
+  }
   if (kind.starts_with("ucx")) {
     UcxOptions o;
     o.connectTimeout = 10s;
@@ -355,13 +367,14 @@ TEST_P(Lanes, ALaneViewMapsItsRanksToTheSharedTransport) {
       });
 }
 
-// A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (a segment of
-// their own), rank 2 on host B is reached over the parent's TCP connections on the child's lane.
-// The child's creation opens no socket, and every pair's messages arrive intact.
-TEST(LanesTcp, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
+// A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (the parent's
+// segment, on the child's lane), rank 2 on host B is reached over the parent's TCP connections on
+// the child's lane. The child's creation opens no socket and makes no segment, and every pair's
+// messages arrive intact.
+TEST(LanesTcp, AChildOverTwoHostsUsesTheParentsSegmentAndSockets) {
   auto store = std::make_shared<MemoryStore>();
   std::latch parentsUp(4), childrenUp(4), done(4);
-  std::atomic<std::size_t> before{0}, after{0};
+  std::atomic<std::size_t> before{0}, after{0}, segmentsBefore{0}, segmentsAfter{0};
   std::vector<std::string> errors(4);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 4; ++r)
@@ -374,7 +387,10 @@ TEST(LanesTcp, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
         o.lane = 11;
         auto parent = createTransport(*store, r, 4, o);
         parentsUp.arrive_and_wait();
-        if (r == 0) before = tcpSocketsOpened();
+        if (r == 0) {
+          before = tcpSocketsOpened();
+          segmentsBefore = shmSegmentsMade();
+        }
         std::unique_ptr<RoutedTransport> child;
         if (r < 3) {
           const std::vector<int> members = {0, 1, 2};
@@ -390,7 +406,10 @@ TEST(LanesTcp, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
           }
         }
         childrenUp.arrive_and_wait();
-        if (r == 0) after = tcpSocketsOpened();
+        if (r == 0) {
+          after = tcpSocketsOpened();
+          segmentsAfter = shmSegmentsMade();
+        }
         if (child) test::exchangeAll(r, *child, 5003, 5);
         done.arrive_and_wait();
       });
@@ -398,6 +417,7 @@ TEST(LanesTcp, AChildOverTwoHostsUsesItsOwnSharedMemoryAndTheParentsSockets) {
   for (auto& t : ranks) t.join();
   for (int r = 0; r < 4; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   EXPECT_EQ(after.load(), before.load());
+  EXPECT_EQ(segmentsAfter.load(), segmentsBefore.load());
 }
 
 // A lane closed on the sender while a large message of it is in flight (UCX's rendezvous reads

@@ -244,13 +244,27 @@ TEST(ShmGeometry, SizeFormulaWithGroupPart) {
     EXPECT_EQ(g.groupOffset, control[l] + rings[l]) << l;
     const std::size_t group = (65664 * l + 4095) / 4096 * 4096;  // 135168, 266240, 528384
     EXPECT_EQ(g.stagingOffset, g.groupOffset + group) << l;
-    EXPECT_EQ(g.totalBytes, control[l] + rings[l] + group + l * 2 * kMiB) << l;
+    // Then the lane groups: {64 B header, the group's lines (page-aligned), staging} each, as
+    // many as fit 256 MiB, at most 32: 32 at 2 ranks (5.1 + 32 x 4.1 MiB), 29 at 4
+    // (14.3 + 29 x 8.3), 12 at 8 (44.5 + 12 x 16.5).
+    const std::size_t own = control[l] + rings[l] + group + l * 2 * kMiB;
+    const std::size_t laneGroup = (64 + 65664 * l + 4095) / 4096 * 4096 + l * 2 * kMiB;
+    const std::size_t fitting[] = {0, 0, 32, 0, 29, 0, 0, 0, 12};
+    EXPECT_EQ(g.laneGroups, fitting[l]) << l;
+    EXPECT_EQ(g.laneGroupsOffset, own) << l;
+    EXPECT_EQ(g.laneGroupBytes, laneGroup) << l;
+    EXPECT_EQ(g.totalBytes, own + fitting[l] * laneGroup) << l;
+    EXPECT_LE(g.totalBytes, 256 * kMiB) << l;
   }
-  // 8 ranks under a 40 MiB bound: the rings fit, the staging halves to 1 MiB per rank.
+  // 8 ranks under a 40 MiB bound: the rings fit, the staging halves to 1 MiB per rank, and no
+  // lane group fits (36.5 MiB + 8.5 MiB each).
   const shm::Geometry bounded = shm::planGeometry(8, 8, 64 << 10, 40 * kMiB, 2 * kMiB);
   EXPECT_EQ(bounded.slotBytes, std::size_t{64} << 10);
   EXPECT_EQ(bounded.stagingBytes, kMiB);
+  EXPECT_EQ(bounded.laneGroups, 0u);
   EXPECT_LE(bounded.totalBytes, 40 * kMiB);
+  // Under 80 MiB the staging stays 2 MiB (44.5 MiB) and two lane groups of 16.5 MiB fit.
+  EXPECT_EQ(shm::planGeometry(8, 8, 64 << 10, 80 * kMiB, 2 * kMiB).laneGroups, 2u);
   // The staging never drops below 16 KiB; an odd request is rounded up to 4 KiB.
   EXPECT_EQ(shm::planGeometry(2, 8, 4096, 1, 1 << 20).stagingBytes, shm::kMinStagingBytes);
   EXPECT_EQ(shm::planGeometry(2, 8, 4096, 256 * kMiB, 20000).stagingBytes, std::size_t{20480});

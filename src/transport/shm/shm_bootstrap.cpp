@@ -238,6 +238,7 @@ void Setup::create(Attachment& a, NameGuard& guard) {
                                          " bytes: " + errnoText(errno));
   a.segment = Segment(fd, a.geometry.totalBytes, what());
   a.segment.initialize(a.geometry, offer.nonce);
+  segmentsMade.fetch_add(1, std::memory_order_relaxed);
   registerRank(a);
 }
 

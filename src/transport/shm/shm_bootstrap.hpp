@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -49,6 +51,9 @@ struct Attachment {
 /// by localRanks[0] in entries[0] (entries[i]: local rank i's Prepared::entry()). On return
 /// every local rank has mapped the segment, written its RankSlot, and probed its peers, and no
 /// name of the segment exists any more. `hostCpus` becomes Attachment::hostCpus.
+/// Segments this process created (braid::transport::shmSegmentsMade()).
+inline std::atomic<std::size_t> segmentsMade{0};
+
 Attachment attachSegment(Prepared& mine, std::span<const std::string> entries, int rank,
                          std::span<const int> localRanks, std::size_t hostCpus,
                          const ShmOptions& options);

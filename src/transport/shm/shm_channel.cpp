@@ -15,6 +15,22 @@ using State = Request::State;
 
 constexpr std::size_t kUnit = 16;
 constexpr std::uint64_t kSingleCopyBit = 1ull << 63;
+constexpr std::uint64_t kLaneBit = 1ull << 62;
+constexpr std::uint64_t kControlBit = 1ull << 61;
+constexpr std::uint64_t kWordFlags = kSingleCopyBit | kLaneBit | kControlBit;
+// Request::aux of the channel's own control messages (else aux numbers single-copy sends).
+constexpr std::size_t kAuxControl = std::size_t{1} << 63;
+
+bool isControl(const Request& r) {
+  return (r.aux & kAuxControl) != 0;
+}
+bool isSingleCopy(const Request& r) {
+  return r.aux != 0 && !isControl(r);
+}
+// The header units of a message: the header, and the lane's unit when it has a lane.
+std::size_t headerBytes(const Request& r) {
+  return r.lane != 0 ? 2 * kUnit : kUnit;
+}
 // process_vm_readv moves at most this much per call (the kernel caps one call near 2 GiB).
 constexpr std::size_t kMaxReadPerCall = std::size_t{1} << 30;
 
@@ -64,6 +80,10 @@ void Channel::postSend(Request& req) {
     sink_->finish(req, State::Failed, true);
     return;
   }
+  if (req.lane != 0 && peerGone(req.lane)) {  // nobody will read it
+    sink_->finish(req, State::Failed, false);
+    return;
+  }
   // aux: 0 for a message through the ring, else its number among single-copy messages.
   req.aux = req.bytes > 0 && req.bytes >= cfg_.singleCopyBytes ? ++singleCopiesPosted_ : 0;
   sends_.push(req);
@@ -83,11 +103,80 @@ void Channel::postRecv(Request& req) {
       return;
     case engine::Inbox::Posted::Done:
       return;
-    case engine::Inbox::Posted::Receiving:
     case engine::Inbox::Posted::Queued:
+      if (req.lane != 0 && peerGone(req.lane)) {  // nothing more comes on the lane
+        inbox_.withdraw(req);
+        sink_->finish(req, State::Failed, false);
+        return;
+      }
+      break;
+    case engine::Inbox::Posted::Receiving:
       break;
   }
   progress();
+}
+
+// ---- lanes ----
+
+bool Channel::failLane(std::uint64_t lane) {
+  if (!active()) return true;
+  const Request* front = sends_.front();
+  if (front != nullptr && front->lane == lane && front->progress > 0 && !isControl(*front))
+    return false;
+  for (const Request* r = copies_.front(); r != nullptr; r = r->next)
+    if (r->lane == lane) return false;
+  if (!inbox_.failLane(lane)) return false;
+  sends_.removeIf([lane](const Request& r) { return r.lane == lane && !isControl(r); },
+                  [&](Request& r) { sink_->finish(r, State::Failed, false); });
+  return true;
+}
+
+void Channel::sendLaneGone(std::uint64_t lane, bool aborted) {
+  if (!active() || exited_) return;
+  Request& r = lanes().control.emplace_back();
+  r.isSend = true;
+  r.peer = cfg_.peerRank;
+  r.tag = aborted ? kLaneAborted : kLaneDestroyed;
+  r.lane = lane;
+  r.bytes = 0;
+  r.aux = kAuxControl;
+  r.state.store(State::Pending, std::memory_order_relaxed);
+  sends_.push(r);
+  if (sends_.front() == &r) writeSends();
+}
+
+void Channel::retire(Request& req, State state, bool channelError) {
+  if (!isControl(req)) {
+    sink_->finish(req, state, channelError);
+    return;
+  }
+  auto& control = lanes().control;
+  for (auto it = control.begin(); it != control.end(); ++it)
+    if (&*it == &req) {
+      control.erase(it);
+      return;
+    }
+}
+
+void Channel::onControl(std::uint64_t kind, std::uint64_t lane) {
+  if ((kind != kLaneDestroyed && kind != kLaneAborted) || lane == 0) {
+    fail(Error(ErrorCode::Mismatch,
+               "rank " + std::to_string(cfg_.selfRank) + " received an unknown control message " +
+                   "(kind " + std::to_string(kind) + ", lane " + std::to_string(lane) + ") from " +
+                   cfg_.description + ": a corrupt ring or another braid version"));
+    return;
+  }
+  if (sink_->laneClosed(lane)) return;  // gone on this rank too
+  const bool aborted = kind == kLaneAborted;
+  lanes().peerGone.emplace(  // the first reason stays (an abort, then the destruction)
+      lane,
+      Error(ErrorCode::PeerLost,
+            "rank " + std::to_string(cfg_.selfRank) + ": " + cfg_.description +
+                " left the communicator on lane " + std::to_string(lane) +
+                " of the shared memory segment (it was " + (aborted ? "aborted" : "destroyed") +
+                " there) before this operation with it completed; nothing more comes " +
+                "from it on that communicator"));
+  inbox_.failLane(lane);  // nothing is arriving now (a header is being read), so none is cut
 }
 
 // ---- failure ----
@@ -102,7 +191,7 @@ void Channel::closeFlags() {
 void Channel::finishAll(bool channelError) {
   inbox_.failAll(channelError);
   for (engine::RequestQueue* q : {&sends_, &copies_})
-    q->drain([&](Request& r) { sink_->finish(r, State::Failed, channelError); });
+    q->drain([&](Request& r) { retire(r, State::Failed, channelError); });
   rxLeft_ = 0;
 }
 
@@ -138,7 +227,7 @@ std::string Channel::stallReason(const Request& req) const {
   if (req.isSend) {
     const std::uint64_t tail = cfg_.out->consumer.tail.load(std::memory_order_acquire);
     const std::uint64_t head = cfg_.out->producer.head.load(std::memory_order_acquire);
-    if (req.aux != 0 && sends_.front() != &req)
+    if (isSingleCopy(req) && sends_.front() != &req)
       return "the message is in the ring; " + peer + " has not read it (no matching receive)";
     return "the ring to " + peer + " holds " + std::to_string(head - tail) + " unread bytes of " +
            std::to_string(cfg_.ringBytes) + "; " + progress() + " written";
@@ -152,7 +241,7 @@ std::string Channel::stallReason(const Request& req) const {
   if (inbox_.receiving()) return "the ring from " + peer + " is busy with an earlier message";
   std::uint64_t tag = 0, word = 0;
   readUnit(cfg_.inRing, cfg_.ringBytes, tail_, tag, word);
-  const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
+  const std::size_t bytes = static_cast<std::size_t>(word & ~kWordFlags);
   return "ahead of it in the ring from " + peer + " waits " + sink_->tagText(tag) + " (" +
          std::to_string(bytes) + " bytes), which no posted receive of this rank matches";
 }
@@ -214,15 +303,19 @@ bool Channel::writeSends() {
   };
   while (!sends_.empty()) {
     Request& r = *sends_.front();
-    const bool single = r.aux != 0;
-    const std::size_t total = kUnit + (single ? kUnit : padded(r.bytes));
+    const bool single = isSingleCopy(r);
+    const std::size_t head = headerBytes(r);
+    const std::size_t total = head + (single ? kUnit : padded(r.bytes));
     bool unpublished = false;
     if (r.progress == 0) {
-      const std::size_t need = single ? 2 * kUnit : kUnit;
+      const std::size_t need = head + (single ? kUnit : 0);
       if (freeBytes(need) < need) break;
-      writeUnit(cfg_.outRing, cap, head_, r.tag, r.bytes | (single ? kSingleCopyBit : 0));
+      writeUnit(cfg_.outRing, cap, head_, r.tag,
+                r.bytes | (single ? kSingleCopyBit : 0) | (r.lane != 0 ? kLaneBit : 0) |
+                    (isControl(r) ? kControlBit : 0));
+      if (r.lane != 0) writeUnit(cfg_.outRing, cap, head_ + kUnit, r.lane, 0);
       if (single)
-        writeUnit(cfg_.outRing, cap, head_ + kUnit, reinterpret_cast<std::uintptr_t>(r.data), 0);
+        writeUnit(cfg_.outRing, cap, head_ + head, reinterpret_cast<std::uintptr_t>(r.data), 0);
       head_ += need;
       r.progress = need;
       unpublished = true;
@@ -231,7 +324,7 @@ bool Channel::writeSends() {
     while (r.progress < total) {
       const std::size_t free = freeBytes(kUnit);
       if (free == 0) break;
-      const std::size_t offset = r.progress - kUnit;  // into the padded payload
+      const std::size_t offset = r.progress - head;  // into the padded payload
       const std::size_t n = std::min(
           {total - r.progress, free, cap - static_cast<std::size_t>(head_ % cap), cfg_.slotBytes});
       const std::size_t real = r.bytes > offset ? std::min(n, r.bytes - offset) : 0;
@@ -247,7 +340,7 @@ bool Channel::writeSends() {
     if (single)
       copies_.push(r);  // done once the peer has read it
     else
-      sink_->finish(r, State::Done, false);
+      retire(r, State::Done, false);
   }
   return moved;
 }
@@ -313,9 +406,24 @@ bool Channel::readHeader() {
   std::uint64_t tag = 0, word = 0;
   readUnit(cfg_.inRing, cap, tail_, tag, word);
   const bool single = (word & kSingleCopyBit) != 0;
-  const std::size_t bytes = static_cast<std::size_t>(word & ~kSingleCopyBit);
+  const std::size_t bytes = static_cast<std::size_t>(word & ~kWordFlags);
+  // The sender publishes every header unit at once, so the lane's is there too.
+  std::uint64_t lane = 0;
+  std::size_t head = kUnit;
+  if ((word & kLaneBit) != 0) {
+    std::uint64_t unused = 0;
+    readUnit(cfg_.inRing, cap, tail_ + kUnit, lane, unused);
+    head = 2 * kUnit;
+  }
+  if ((word & kControlBit) != 0) {
+    tail_ += head;
+    publishTail();
+    onControl(tag, lane);
+    return active();
+  }
   std::optional<Error> mismatch;
-  switch (inbox_.arrive(tag, bytes, SIZE_MAX, mismatch)) {
+  switch (inbox_.arrive(tag, bytes, SIZE_MAX, mismatch, lane, holdAside_,
+                        lane != 0 && sink_->laneClosed(lane))) {
     case engine::Inbox::Arrival::Stall:  // waits in the ring until its receive is posted
     case engine::Inbox::Arrival::TooLarge:
       return false;
@@ -323,7 +431,7 @@ bool Channel::readHeader() {
       fail(*mismatch);
       return false;
     case engine::Inbox::Arrival::Done:  // an empty message (never single-copy)
-      tail_ += kUnit;
+      tail_ += head;
       publishTail();
       return true;
     case engine::Inbox::Arrival::Receiving:
@@ -331,7 +439,7 @@ bool Channel::readHeader() {
   }
   if (single) {
     std::uint64_t address = 0, unused = 0;
-    readUnit(cfg_.inRing, cap, tail_ + kUnit, address, unused);
+    readUnit(cfg_.inRing, cap, tail_ + head, address, unused);
     std::uint8_t* dst = inbox_.rxSpace(bytes);
     if (dst == nullptr) {  // bad_alloc / length_error: a corrupt or absurd header
       fail(inbox_.cannotHold());
@@ -340,13 +448,13 @@ bool Channel::readHeader() {
     // A failed read fails the receiving request with the rest.
     if (!readRemote(dst, address, bytes, tag)) return false;
     inbox_.rxCommit(bytes);
-    tail_ += 2 * kUnit;
+    tail_ += head + kUnit;
     cfg_.in->consumer.rendezvousDone.fetch_add(1, std::memory_order_release);
     publishTail();
     inbox_.rxComplete();
     return true;
   }
-  tail_ += kUnit;
+  tail_ += head;
   publishTail();
   rxLeft_ = padded(bytes);
   return true;

@@ -3,9 +3,15 @@
 // failure of everything in flight when the pair breaks.
 //
 // Stream format, in 16-byte units (ring positions stay 16-aligned, so a unit never wraps):
-//   header     {tag u64, word u64}: word = bytes, bit 63 set for a single-copy message
+//   header     {tag u64, word u64}: word = bytes, bit 63 set for a single-copy message, bit 62
+//              set when a lane unit follows, bit 61 for a control message (no payload)
+//   lane       {lane u64, 0}, only for a message of a lane other than 0 (a sub-communicator's on
+//              its parent's segment, docs/architecture.md "Shared connections")
 //   payload    bytes, padded to 16 (in place of it, a single-copy message carries one unit
 //              {address in the sender, 0})
+// A control message says that the sender's communicator on the lane was destroyed (tag
+// kLaneDestroyed) or aborted (kLaneAborted) there: what this rank waits for on the lane from it
+// fails with PeerLost (peerLaneError), while the pair and the other lanes go on.
 // The sender publishes head after the header and after each piece of payload (at most one
 // slot), the receiver publishes tail after each piece it copied out.
 #pragma once
@@ -15,8 +21,11 @@
 #include <braid/error.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <list>
+#include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "transport/engine.hpp"
@@ -25,8 +34,23 @@
 
 namespace braid::transport::shm {
 
+/// Control message tags (bit 61 of the header word): the sender's communicator on the
+/// message's lane was destroyed / aborted.
+inline constexpr std::uint64_t kLaneDestroyed = 1;
+inline constexpr std::uint64_t kLaneAborted = 2;
+
 /// What a channel reports to its transport (engine.hpp), with the transport's lock held.
-using CompletionSink = engine::CompletionSink;
+class CompletionSink : public engine::CompletionSink {
+ public:
+  /// Whether messages of `lane` are to be dropped (its communicator is gone on this rank).
+  virtual bool laneClosed(std::uint64_t lane) const {
+    (void)lane;
+    return false;
+  }
+
+ protected:
+  ~CompletionSink() = default;
+};
 
 struct ChannelConfig {
   int selfRank = -1;
@@ -72,6 +96,28 @@ class Channel {
   void abandon();
   /// Tells the peer this rank is gone (the transport is being destroyed).
   void close();
+  /// Fails this pair's queued requests of `lane` (finish(Failed, false)). False, failing
+  /// nothing, when a message of the lane is half written or half read, or a single-copy send of
+  /// it was not read yet (the peer would read a buffer that is going): break the pair then.
+  bool failLane(std::uint64_t lane);
+  /// Drops held messages of `lane` and what the peer told about it.
+  void dropLane(std::uint64_t lane) {
+    inbox_.dropLane(lane);
+    if (lanes_) lanes_->peerGone.erase(lane);
+  }
+  /// Queues the control message saying this rank's communicator on `lane` is gone.
+  void sendLaneGone(std::uint64_t lane, bool aborted);
+  /// The error of requests of `lane` after the peer said its side of the lane is gone.
+  const Error* peerLaneError(std::uint64_t lane) const {
+    if (!lanes_) return nullptr;
+    const auto it = lanes_->peerGone.find(lane);
+    return it == lanes_->peerGone.end() ? nullptr : &it->second;
+  }
+  /// Fails the pair with `error` (peers see PeerLost).
+  void breakOff(Error error) { fail(std::move(error)); }
+  /// From now on a message without a posted receive of its lane is held aside when another
+  /// receive waits, instead of waiting in the ring (the transport's lanes are in use).
+  void holdAside() { holdAside_ = true; }
   /// Why `req` (pending on this channel) has not completed, in words, for a Timeout: how much
   /// of it moved, or what the pair's ring holds (nothing yet; a message that waits for another
   /// receive ahead of it; a full ring).
@@ -89,12 +135,15 @@ class Channel {
   bool readHeader();
   bool readRemote(std::uint8_t* dst, std::uint64_t address, std::size_t bytes, std::uint64_t tag);
   void publishTail();
+  void onControl(std::uint64_t kind, std::uint64_t lane);
+  void retire(Request& req, Request::State state, bool channelError);
 
   ChannelConfig cfg_;
   CompletionSink* sink_ = nullptr;
   std::optional<Error> error_;
   bool abandoned_ = false;
   bool exited_ = false;
+  bool holdAside_ = false;
 
   // Sending: queued until fully written; single-copy sends then wait for the peer's count.
   std::uint64_t head_ = 0;      // our published head
@@ -108,6 +157,18 @@ class Channel {
   std::uint64_t headSeen_ = 0;  // the peer's head, last read
   engine::Inbox inbox_;
   std::size_t rxLeft_ = 0;  // ring bytes of the arriving payload still to consume (padded)
+
+  // Lanes: made on first use, so a pair whose transport has none stays as small as before.
+  struct LaneState {
+    std::list<Request> control;                         // control messages being written
+    std::unordered_map<std::uint64_t, Error> peerGone;  // lanes whose peer side is gone
+  };
+  std::unique_ptr<LaneState> lanes_;
+  LaneState& lanes() {
+    if (!lanes_) lanes_ = std::make_unique<LaneState>();
+    return *lanes_;
+  }
+  bool peerGone(std::uint64_t lane) const { return lanes_ && lanes_->peerGone.count(lane) != 0; }
 };
 
 }  // namespace braid::transport::shm

@@ -17,12 +17,34 @@ namespace {
 constexpr int kTightPolls = 64;
 }  // namespace
 
-ShmGroup::ShmGroup(Segment& segment, std::size_t local, std::size_t count,
+GroupMemory::GroupMemory(Segment& segment)
+    : seg_(&segment),
+      lines_(&segment.groupLine(0)),
+      latency_(&segment.latencyLine(0, 0)),
+      staging_(segment.staging(0)),
+      stagingBytes_(segment.geometry().stagingBytes) {
+  for (std::size_t i = 0; i < segment.geometry().ranks; ++i) {
+    members_.push_back(i);
+    slots_.push_back(&segment.rank(i));
+  }
+}
+
+GroupMemory::GroupMemory(Segment& segment, std::size_t k, std::vector<std::size_t> members)
+    : seg_(&segment),
+      members_(std::move(members)),
+      lines_(segment.laneGroupLines(k)),
+      latency_(segment.laneGroupLatency(k)),
+      staging_(segment.laneGroupStaging(k)),
+      stagingBytes_(segment.geometry().stagingBytes) {
+  for (std::size_t m : members_) slots_.push_back(&segment.rank(m));
+}
+
+ShmGroup::ShmGroup(GroupMemory memory, std::size_t local, std::size_t count,
                    std::vector<std::string> descriptions, const ShmOptions& options,
                    std::chrono::microseconds busyPoll, bool crowded, bool lightWake,
                    std::function<std::string(std::uint64_t)> tagText,
                    std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen)
-    : seg_(segment),
+    : seg_(std::move(memory)),
       local_(local),
       count_(count),
       descriptions_(std::move(descriptions)),

@@ -1,5 +1,8 @@
-// The direct-collective group of a segment whose local ranks are the whole communicator
-// (transport::SharedMemoryGroup over the segment's group part, see shm_segment.hpp).
+// The direct-collective group of a communicator whose ranks all map one segment
+// (transport::SharedMemoryGroup): over the segment's own group part when the segment's local
+// ranks are the whole communicator, or over a lane group of the segment for a sub-communicator
+// of some of them (shm_segment.hpp); GroupMemory says which, and maps the group's ranks to the
+// segment's.
 //
 // barrier() publishes this rank's count in its GroupLine, rings the peers that sleep, then waits
 // for every peer's count. linePost() writes this rank's LatencyLine k % kLineDepth of exchange k
@@ -33,20 +36,52 @@
 
 namespace braid::transport::shm {
 
-class ShmGroup final : public SharedMemoryGroup {
+/// Where a group's lines and staging live and which of the segment's local ranks its ranks are.
+class GroupMemory {
  public:
-  ShmGroup(Segment& segment, std::size_t local, std::size_t count,
+  /// The segment's own group part; its ranks are the segment's.
+  explicit GroupMemory(Segment& segment);
+  /// Lane group `k`; group rank i is the segment's local rank members[i].
+  GroupMemory(Segment& segment, std::size_t k, std::vector<std::size_t> members);
+
+  std::size_t size() const { return members_.size(); }
+  GroupLine& groupLine(std::size_t i) const { return lines_[i]; }
+  LatencyLine& latencyLine(std::size_t i, std::size_t slot) const {
+    return latency_[kLineDepth * i + slot];
+  }
+  std::uint8_t* staging(std::size_t i) const { return staging_ + i * stagingBytes_; }
+  std::size_t stagingBytes() const { return stagingBytes_; }
+  RankSlot& rank(std::size_t i) const { return *slots_[i]; }
+  ChannelControl& control(std::size_t from, std::size_t to) const {
+    return seg_->control(members_[from], members_[to]);
+  }
+
+ private:
+  Segment* seg_;
+  std::vector<std::size_t> members_;
+  std::vector<RankSlot*> slots_;
+  GroupLine* lines_;
+  LatencyLine* latency_;
+  std::uint8_t* staging_;
+  std::size_t stagingBytes_;
+};
+
+class ShmGroup : public SharedMemoryGroup {
+ public:
+  ShmGroup(GroupMemory memory, std::size_t local, std::size_t count,
            std::vector<std::string> descriptions, const ShmOptions& options,
            std::chrono::microseconds busyPoll, bool crowded, bool lightWake,
            std::function<std::string(std::uint64_t)> tagText,
            std::function<void(std::size_t, std::uint64_t, std::uint64_t)> mismatchSeen);
-  ~ShmGroup() override { markGone(); }
+  ~ShmGroup() override {
+    if (!released_) markGone();
+  }
   ShmGroup(const ShmGroup&) = delete;
   ShmGroup& operator=(const ShmGroup&) = delete;
 
   int rank() const override { return static_cast<int>(local_); }
   int size() const override { return static_cast<int>(count_); }
-  std::size_t stagingBytes() const override { return seg_.geometry().stagingBytes; }
+  std::size_t stagingBytes() const override { return seg_.stagingBytes(); }
   std::uint8_t* staging(int r) const override { return seg_.staging(static_cast<std::size_t>(r)); }
   std::size_t beginStep() override {
     step_ ^= 1;
@@ -81,6 +116,10 @@ class ShmGroup final : public SharedMemoryGroup {
   void markGone(const std::string& why = "");
   void abort(const std::string& why);
 
+ protected:
+  // Set by a lane group that gave its lines back (another sub-communicator may hold them now).
+  bool released_ = false;
+
  private:
   [[noreturn]] void fail(ErrorCode code, const std::string& what);
   /// Throws when the group was aborted, this rank left it, or peer `p` left (or, with
@@ -102,7 +141,7 @@ class ShmGroup final : public SharedMemoryGroup {
   std::string otherSequence(std::size_t p, bool waitingInLines) const;
   std::string where() const;
 
-  Segment& seg_;
+  const GroupMemory seg_;
   const std::size_t local_;
   const std::size_t count_;
   const std::vector<std::string> descriptions_;

@@ -52,6 +52,26 @@ void addGroup(Geometry& g, std::size_t stagingBytes, std::size_t maxSegmentBytes
   g.totalBytes = g.stagingOffset + g.ranks * g.stagingBytes;
 }
 
+// The bytes of one lane group: its header and lines, padded to a page, then its staging.
+std::size_t laneGroupBytes(const Geometry& g) {
+  return alignUp(sizeof(LaneGroupHeader) +
+                     g.ranks * (sizeof(GroupLine) + kLineDepth * sizeof(LatencyLine)),
+                 kPage) +
+         g.ranks * g.stagingBytes;
+}
+
+// Appends up to `wanted` lane groups (as many as fit maxSegmentBytes) to a geometry with a group
+// part.
+void addLaneGroups(Geometry& g, std::size_t wanted, std::size_t maxSegmentBytes) {
+  if (g.stagingBytes == 0) return;
+  g.laneGroupsOffset = alignUp(g.totalBytes, kPage);
+  g.laneGroupBytes = laneGroupBytes(g);
+  std::size_t k = wanted;
+  while (k > 0 && g.laneGroupsOffset + k * g.laneGroupBytes > maxSegmentBytes) --k;
+  g.laneGroups = k;
+  if (k > 0) g.totalBytes = g.laneGroupsOffset + k * g.laneGroupBytes;
+}
+
 }  // namespace
 
 Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotBytes,
@@ -75,6 +95,7 @@ Geometry planGeometry(std::size_t ranks, std::size_t slots, std::size_t slotByte
     g.slotBytes /= 2;
   g.totalBytes = g.ringsOffset + rings * g.ringBytes();
   addGroup(g, stagingBytes, maxSegmentBytes);
+  addLaneGroups(g, kLaneGroups, maxSegmentBytes);
   return g;
 }
 
@@ -127,6 +148,7 @@ void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
   h->totalBytes = g.totalBytes;
   h->stagingBytes = g.stagingBytes;
   h->nonce = 0;
+  h->laneGroups = static_cast<std::uint32_t>(g.laneGroups);
   geometry_ = g;
   for (std::size_t r = 0; r < g.ranks; ++r) std::construct_at(&rank(r));
   for (std::size_t i = 0; i < g.ranks * g.ranks; ++i)
@@ -139,6 +161,7 @@ void Segment::initialize(const Geometry& g, std::uint64_t nonce) {
       for (std::size_t slot = 0; slot < kLineDepth; ++slot)
         std::construct_at(&latencyLine(r, slot));
     }
+  for (std::size_t k = 0; k < g.laneGroups; ++k) std::construct_at(&laneGroup(k));
   std::atomic_ref<std::uint64_t>(h->nonce).store(nonce, std::memory_order_release);
 }
 
@@ -157,6 +180,7 @@ Geometry Segment::adopt(const std::string& what) {
     g.stagingOffset = g.groupOffset + groupLinesBytes(g.ranks);
     g.stagingBytes = h.stagingBytes;
     g.totalBytes = g.stagingOffset + g.ranks * g.stagingBytes;
+    addLaneGroups(g, h.laneGroups, SIZE_MAX);
   }
   if (g.totalBytes != h.totalBytes || g.totalBytes > bytes_)
     throw Error(ErrorCode::Internal, what + ": the segment header describes " +

@@ -14,8 +14,20 @@
 //   LatencyLine[L][kLineDepth] L * 64 KiB  low-latency collectives: kLineDepth lines per rank
 //   (padding to 4 KiB)
 //   staging[L]                       L * G B  direct collectives: two halves of G/2 per rank
+//   lane groups[K]                   K * A B  the same group part for K sub-communicators of this
+//                                             segment's ranks (below)
 //
-//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(65664 L) + L G when G > 0]
+//   total = align4K(64 + 64 L + 128 L^2) + L (L - 1) S B [+ align4K(65664 L) + L G
+//           + K A when G > 0], A = align4K(64 + 65664 L) + L G
+//
+// A lane group (LaneGroupHeader, GroupLine[L], LatencyLine[L][kLineDepth], staging[L]) is the
+// direct-collective group of a sub-communicator whose members all map this segment (a split, a
+// torch subgroup, a hierarchy's node group): its lowest member claims a free one for the
+// sub-communicator's lane and the last member to leave frees it, so a sub-communicator makes no
+// segment of its own (docs/architecture.md, "Shared connections"). K = kLaneGroups, fewer when
+// the segment would exceed maxSegmentBytes; a sub-communicator that finds none free makes a
+// segment of its own, as before. Their pages are committed on first touch: an unused lane group
+// costs address space only.
 //
 // The group part (GroupLine, staging) exists when G (ShmOptions::stagingBytes, default 2 MiB:
 // 2 x 1 MiB per rank) is not 0; G is halved (down to kMinStagingBytes) when the segment would
@@ -46,7 +58,11 @@ namespace braid::transport::shm {
 
 inline constexpr std::size_t kCacheLine = 64;
 inline constexpr std::uint64_t kSegmentMagic = 0x4252414944534d31;  // "BRAIDSM1"
-inline constexpr std::uint32_t kSegmentVersion = 8;
+inline constexpr std::uint32_t kSegmentVersion = 9;
+/// Lane groups per segment (at most; fewer when they do not fit maxSegmentBytes: 12 for 8 ranks
+/// at the default bound). A torch group takes two (its collectives' and its point-to-point
+/// communicator's).
+inline constexpr std::size_t kLaneGroups = 32;
 inline constexpr std::size_t kMinStagingBytes = 16 * 1024;
 inline constexpr std::size_t kMinSlotBytes = 4096;
 inline constexpr std::size_t kMaxSlotBytes = 16 << 20;
@@ -92,6 +108,15 @@ struct alignas(kCacheLine) SegmentHeader {
   // the segment checks it reached this very one (shm_bootstrap.cpp). Written last, with release
   // (Segment::initialize): a reader that sees it sees the initialized segment; 0 until then.
   std::uint64_t nonce;
+  std::uint32_t laneGroups;  // K
+};
+
+/// The head of a lane group: which sub-communicator holds it (0: free) and how many of its
+/// members still use it.
+struct alignas(kCacheLine) LaneGroupHeader {
+  std::atomic<std::uint32_t> claimed;  // 0: free; 1: held (claimed with a compare-exchange)
+  std::atomic<std::uint32_t> users;    // members still using it; the last one frees it
+  std::atomic<std::uint64_t> lane;     // the holder's lane
 };
 
 /// One local rank. The doorbell is how others wake it: `bell` is the futex word, bumped by
@@ -190,6 +215,7 @@ struct ChannelControl {
 };
 
 static_assert(sizeof(SegmentHeader) == kCacheLine);
+static_assert(sizeof(LaneGroupHeader) == kCacheLine);
 static_assert(sizeof(RankSlot) == kCacheLine);
 static_assert(sizeof(ChannelControl) == 2 * kCacheLine);
 static_assert(sizeof(LatencyLine) == 16 * kCacheLine);
@@ -204,6 +230,9 @@ struct Geometry {
   std::size_t stagingBytes = 0;  // per rank, both halves; 0: no group part
   std::size_t groupOffset = 0;
   std::size_t stagingOffset = 0;
+  std::size_t laneGroups = 0;  // K
+  std::size_t laneGroupsOffset = 0;
+  std::size_t laneGroupBytes = 0;  // A
   std::size_t ringBytes() const { return slots * slotBytes; }
 };
 
@@ -259,6 +288,23 @@ class Segment {
     return lines[kLineDepth * local + slot];
   }
   const Geometry& geometry() const { return geometry_; }
+
+  /// Lane group k < geometry().laneGroups: its header, lines and staging (laid out as the
+  /// segment's own group part).
+  LaneGroupHeader& laneGroup(std::size_t k) const {
+    return *reinterpret_cast<LaneGroupHeader*>(base_ + geometry_.laneGroupsOffset +
+                                               k * geometry_.laneGroupBytes);
+  }
+  GroupLine* laneGroupLines(std::size_t k) const {
+    return reinterpret_cast<GroupLine*>(&laneGroup(k) + 1);
+  }
+  LatencyLine* laneGroupLatency(std::size_t k) const {
+    return reinterpret_cast<LatencyLine*>(laneGroupLines(k) + geometry_.ranks);
+  }
+  std::uint8_t* laneGroupStaging(std::size_t k) const {
+    return reinterpret_cast<std::uint8_t*>(&laneGroup(k)) + geometry_.laneGroupBytes -
+           geometry_.ranks * geometry_.stagingBytes;
+  }
 
  private:
   void reset();

@@ -40,6 +40,7 @@
 #include "common/machine.hpp"
 #include "kernels/reduce.hpp"
 #include "transport/engine.hpp"
+#include "transport/lane_book.hpp"
 #include "transport/shm/shm_bootstrap.hpp"
 #include "transport/shm/shm_channel.hpp"
 #include "transport/shm/shm_group.hpp"
@@ -59,6 +60,29 @@ using State = Request::State;
 constexpr auto kBackgroundGrace = std::chrono::microseconds(200);
 
 using shm::ShmGroup;
+
+// The P2P tag of the lane group's number, sent by a sub-communicator's first rank to the others
+// (openLaneGroup): "lanegrup".
+constexpr std::uint64_t kLaneGroupTag = kP2PTagBit | 0x6c616e6567727570ULL;
+
+class ShmTransportImpl;
+
+// A sub-communicator's direct-collective group in one of the segment's lane groups. It gives the
+// lane group back when its last member lets go.
+class LaneShmGroup final : public ShmGroup {
+ public:
+  template <class... Args>
+  LaneShmGroup(ShmTransportImpl& owner, shm::LaneGroupHeader& header, std::uint64_t lane,
+               Args&&... args)
+      : ShmGroup(std::forward<Args>(args)...), owner_(owner), header_(header), lane_(lane) {}
+  ~LaneShmGroup() override;
+  std::uint64_t lane() const { return lane_; }
+
+ private:
+  ShmTransportImpl& owner_;
+  shm::LaneGroupHeader& header_;
+  const std::uint64_t lane_;
+};
 
 // A peer process, watched while waiters sleep.
 struct PeerProcess {
@@ -90,6 +114,35 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   std::string directStreaming() const override { return streaming_; }
   SharedMemoryGroup* sharedGroup() override { return group_.get(); }
 
+  // Lanes: sub-communicators on this segment (docs/architecture.md, "Shared connections").
+  bool carriesLanes() const override { return true; }
+  void openLane(std::uint64_t lane, std::vector<int> peers) override;
+  void closeLane(std::uint64_t lane) override;
+  void abortLane(std::uint64_t lane, const std::string& why) override;
+  bool peerLeftLane(std::uint64_t lane, int peer) const override {
+    if (peer < 0 || peer >= size_ || localOf_[peer] < 0) return false;
+    std::lock_guard<std::mutex> lk(mu_);
+    return channel(peer).peerLaneError(lane) != nullptr;
+  }
+  void postSendOnLane(std::uint64_t lane, int peer, const void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    prepare("postSend", peer, data, bytes, tag, true, req);
+    req.lane = lane;
+    std::lock_guard<std::mutex> lk(mu_);
+    post(req);
+  }
+  void postRecvOnLane(std::uint64_t lane, int peer, void* data, std::size_t bytes,
+                      std::uint64_t tag, Request& req) override {
+    prepare("postRecv", peer, data, bytes, tag, false, req);
+    req.lane = lane;
+    std::lock_guard<std::mutex> lk(mu_);
+    post(req);
+  }
+  std::unique_ptr<SharedMemoryGroup> openLaneGroup(std::uint64_t lane, std::span<const int> members,
+                                                   Deadline deadline) override;
+  /// A lane group is going (LaneShmGroup's destructor).
+  void forgetLaneGroup(const LaneShmGroup* group);
+
  private:
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool channelError) override;
@@ -97,6 +150,14 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);
   }
+  void mismatchSeenOnLane(int peer, std::uint64_t expected, std::uint64_t received,
+                          std::uint64_t lane) const override {
+    noteMismatch(peer, expected, received, lane);
+  }
+  bool laneClosed(std::uint64_t lane) const override { return lanes_.closed(lane); }
+  void tellLanePeers(std::uint64_t lane, const std::vector<int>& peers, bool aborted);
+  // The owner (lane 0) is gone here with `error`: its requests fail, its group is left.
+  void endOwner(Error error);
 
   Channel& channel(int peer) { return channels_[static_cast<std::size_t>(localOf_[peer])]; }
   const Channel& channel(int peer) const {
@@ -122,9 +183,14 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   void wakeBackground();
   void sleepOnBell(std::unique_lock<std::mutex>& lk, Clock::time_point until, const Request* req);
   void backgroundLoop();
-  // Sets the group's and the channels' single-copy threshold and the direct collectives' chunk
-  // (shm_single_copy.hpp).
-  void chooseDirect(bool crowded);
+  // Sets a group's single-copy threshold, pipelining chunk and streaming threshold
+  // (shm_single_copy.hpp, shm_streaming.hpp), measured or cached where nothing decides them;
+  // collective over the group. Returns what singleCopy(), directChunk() and directStreaming()
+  // report.
+  struct DirectTexts {
+    std::string single, chunk, streaming;
+  };
+  DirectTexts chooseDirect(ShmGroup& group, bool crowded);
 
   const int rank_;
   const int size_;
@@ -149,6 +215,10 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
   bool stopping_ = false;
   bool backgroundIdle_ = false;
   std::thread background_;
+  // Lanes (mu_), last: the members above are what every operation touches.
+  LaneBook lanes_;
+  std::vector<LaneShmGroup*> laneGroups_;  // sub-communicators' groups on this segment
+  std::optional<Error> ownerGone_;         // the owner's view closed or aborted its part
 };
 
 ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options,
@@ -219,12 +289,15 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
     std::vector<std::string> descriptions;
     for (const Channel& c : channels_) descriptions.push_back(c.description());
     group_ = std::make_unique<ShmGroup>(
-        att_.segment, att_.local, count, std::move(descriptions), options_, busyPoll_, crowded,
-        att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
+        shm::GroupMemory(att_.segment), att_.local, count, std::move(descriptions), options_,
+        busyPoll_, crowded, att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
         [this](std::size_t local, std::uint64_t mine, std::uint64_t theirs) {
           mismatchSeen(att_.localRanks[local], mine, theirs);
         });
-    chooseDirect(crowded);
+    DirectTexts texts = chooseDirect(*group_, crowded);
+    singleCopy_ = std::move(texts.single);
+    chunk_ = std::move(texts.chunk);
+    streaming_ = std::move(texts.streaming);
   } else {
     singleCopy_ =
         options.cmaDisable ? "messages: never (BRAID_SHM_CMA_DISABLE)"
@@ -235,13 +308,13 @@ ShmTransportImpl::ShmTransportImpl(int rank, int size, const ShmOptions& options
   }
 }
 
-void ShmTransportImpl::chooseDirect(bool crowded) {
+ShmTransportImpl::DirectTexts ShmTransportImpl::chooseDirect(ShmGroup& group, bool crowded) {
   shm::SingleCopyChoice c;
   bool measureSingle = false;
   if (options_.cmaDisable) {
     c.why = "BRAID_SHM_CMA_DISABLE";
-  } else if (!group_->canReadPeers()) {
-    c.why = group_->unreadablePair() +
+  } else if (!group.canReadPeers()) {
+    c.why = group.unreadablePair() +
             " (ptrace restrictions: Yama ptrace_scope, seccomp, a "
             "container without CAP_SYS_PTRACE)";
   } else if (options_.cmaThresholdBytes) {
@@ -251,7 +324,7 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
     // Staged: ranks taking turns on the CPUs read each other's buffers with process_vm_readv
     // 1.3-7x slower than they copy through the staging areas (docs/benchmarks.md, "Crowded
     // hosts stage"); messages keep the crowded host's single copy (the constructor).
-    c.why = "crowded host: " + std::to_string(att_.localRanks.size()) + " ranks on " +
+    c.why = "crowded host: " + std::to_string(group.size()) + " ranks on " +
             std::to_string(att_.hostCpus) + " CPUs (staged)";
   } else {
     measureSingle = true;
@@ -280,7 +353,7 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
     // No operation runs on this transport yet, so any tag will do ("singleco" in a dump).
     constexpr std::uint64_t kMeasureTag = 0x73696e676c65636fULL;  // "singleco"
     shm::DirectChoice d = shm::cachedOrMeasuredDirect(
-        *group_, kMeasureTag, Clock::now() + options_.setupTimeout, options_.tuneCachePath,
+        group, kMeasureTag, Clock::now() + options_.setupTimeout, options_.tuneCachePath,
         options_.tuneKey, measureSingle, measureChunk, measureStreaming,
         machine::lastLevelCache().bytes);
     if (measureSingle) c = std::move(d.single);
@@ -294,24 +367,26 @@ void ShmTransportImpl::chooseDirect(bool crowded) {
       if (st.bytes == 0) st.why = "the measurement had a round of 0 ns (the process's threshold)";
     }
   }
-  group_->setSingleCopyBytes(c.bytes);
-  group_->setChunkBytes(k.bytes);
-  group_->setStreamingBytes(st.bytes);
-  chunk_ = std::to_string(k.bytes) + " B: " + k.why;
-  streaming_ =
-      (group_->streamingBytes() == SIZE_MAX ? std::string("never")
-                                            : std::to_string(group_->streamingBytes()) + " B") +
+  group.setSingleCopyBytes(c.bytes);
+  group.setChunkBytes(k.bytes);
+  group.setStreamingBytes(st.bytes);
+  DirectTexts out;
+  out.chunk = std::to_string(k.bytes) + " B: " + k.why;
+  out.streaming =
+      (group.streamingBytes() == SIZE_MAX ? std::string("never")
+                                          : std::to_string(group.streamingBytes()) + " B") +
       ": " + st.why;
-  singleCopy_ =
+  out.single =
       (c.bytes == SIZE_MAX ? std::string("never") : "from " + std::to_string(c.bytes) + " B") +
       ": " + c.why;
   // Messages keep their own rule (the constructor's cmaThreshold): with a CPU per rank the
   // rings' copies on both sides overlap, which the measured staged step does not
   // (docs/benchmarks.md, "Single copy where it wins": gather through CMA lost from 256 KiB);
   // on a crowded host a message's single copy saves a turn on the CPU for its second copy.
-  if (!options_.cmaDisable && group_->canReadPeers() && !options_.cmaThresholdBytes)
-    singleCopy_ += crowded ? "; messages: from " + std::to_string(kCrowdedCmaThreshold) + " B"
-                           : "; messages: never (a CPU per rank: the rings' copies overlap)";
+  if (!options_.cmaDisable && group.canReadPeers() && !options_.cmaThresholdBytes)
+    out.single += crowded ? "; messages: from " + std::to_string(kCrowdedCmaThreshold) + " B"
+                          : "; messages: never (a CPU per rank: the rings' copies overlap)";
+  return out;
 }
 
 ShmTransportImpl::~ShmTransportImpl() {
@@ -345,6 +420,11 @@ std::string ShmTransportImpl::tagText(std::uint64_t tag) const {
 // ---- posting ----
 
 void ShmTransportImpl::post(Request& req) {
+  if (req.lane != 0 ? lanes_.aborted(req.lane) != nullptr : ownerGone_.has_value()) {
+    finish(req, State::Failed, false);
+    notifyCompletions();
+    return;
+  }
   Channel& c = channel(req.peer);
   engine_.post(req, c, *this);
   if (req.state.load(std::memory_order_relaxed) == State::Pending && c.needsBackground())
@@ -382,6 +462,7 @@ void ShmTransportImpl::failTransport(Error error) {
   if (!engine_.fail(std::move(error))) return;
   for (Channel& c : channels_) c.abandon();  // closes the pairs: peers see PeerLost
   if (group_) group_->markGone(engine_.failure()->what());
+  for (LaneShmGroup* g : laneGroups_) g->markGone(engine_.failure()->what());
   backgroundCv_.notify_all();
 }
 
@@ -389,13 +470,200 @@ void ShmTransportImpl::abort(const std::string& why) {
   std::lock_guard<std::mutex> lk(mu_);
   failTransport(Error(ErrorCode::Aborted, why));
   if (group_) group_->abort(why);
+  for (LaneShmGroup* g : laneGroups_) g->abort(why);
   engine_.takeCompleted();
   shm::ring(*self_);  // every waiter of this rank, asleep or about to be
 }
 
 void ShmTransportImpl::throwFailure(const Request& req) const {
   const Channel& c = channel(req.peer);
+  if (engine::Engine::failedByTransport(req) && !engine_.failure()) {
+    if (req.lane == 0 && ownerGone_) throw *ownerGone_;
+    if (const Error* gone = c.peerLaneError(req.lane)) throw *gone;       // the peer left the lane
+    if (const Error* aborted = lanes_.aborted(req.lane)) throw *aborted;  // aborted here
+  }
   engine_.throwFailure(req, c.error(), c.description());
+}
+
+// ---- lanes ----
+
+void ShmTransportImpl::openLane(std::uint64_t lane, std::vector<int> peers) {
+  std::lock_guard<std::mutex> lk(mu_);
+  lanes_.open(lane, std::move(peers), rank_, size_, "this rank's shared memory segment");
+  for (Channel& c : channels_) c.holdAside();
+}
+
+void ShmTransportImpl::tellLanePeers(std::uint64_t lane, const std::vector<int>& peers,
+                                     bool aborted) {
+  for (int p : peers)
+    if (p >= 0 && p < size_ && p != rank_ && localOf_[p] >= 0)
+      channel(p).sendLaneGone(lane, aborted);
+}
+
+void ShmTransportImpl::endOwner(Error error) {
+  if (ownerGone_) return;
+  ownerGone_ = std::move(error);
+  for (Channel& c : channels_)
+    if (c.peerRank() != rank_ && !c.failLane(0))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its shared memory channel to " +
+                                                c.description() + ": " + ownerGone_->what() +
+                                                " in the middle of a message"));
+  if (group_) {
+    if (ownerGone_->code() == ErrorCode::Aborted)
+      group_->abort(ownerGone_->detail());
+    else
+      group_->markGone(ownerGone_->what());
+  }
+  engine_.markCompleted();
+  notifyCompletions();
+}
+
+void ShmTransportImpl::closeLane(std::uint64_t lane) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lane == 0) {  // the owner is destroyed while sub-communicators still use the segment
+    endOwner(Error(ErrorCode::Aborted, "rank " + std::to_string(rank_) +
+                                           ": the communicator that made this shared memory "
+                                           "segment was destroyed"));
+    return;
+  }
+  const std::vector<int> peers = lanes_.close(lane);
+  // Nothing of the lane may stay queued: its requests belong to a communicator that is going
+  // away. A message of it half moved (or a single-copy send not read yet: the peer would read
+  // a buffer that is going) cannot be finished without them: that pair breaks. Otherwise the
+  // peer is told, so that what it still waits for on the lane fails at once.
+  for (Channel& c : channels_) {
+    if (c.peerRank() == rank_) continue;
+    if (!c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                " closed its shared memory channel to " +
+                                                c.description() +
+                                                ": a communicator sharing it was destroyed in "
+                                                "the middle of a message"));
+    c.dropLane(lane);
+  }
+  tellLanePeers(lane, peers, false);
+  engine_.markCompleted();
+  notifyCompletions();
+}
+
+void ShmTransportImpl::abortLane(std::uint64_t lane, const std::string& why) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (lane == 0) {
+    // The owner is aborted (a revoke): the whole transport when no sub-communicator uses it,
+    // so that the peers see this rank lost at once; else its part only (lane 0's requests and
+    // its group), and the sub-communicators' lanes go on.
+    if (lanes_.onlyOpen(0)) {
+      failTransport(Error(ErrorCode::Aborted, why));
+      if (group_) group_->abort(why);
+      engine_.takeCompleted();
+      shm::ring(*self_);
+    } else {
+      endOwner(Error(ErrorCode::Aborted, why));
+    }
+    return;
+  }
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
+  for (Channel& c : channels_)
+    if (c.peerRank() != rank_ && !c.failLane(lane))
+      c.breakOff(Error(ErrorCode::PeerLost,
+                       "rank " + std::to_string(rank_) + " closed its shared memory channel to " +
+                           c.description() + ": a communicator sharing it was aborted (" + why +
+                           ") in the middle of a message"));
+  tellLanePeers(lane, peers, true);  // the peers' operations on the lane fail at once
+  for (LaneShmGroup* g : laneGroups_)
+    if (g->lane() == lane) g->abort(why);
+  engine_.markCompleted();
+  notifyCompletions();
+}
+
+std::unique_ptr<SharedMemoryGroup> ShmTransportImpl::openLaneGroup(std::uint64_t lane,
+                                                                   std::span<const int> members,
+                                                                   Deadline deadline) {
+  const std::size_t count = members.size();
+  std::vector<std::size_t> locals;  // the members' local ranks on this segment
+  std::size_t me = count;
+  for (std::size_t i = 0; i < count; ++i) {
+    const int m = members[i];
+    if (m < 0 || m >= size_ || localOf_[m] < 0)
+      throw Error(ErrorCode::InvalidArgument, "openLaneGroup: rank " + std::to_string(rank_) +
+                                                  ": member " + std::to_string(m) +
+                                                  " does not map this shared memory segment");
+    locals.push_back(static_cast<std::size_t>(localOf_[m]));
+    if (m == rank_) me = i;
+  }
+  if (me == count)
+    throw Error(ErrorCode::InvalidArgument, "openLaneGroup: rank " + std::to_string(rank_) +
+                                                " is not among the group's members");
+  // The first member claims a free lane group and tells the others its number (kNone: there
+  // is none, and each member makes do without).
+  constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::uint64_t number = kNone;
+  shm::Segment& seg = att_.segment;
+  const shm::Geometry& g = seg.geometry();
+  if (me == 0) {
+    for (std::size_t k = 0; k < g.laneGroups && number == kNone; ++k) {
+      shm::LaneGroupHeader& h = seg.laneGroup(k);
+      std::uint32_t free = 0;
+      if (!h.claimed.compare_exchange_strong(free, 1, std::memory_order_acq_rel)) continue;
+      // Lines as a fresh segment's: a group that held it before left sequence numbers there.
+      for (std::size_t i = 0; i < count; ++i) {
+        std::construct_at(seg.laneGroupLines(k) + i);
+        for (std::size_t slot = 0; slot < shm::kLineDepth; ++slot)
+          std::construct_at(seg.laneGroupLatency(k) + shm::kLineDepth * i + slot);
+      }
+      h.lane.store(lane, std::memory_order_relaxed);
+      h.users.store(static_cast<std::uint32_t>(count), std::memory_order_release);
+      number = k;
+    }
+    const auto sends = std::make_unique<Request[]>(count);
+    for (std::size_t i = 1; i < count; ++i)
+      postSendOnLane(lane, members[i], &number, sizeof number, kLaneGroupTag, sends[i]);
+    for (std::size_t i = 1; i < count; ++i) wait(sends[i], deadline);
+  } else {
+    Request r;
+    postRecvOnLane(lane, members[0], &number, sizeof number, kLaneGroupTag, r);
+    wait(r, deadline);
+    if (number != kNone && number >= g.laneGroups)
+      throw Error(ErrorCode::Internal, "openLaneGroup: rank " + std::to_string(rank_) +
+                                           " was told lane group " + std::to_string(number) +
+                                           " of " + std::to_string(g.laneGroups));
+  }
+  if (number == kNone) return nullptr;
+  std::vector<std::string> descriptions;
+  for (int m : members) descriptions.push_back(channel(m).description());
+  const bool crowded = count > att_.hostCpus;
+  auto group = std::make_unique<LaneShmGroup>(
+      *this, seg.laneGroup(number), lane, shm::GroupMemory(seg, number, locals), me, count,
+      std::move(descriptions), options_,
+      count <= att_.hostCpus ? options_.spin : std::chrono::microseconds(0), crowded,
+      att_.lightWake, [this](std::uint64_t t) { return tagText(t); },
+      [this, lane, owned = std::vector<int>(members.begin(), members.end())](
+          std::size_t i, std::uint64_t mine, std::uint64_t theirs) {
+        noteMismatch(owned[i], mine, theirs, lane);
+      });
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    laneGroups_.push_back(group.get());
+    if (engine_.failure()) group->markGone(engine_.failure()->what());
+  }
+  chooseDirect(*group, crowded);
+  return group;
+}
+
+void ShmTransportImpl::forgetLaneGroup(const LaneShmGroup* group) {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::erase(laneGroups_, group);
+}
+
+LaneShmGroup::~LaneShmGroup() {
+  markGone();  // its peers' operations on it fail instead of waiting
+  owner_.forgetLaneGroup(this);
+  released_ = true;
+  if (header_.users.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    header_.lane.store(0, std::memory_order_relaxed);
+    header_.claimed.store(0, std::memory_order_release);
+  }
 }
 
 // ---- progress ----
@@ -572,6 +840,10 @@ void checkLocalRanks(int rank, int size, std::span<const int> localRanks) {
 }
 
 }  // namespace
+
+std::size_t shmSegmentsMade() noexcept {
+  return shm::segmentsMade.load(std::memory_order_relaxed);
+}
 
 ShmPrepared::ShmPrepared(std::unique_ptr<shm::Prepared> state) : state_(std::move(state)) {}
 ShmPrepared::~ShmPrepared() = default;

@@ -170,6 +170,10 @@ std::unique_ptr<ShmTransport> createShmTransport(std::unique_ptr<ShmPrepared> pr
                                                  int size, std::span<const int> localRanks,
                                                  const ShmOptions& options);
 
+/// Segments created by this process so far (tests and diagnostics: a sub-communicator on its
+/// parent's segment creates none).
+std::size_t shmSegmentsMade() noexcept;
+
 /// The standalone form (tests, tools): the local ranks exchange their entries and CPUs through
 /// `store` under "shm/<lowest local rank>/", then as above.
 std::unique_ptr<ShmTransport> createShmTransport(Store& store, int rank, int size,

@@ -18,7 +18,10 @@ checks, destroy_process_group; the later ones rendezvous through a file:// store
             with sockets of its own (the count grows).
   gloo    - default group gloo, subgroups braid: no braid world, so the store path.
 
-Every pair is TCP (the test sets BRAID_SHM_DISABLE=1), so that there are sockets to count.
+Every pair is TCP (the test sets BRAID_SHM_DISABLE=1), so that there are sockets to count. With
+BRAID_TEST_SHM=1 (and shared memory on) every pair is on this host's shared memory instead: the
+share phase then counts segments (braid_torch._C.shm_segments_made()): the groups make none, each
+taking a lane group of the default group's segment.
 Rank 0 prints "checks passed" after each phase; BRAID_DEBUG=INFO makes braid log which path
 each group took (the test checks those lines).
 """
@@ -36,6 +39,7 @@ from braid_torch import _C
 from rank_util import Checks, assert_equal, init
 
 MODES = os.environ.get("BRAID_TEST_MODES", "share,noshare,gloo").split(",")
+SHM = os.environ.get("BRAID_TEST_SHM") == "1"  # every pair on shared memory: count segments
 
 
 def contribution(rank, n, salt=0):
@@ -112,8 +116,10 @@ def phase(mode, first):
         assert_equal(out, torch.arange(world).repeat_interleave(3).float(), "all_to_all_single")
         dist.barrier()
         state["before"] = _C.tcp_sockets_opened()
+        state["segments"] = _C.shm_segments_made()
         state["world_connections"] = braid_torch.backend_of().connection_count
-        assert state["world_connections"] == world - 1, state["world_connections"]
+        expected = 0 if SHM else world - 1  # no socket on one host's shared memory
+        assert state["world_connections"] == expected, state["world_connections"]
 
     def make_groups():
         # The world has an operation in flight on its worker while the groups are derived from
@@ -161,6 +167,11 @@ def phase(mode, first):
                 assert not derived(group), f"group {name}: comm {be.comm_id} is derived"
         if mode == "share":
             assert opened == 0, f"the groups opened {opened} sockets"
+            made = _C.shm_segments_made() - state["segments"]
+            assert made == 0, f"the groups made {made} shared memory segments"
+        elif SHM:
+            made = _C.shm_segments_made() - state["segments"]
+            assert made > 0, "the groups made no segment of their own"
         else:
             # Every group of more than one rank connected its own pairs.
             assert opened > 0, "the groups opened no socket of their own"
