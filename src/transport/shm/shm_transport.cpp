@@ -630,8 +630,11 @@ std::unique_ptr<SharedMemoryGroup> ShmTransportImpl::openLaneGroup(std::uint64_t
                                            " of " + std::to_string(g.laneGroups));
   }
   if (number == kNone) return nullptr;
+  // Peers named in the group's numbering and the segment owner's, as LaneTransport names them.
   std::vector<std::string> descriptions;
-  for (int m : members) descriptions.push_back(channel(m).description());
+  for (std::size_t i = 0; i < count; ++i)
+    descriptions.push_back("rank " + std::to_string(i) + " (world " +
+                           channel(members[i]).description() + ")");
   const bool crowded = count > att_.hostCpus;
   auto group = std::make_unique<LaneShmGroup>(
       *this, seg.laneGroup(number), lane, shm::GroupMemory(seg, number, locals), me, count,
