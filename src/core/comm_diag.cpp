@@ -261,6 +261,10 @@ Error Comm::Impl::diagnose(const Op& op, const Error& error) {
     // A rank the store knows is gone (its process died) is the cause: no report to wait for.
     if (const std::string gone = goneText(); !gone.empty())
       return Error(ErrorCode::PeerLost, error.detail() + gone);
+    // A peer that left this communicator (destroyed or aborted it, and said so over the shared
+    // connections) is the cause too: no report will come from it.
+    for (int p = 0; p < size; ++p)
+      if (transport->peerLeft(p)) return error;
     const int self = rank;
     auto rootCause = [self](const core::RankReport& r) {
       return r.failed && ((r.mismatch && r.mismatchPeer == self) || r.error != "PeerLost");

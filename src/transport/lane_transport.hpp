@@ -53,6 +53,11 @@ class LaneTransport final : public Transport {
   std::string describePeer(int peer) const override;
   /// Fails this lane's requests only.
   void abort(const std::string& why) override;
+  bool peerLeft(int peer) const override {
+    return lane_ != 0 && peer >= 0 && peer < size() &&
+           toBase_[static_cast<std::size_t>(peer)] >= 0 &&
+           base_->peerLeftLane(lane_, toBase_[static_cast<std::size_t>(peer)]);
+  }
   /// The sockets of the shared transport (every communicator sharing it counts them alike).
   std::size_t connectionCount() const override { return base_->connectionCount(); }
   /// The communicator's shared-memory group on the shared transport (a shared-memory

@@ -89,6 +89,14 @@ std::size_t RoutedTransport::connectionCount() const {
   return n;
 }
 
+bool RoutedTransport::peerLeft(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) return false;
+  // route_ may point past an owner's view to the segment itself: ask the leg.
+  for (const Leg& leg : legs_)
+    if (!leg.paths[static_cast<std::size_t>(peer)].empty()) return leg.transport->peerLeft(peer);
+  return false;
+}
+
 void RoutedTransport::abort(const std::string& why) {
   for (Leg& leg : legs_) leg.transport->abort(why);
 }

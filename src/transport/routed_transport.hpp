@@ -40,6 +40,8 @@ class RoutedTransport final : public Transport {
   SharedMemoryGroup* sharedGroup() override;
   /// Aborts every leg.
   void abort(const std::string& why) override;
+  /// The peer's leg's answer (peerLeft of a LaneTransport).
+  bool peerLeft(int peer) const override;
   /// The legs' connections, summed.
   std::size_t connectionCount() const override;
 

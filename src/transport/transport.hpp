@@ -184,6 +184,13 @@ class Transport {
     (void)peer;
     return false;
   }
+  /// Whether `peer` (this transport's numbering) told this rank that it left this transport's
+  /// communicator (peerLeftLane of its lane): a PeerLost with it then has its cause already.
+  /// Default: never.
+  virtual bool peerLeft(int peer) const {
+    (void)peer;
+    return false;
+  }
   /// A shared-memory group for the communicator on `lane` (open here) whose ranks are
   /// `members` (this transport's ranks, in the communicator's order, this rank among them, all
   /// reached over shared memory): collective over them. nullptr when this transport has none to

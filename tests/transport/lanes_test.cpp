@@ -367,6 +367,38 @@ TEST_P(Lanes, ALaneViewMapsItsRanksToTheSharedTransport) {
       });
 }
 
+// A view says which of its peers left its communicator (peerLeft, what the communicator's
+// diagnosis asks before it waits for a peer's report): rank 1 destroys its view of lane A; rank
+// 0's receive on lane A fails with PeerLost, after which its view of A says rank 1 left and its
+// view of lane B (rank 1 still there) does not.
+TEST_P(Lanes, AViewSaysWhichPeerLeftIt) {
+  const std::string kind = GetParam();
+  std::latch checked(2), left(2), done(2);
+  runPair(kind, [&](int rank, Transport& t) {
+    std::shared_ptr<Transport> base(&t, [](Transport*) {});
+    auto a = std::make_unique<LaneTransport>(base, kLaneA, rank, std::vector<int>{0, 1});
+    LaneTransport b(base, kLaneB, rank, std::vector<int>{0, 1});
+    if (rank == 1) {
+      checked.arrive_and_wait();
+      a.reset();
+      left.arrive_and_wait();
+    } else {
+      EXPECT_FALSE(a->peerLeft(1));  // still there
+      checked.arrive_and_wait();
+      Bytes got(64);
+      Request r;
+      a->postRecv(1, got.data(), got.size(), kTag, r);
+      left.arrive_and_wait();
+      std::string message;
+      EXPECT_EQ(codeOf([&] { a->wait(r, after(10s)); }, message), ErrorCode::PeerLost) << message;
+      EXPECT_TRUE(a->peerLeft(1));
+      EXPECT_FALSE(b.peerLeft(1));
+      EXPECT_FALSE(a->peerLeft(0));
+    }
+    done.arrive_and_wait();
+  });
+}
+
 // A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (the parent's
 // segment, on the child's lane), rank 2 on host B is reached over the parent's TCP connections on
 // the child's lane. The child's creation opens no socket and makes no segment, and every pair's
