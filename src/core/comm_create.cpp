@@ -217,6 +217,7 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
   transportOptions.tcp = tcp;
   transportOptions.shmDisable = opts.shmDisable;
   transportOptions.interHost = opts.interHostTransport;
+  transportOptions.chunkBytes = opts.chunkBytes;
   transportOptions.shm.slots = opts.shmSlots;
   transportOptions.shm.slotBytes = opts.shmSlotBytes;
   transportOptions.shm.maxSegmentBytes = opts.shmMaxSegmentBytes;

@@ -46,6 +46,7 @@ UcxOptions ucxOptionsOf(const TransportOptions& options) {
   ucxOptions.busyPoll = options.tcp.busyPoll;
   ucxOptions.security = options.tcp.security;
   ucxOptions.lazyConnect = options.tcp.lazyConnect;
+  ucxOptions.chunkBytes = options.chunkBytes;
   return ucxOptions;
 }
 

@@ -25,6 +25,9 @@ struct TransportOptions {
   bool shmDisable = false;
   /// The shared-memory transport (BRAID_SHM_*).
   ShmOptions shm;
+  /// The algorithms' pipeline chunk (Options::chunkBytes): what UCX's tcp receive segment is
+  /// sized for (UcxOptions::chunkBytes).
+  std::size_t chunkBytes = 0;
   /// Between hosts (BRAID_TRANSPORT): "auto", or the name of an inter-host kind ("tcp", "ucx").
   std::string interHost = "auto";
   /// Tests: this rank's host identity instead of hostIdentity(), to emulate several hosts.

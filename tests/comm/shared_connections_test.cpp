@@ -622,7 +622,9 @@ void killedRankIsPeerLostInParentAndChild(const Options& o, bool noSegment) {
           checkNonReducing(*sub, DataType::Int32, n);
           checkSendRecv(*sub, n);
         }
-        if (noSegment) EXPECT_EQ(transport::shmSegmentsMade(), before) << "rank " << c.rank();
+        if (noSegment) {
+          EXPECT_EQ(transport::shmSegmentsMade(), before) << "rank " << c.rank();
+        }
         c.barrier();
         if (c.rank() == 3) {
           // Late enough that every rank has left the barrier and the child {0, 2} is done.

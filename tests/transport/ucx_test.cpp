@@ -923,6 +923,26 @@ TEST(UcxSetup, SharedMemoryWithoutErrorHandlingSaysWhatToSet) {
   }
 }
 
+// UCX's tcp receive segment carries one pipeline chunk and its headers, within bounds, unless
+// the user set it.
+TEST(UcxSetup, ReceiveSegmentFollowsTheChunkUnlessTheUserSetIt) {
+  UcxOptions o;
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), "");  // no chunk: UCX's own setting
+  o.chunkBytes = 256 * 1024;
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(256 * 1024 + kRxSegmentHeaders));
+  EXPECT_EQ(tcpRxSegmentFor(o, "128K"), "");  // UCX_TCP_RX_SEG_SIZE in the environment wins
+  o.chunkBytes = 64;                          // never below UCX's default
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(kUcxDefaultRxSegment));
+  o.chunkBytes = std::size_t{64} << 20;  // nor above the memory bound
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(kMaxRxSegment));
+  for (const char* name : {"RX_SEG_SIZE", "TCP_RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"}) {
+    o.config = {{"TLS", "tcp"}, {name, "1M"}};
+    EXPECT_EQ(tcpRxSegmentFor(o, nullptr), "") << name;
+  }
+  o.config = {{"TX_SEG_SIZE", "16K"}};
+  EXPECT_NE(tcpRxSegmentFor(o, nullptr), "");
+}
+
 TEST(UcxBuild, ReportsItsVersion) {
   EXPECT_TRUE(ucxAvailable());
   EXPECT_EQ(ucxUnavailableReason(), "");

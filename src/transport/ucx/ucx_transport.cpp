@@ -9,6 +9,7 @@
 #include <braid/error.hpp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -164,6 +165,16 @@ void UcxTransport::open() {
       ucp_config_release(config);
       throw Error(ErrorCode::InvalidArgument, self_ + ": UCX rejects the setting UCX_" + name +
                                                   "=" + value + ": " + statusText(s));
+    }
+  }
+  if (const std::string seg =
+          transport::tcpRxSegmentFor(options_, std::getenv("UCX_TCP_RX_SEG_SIZE"));
+      !seg.empty()) {
+    const ucs_status_t s = ucp_config_modify(config, "RX_SEG_SIZE", seg.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      throw Error(ErrorCode::Internal,
+                  self_ + ": UCX rejects RX_SEG_SIZE=" + seg + ": " + statusText(s));
     }
   }
   ucp_params_t params{};
@@ -489,6 +500,19 @@ void UcxTransport::abort(const std::string& why) {
 }
 
 }  // namespace ucx
+
+std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment) {
+  if (options.chunkBytes == 0 || fromEnvironment != nullptr) return "";
+  // The setting's name in UCX's table is RX_SEG_SIZE (UCX_TCP_RX_SEG_SIZE in the environment).
+  const std::string name = "RX_SEG_SIZE";
+  for (const auto& entry : options.config)
+    if (entry.first.size() >= name.size() &&
+        entry.first.compare(entry.first.size() - name.size(), name.size(), name) == 0)
+      return "";
+  const std::size_t bytes =
+      std::clamp(options.chunkBytes + kRxSegmentHeaders, kUcxDefaultRxSegment, kMaxRxSegment);
+  return std::to_string(bytes);
+}
 
 bool ucxAvailable() noexcept {
   return true;

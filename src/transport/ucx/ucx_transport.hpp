@@ -47,7 +47,24 @@ struct UcxOptions {
   /// {"TLS", "tcp"} does what UCX_TLS=tcp does, for this transport only (the "UCX_" prefix is
   /// optional). A name or value UCX rejects: Error(InvalidArgument) naming it.
   std::vector<std::pair<std::string, std::string>> config;
+  /// The algorithms' pipeline chunk (Options::chunkBytes; 0: none). UCX's tcp transport moves a
+  /// rendezvous payload (with peer error handling, as braid's endpoints have it) in active
+  /// messages no longer than its receive segment (UCX_TCP_RX_SEG_SIZE, 64 KiB by default); the
+  /// transport sizes that segment to carry one chunk and its headers (at most kMaxRxSegment)
+  /// unless UCX_TCP_RX_SEG_SIZE is set in the environment or in `config` (docs/ucx.md).
+  std::size_t chunkBytes = 0;
 };
+
+/// The receive segment UcxOptions::chunkBytes asks for: one chunk and kRxSegmentHeaders of
+/// headers, no less than UCX's default and no more than kMaxRxSegment (memory: UCX's tcp grows
+/// its receive pool 8 segments at a time). "" where the transport leaves UCX's setting alone:
+/// no chunk, or the user set UCX_TCP_RX_SEG_SIZE (`fromEnvironment`: its value in the
+/// environment, nullptr when unset; or an RX_SEG_SIZE entry in options.config, with or without
+/// the UCX_ / TCP_ prefixes).
+inline constexpr std::size_t kRxSegmentHeaders = 8 * 1024;
+inline constexpr std::size_t kUcxDefaultRxSegment = 64 * 1024;
+inline constexpr std::size_t kMaxRxSegment = 1024 * 1024 + kRxSegmentHeaders;
+std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment);
 
 /// True when this build has the UCX transport.
 bool ucxAvailable() noexcept;
