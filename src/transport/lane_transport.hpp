@@ -58,6 +58,10 @@ class LaneTransport final : public Transport {
            toBase_[static_cast<std::size_t>(peer)] >= 0 &&
            base_->peerLeftLane(lane_, toBase_[static_cast<std::size_t>(peer)]);
   }
+  bool pipelinesLargeMessages(int peer) const override {
+    return peer >= 0 && peer < size() && toBase_[static_cast<std::size_t>(peer)] >= 0 &&
+           base_->pipelinesLargeMessages(toBase_[static_cast<std::size_t>(peer)]);
+  }
   /// The sockets of the shared transport (every communicator sharing it counts them alike).
   std::size_t connectionCount() const override { return base_->connectionCount(); }
   /// The communicator's shared-memory group on the shared transport (a shared-memory

@@ -97,6 +97,14 @@ bool RoutedTransport::peerLeft(int peer) const {
   return false;
 }
 
+bool RoutedTransport::pipelinesLargeMessages(int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) return false;
+  for (const Leg& leg : legs_)
+    if (!leg.paths[static_cast<std::size_t>(peer)].empty())
+      return leg.transport->pipelinesLargeMessages(peer);
+  return false;
+}
+
 void RoutedTransport::abort(const std::string& why) {
   for (Leg& leg : legs_) leg.transport->abort(why);
 }

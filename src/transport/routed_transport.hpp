@@ -42,6 +42,8 @@ class RoutedTransport final : public Transport {
   void abort(const std::string& why) override;
   /// The peer's leg's answer (peerLeft of a LaneTransport).
   bool peerLeft(int peer) const override;
+  /// The peer's leg's answer.
+  bool pipelinesLargeMessages(int peer) const override;
   /// The legs' connections, summed.
   std::size_t connectionCount() const override;
 

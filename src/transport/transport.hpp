@@ -153,6 +153,15 @@ class Transport {
   virtual void wait(Request& req, Deadline deadline) = 0;
   /// "rank 3 (10.0.0.2:41235)": how errors name a peer.
   virtual std::string describePeer(int peer) const = 0;
+  /// Whether one large message to `peer` moves at least as fast as the same bytes cut into
+  /// chunks, because the transport cuts and pipelines it itself (UCX's rendezvous): an
+  /// algorithm with nothing to forward then sends it whole. Default: no (braid's TCP transport
+  /// receives one large message about half as fast as the same bytes in 256 KiB chunks,
+  /// docs/benchmarks.md).
+  virtual bool pipelinesLargeMessages(int peer) const {
+    (void)peer;
+    return false;
+  }
   /// Fails every pending and later request with Error(Aborted, why). Any thread.
   virtual void abort(const std::string& why) = 0;
   // ---- lanes (docs/architecture.md, "Shared connections") ----

@@ -399,6 +399,21 @@ TEST_P(Lanes, AViewSaysWhichPeerLeftIt) {
   });
 }
 
+// A view answers for its shared transport whether large messages go whole (UCX's rendezvous
+// pipelines them; braid's TCP and shared-memory transports want chunks), in its own numbering.
+TEST_P(Lanes, AViewSaysWhetherItsTransportPipelinesLargeMessages) {
+  const std::string kind = GetParam();
+  const bool expected = kind.starts_with("ucx");
+  runPair(kind, [&](int rank, Transport& t) {
+    std::shared_ptr<Transport> base(&t, [](Transport*) {});
+    LaneTransport a(base, kLaneA, rank, std::vector<int>{0, 1});
+    EXPECT_EQ(t.pipelinesLargeMessages(1 - rank), expected) << kind;
+    EXPECT_EQ(a.pipelinesLargeMessages(1 - rank), expected) << kind;
+    EXPECT_FALSE(a.pipelinesLargeMessages(rank));  // not a peer
+    EXPECT_FALSE(a.pipelinesLargeMessages(2));     // no such rank
+  });
+}
+
 // A sub-communicator spanning two emulated hosts: {0, 1} on host A share memory (the parent's
 // segment, on the child's lane), rank 2 on host B is reached over the parent's TCP connections on
 // the child's lane. The child's creation opens no socket and makes no segment, and every pair's

@@ -3,7 +3,8 @@
 // Ranks are renumbered so the root is virtual rank 0 (patterns/tree.hpp). Each rank receives
 // the buffer from its parent and forwards it to its children, largest subtree first. Large
 // messages are cut into chunks: a rank forwards chunk c while chunks c+1 and c+2 are arriving,
-// so the tree works as a pipeline. Data moves straight between user buffers (no scratch).
+// so the tree works as a pipeline (between two ranks, over a transport that pipelines large
+// messages itself, the buffer goes whole). Data moves straight between user buffers (no scratch).
 // Steps: ceil(log2 N) per chunk along the deepest path. Bytes on the wire: every non-root rank
 // receives the buffer once; a rank sends it once per child (the root: ceil(log2 N)).
 #include "algo/exchange.hpp"
@@ -19,7 +20,10 @@ void binomialTreeBroadcast(Context& ctx, const CollArgs& a) {
   if (ctx.size == 1 || a.count == 0) return;
 
   const patterns::TreeLinks tree = patterns::binomialTree(ctx.rank, ctx.size, a.root);
-  const std::size_t ce = chunkElems(ctx, 0, es);
+  // Between two ranks nothing is forwarded: a transport that pipelines one large message itself
+  // gets it whole (a chunk each would only add a message's overhead per chunk).
+  const bool whole = ctx.size == 2 && ctx.tr.pipelinesLargeMessages(1 - ctx.rank);
+  const std::size_t ce = whole ? a.count : chunkElems(ctx, 0, es);
   const std::size_t chunks = patterns::chunkCount(a.count, ce);
   const auto nc = static_cast<std::size_t>(tree.numChildren);
   std::uint8_t* const buf = bytesOf(a.recv);

@@ -286,6 +286,11 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   bool test(Request& req) override;
   void wait(Request& req, Deadline deadline) override;
   std::string describePeer(int peer) const override;
+  /// A large payload is one rendezvous, which UCX moves in its own pieces (RDMA reads, or
+  /// active messages of UCX's tcp receive segment) without a handshake per piece.
+  bool pipelinesLargeMessages(int peer) const override {
+    return peer >= 0 && peer < size_ && peer != rank_;
+  }
   void abort(const std::string& why) override;
   // Lanes (ucx_lanes.cpp; docs/architecture.md, "Shared connections").
   bool carriesLanes() const override { return true; }
