@@ -112,8 +112,14 @@ void UcxTransport::connectorLoop() {
     }
     progress();
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;  // events pending: progress again
-    // Pairs being set up time out (checkLinks) even when nothing arrives.
-    const int cap = linking_.empty() ? 1000 : 50;
+    // Pairs being set up time out (checkLinks) even when nothing arrives. And the first message
+    // of a pair a peer starts (its ring or hello) does not fire the armed worker's event fd
+    // (UCX 1.13's tcp takes the new connection in its async thread): while a peer may still
+    // start one, look every kConnectorPoll instead of waiting a second for it.
+    const bool mayBeRung = std::any_of(peers_.begin(), peers_.end(), [](const PeerState& ps) {
+      return ps.link != PeerState::Link::Ready && !ps.error && !ps.ended;
+    });
+    const int cap = linking_.empty() && !mayBeRung ? 1000 : kConnectorPoll;
     lk.unlock();
     epoll_event events[2];
     ::epoll_wait(connectorEpoll_.get(), events, 2, cap);

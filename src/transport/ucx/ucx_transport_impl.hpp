@@ -115,6 +115,9 @@ inline constexpr std::size_t kInlineBytes = 8192;
 /// last wait: a rank between operations drives it again soon, and a handshake waits at most
 /// this long longer for an answer from a rank that stopped calling braid.
 inline constexpr std::chrono::milliseconds kConnectorIdle{20};
+/// How often the connector thread looks at the worker while a pair is being set up or a peer
+/// may still start one (a new pair's first message raises no worker event), in ms.
+inline constexpr int kConnectorPoll = 50;
 
 enum class Kind : std::uint64_t { Header = 0, Payload = 1, Handshake = 2, Goodbye = 3 };
 /// The sequence field of a ring (Kind::Handshake): "send me your hello".
