@@ -85,13 +85,18 @@ void UcxTransport::sendGoodbyes(const std::string& why) {
 // `bound` (mu_ held). UCX's tcp completes a send once the bytes are in the socket, and closing
 // a socket that still has bytes to read resets the connection, which throws away what is still
 // queued to go out: the messages before the goodbye would be lost with it. The peer's
-// acknowledgement says its UCX has read them.
+// acknowledgement says its UCX has read them. A peer whose own goodbye came is closing too: it
+// reads nothing more of this rank's (its communicator is gone), and it acknowledges this rank's
+// goodbye only if that came before it finished, so it is not waited for (over shared memory a
+// peer that had closed first left this rank waiting out kGrace, 0.5 s); this rank's
+// acknowledgement of its goodbye leaves before the endpoints close (teardown).
 void UcxTransport::awaitGoodbyeAcks(std::chrono::milliseconds bound) {
   progressUntil(
       Clock::now() + bound,
       [&] {
         for (const PeerState& ps : peers_)
-          if (ps.goodbyeSent && !ps.goodbyeAcked && !ps.error && !ps.broken && ps.ep != nullptr)
+          if (ps.goodbyeSent && !ps.goodbyeAcked && !ps.finalSeq && !ps.error && !ps.broken &&
+              ps.ep != nullptr)
             return false;
         return true;
       },
@@ -194,6 +199,7 @@ void UcxTransport::teardown() {
       sendGoodbyes("closed its transport");
       flush(std::chrono::milliseconds(1000));
       awaitGoodbyeAcks(std::chrono::milliseconds(2000));
+      settle(std::chrono::milliseconds(200), true);  // acknowledgements sent meanwhile
     }
     closing_ = true;
     for (PeerState& ps : peers_)

@@ -67,8 +67,9 @@
 // connection breaks fails every pending and later request with it with Error(PeerLost) naming
 // it. A transport that closes (or fails, or is aborted) first sends every peer a goodbye
 // carrying how many messages it sent, so peers fail the receives it will never satisfy with
-// PeerLost at once; a transport that closes waits (bounded) for the peers' acknowledgements
-// before it closes its endpoints, so no message still queued in its sockets is lost to a reset.
+// PeerLost at once; a transport that closes waits (bounded) for the acknowledgements of the
+// peers that have not said goodbye themselves before it closes its endpoints, so no message
+// still queued in its sockets is lost to a reset.
 // A wait past its deadline fails the whole transport with Error(Timeout)
 // naming the peer; abort() with Error(Aborted); before such a request is reported failed, UCX
 // has given its buffer back (receives cancelled, endpoints closed).
