@@ -943,6 +943,43 @@ TEST(UcxSetup, ReceiveSegmentFollowsTheChunkUnlessTheUserSetIt) {
   EXPECT_NE(tcpRxSegmentFor(o, nullptr), "");
 }
 
+// The name the transport sets is one UCX knows: UCX 1.13 takes any name through
+// ucp_config_modify and warns "invalid configuration: NAME=value" when the worker starts if no
+// transport has it (the segment would silently stay at 64 KiB). Two ranks over UCX's tcp, a
+// message larger than a chunk, and no such warning.
+TEST(UcxSetup, TheReceiveSegmentSettingIsOneUcxKnows) {
+  useUcxTls("tcp");
+  ::unsetenv("UCX_TCP_RX_SEG_SIZE");
+  UcxOptions o = quick();
+  o.chunkBytes = 256 * 1024;
+  ASSERT_NE(tcpRxSegmentFor(o, nullptr), "");
+  // UCX's warnings go to stdout or stderr (UCX_LOG_FILE): both are read.
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  {
+    MemoryStore store;
+    std::unique_ptr<Transport> t[2];
+    std::thread ranks[2];
+    for (int r = 0; r < 2; ++r)
+      ranks[r] = std::thread([&, r] {
+        t[r] = createUcxTransport(store, r, 2, o);
+        Bytes buf(600 * 1024, static_cast<std::uint8_t>(r));
+        Request req;
+        if (r == 0)
+          t[r]->postSend(1, buf.data(), buf.size(), 3, req);
+        else
+          t[r]->postRecv(0, buf.data(), buf.size(), 3, req);
+        t[r]->wait(req, Clock::now() + 20s);
+        if (r == 1) EXPECT_EQ(buf, Bytes(buf.size(), 0));
+        t[r].reset();  // both close at once
+      });
+    for (auto& r : ranks) r.join();
+  }
+  const std::string out =
+      testing::internal::GetCapturedStdout() + testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out.find("invalid configuration"), std::string::npos) << out;
+}
+
 TEST(UcxBuild, ReportsItsVersion) {
   EXPECT_TRUE(ucxAvailable());
   EXPECT_EQ(ucxUnavailableReason(), "");

@@ -170,11 +170,11 @@ void UcxTransport::open() {
   if (const std::string seg =
           transport::tcpRxSegmentFor(options_, std::getenv("UCX_TCP_RX_SEG_SIZE"));
       !seg.empty()) {
-    const ucs_status_t s = ucp_config_modify(config, "RX_SEG_SIZE", seg.c_str());
+    const ucs_status_t s = ucp_config_modify(config, kRxSegmentSetting, seg.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
       throw Error(ErrorCode::Internal,
-                  self_ + ": UCX rejects RX_SEG_SIZE=" + seg + ": " + statusText(s));
+                  self_ + ": UCX rejects " + kRxSegmentSetting + "=" + seg + ": " + statusText(s));
     }
   }
   ucp_params_t params{};
@@ -503,8 +503,7 @@ void UcxTransport::abort(const std::string& why) {
 
 std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment) {
   if (options.chunkBytes == 0 || fromEnvironment != nullptr) return "";
-  // The setting's name in UCX's table is RX_SEG_SIZE (UCX_TCP_RX_SEG_SIZE in the environment).
-  const std::string name = "RX_SEG_SIZE";
+  const std::string name = kRxSegmentSetting;
   for (const auto& entry : options.config)
     if (entry.first.size() >= name.size() &&
         entry.first.compare(entry.first.size() - name.size(), name.size(), name) == 0)

@@ -64,6 +64,9 @@ struct UcxOptions {
 inline constexpr std::size_t kRxSegmentHeaders = 8 * 1024;
 inline constexpr std::size_t kUcxDefaultRxSegment = 64 * 1024;
 inline constexpr std::size_t kMaxRxSegment = 1024 * 1024 + kRxSegmentHeaders;
+/// Its name for ucp_config_modify (UCX_TCP_RX_SEG_SIZE in the environment: a transport's
+/// settings go without the transport's prefix there).
+inline constexpr const char* kRxSegmentSetting = "RX_SEG_SIZE";
 std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment);
 
 /// True when this build has the UCX transport.
