@@ -156,8 +156,8 @@ class Transport {
   /// Whether one large message to `peer` moves at least as fast as the same bytes cut into
   /// chunks, because the transport cuts and pipelines it itself (UCX's rendezvous): an
   /// algorithm with nothing to forward then sends it whole. Default: no (braid's TCP transport
-  /// receives one large message about half as fast as the same bytes in 256 KiB chunks,
-  /// docs/benchmarks.md).
+  /// receives one large message more slowly than the same bytes in chunks: docs/benchmarks.md,
+  /// "UCX's tcp receive segment; a two-rank broadcast whole over UCX").
   virtual bool pipelinesLargeMessages(int peer) const {
     (void)peer;
     return false;
