@@ -970,7 +970,9 @@ TEST(UcxSetup, TheReceiveSegmentSettingIsOneUcxKnows) {
         else
           t[r]->postRecv(0, buf.data(), buf.size(), 3, req);
         t[r]->wait(req, Clock::now() + 20s);
-        if (r == 1) EXPECT_EQ(buf, Bytes(buf.size(), 0));
+        if (r == 1) {
+          EXPECT_EQ(buf, Bytes(buf.size(), 0));
+        }
         t[r].reset();  // both close at once
       });
     for (auto& r : ranks) r.join();
