@@ -116,9 +116,11 @@ void UcxTransport::connectorLoop() {
     // of a pair a peer starts (its ring or hello) does not fire the armed worker's event fd
     // (UCX 1.13's tcp takes the new connection in its async thread): while a peer may still
     // start one, look every kConnectorPoll instead of waiting a second for it.
-    const bool mayBeRung = std::any_of(peers_.begin(), peers_.end(), [](const PeerState& ps) {
-      return ps.link != PeerState::Link::Ready && !ps.error && !ps.ended;
-    });
+    bool mayBeRung = false;
+    for (int p = 0; p < size_ && !mayBeRung; ++p) {
+      const PeerState& ps = peers_[static_cast<std::size_t>(p)];
+      mayBeRung = p != rank_ && ps.link != PeerState::Link::Ready && !ps.error && !ps.ended;
+    }
     const int cap = linking_.empty() && !mayBeRung ? 1000 : kConnectorPoll;
     lk.unlock();
     epoll_event events[2];

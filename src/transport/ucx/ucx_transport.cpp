@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <thread>
 
 #include "common/crypto.hpp"
@@ -503,11 +504,8 @@ void UcxTransport::abort(const std::string& why) {
 
 std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment) {
   if (options.chunkBytes == 0 || fromEnvironment != nullptr) return "";
-  const std::string name = kRxSegmentSetting;
   for (const auto& entry : options.config)
-    if (entry.first.size() >= name.size() &&
-        entry.first.compare(entry.first.size() - name.size(), name.size(), name) == 0)
-      return "";
+    if (std::string_view(entry.first).ends_with(kRxSegmentSetting)) return "";
   const std::size_t bytes =
       std::clamp(options.chunkBytes + kRxSegmentHeaders, kUcxDefaultRxSegment, kMaxRxSegment);
   return std::to_string(bytes);
