@@ -927,33 +927,48 @@ TEST(UcxSetup, SharedMemoryWithoutErrorHandlingSaysWhatToSet) {
 // the user set it.
 TEST(UcxSetup, ReceiveSegmentFollowsTheChunkUnlessTheUserSetIt) {
   UcxOptions o;
-  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), "");  // no chunk: UCX's own setting
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, nullptr), "");  // no chunk: UCX's own setting
   o.chunkBytes = 256 * 1024;
-  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(256 * 1024 + kRxSegmentHeaders));
-  EXPECT_EQ(tcpRxSegmentFor(o, "128K"), "");  // UCX_TCP_RX_SEG_SIZE in the environment wins
-  o.chunkBytes = 64;                          // never below UCX's default
-  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(kUcxDefaultRxSegment));
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, nullptr), std::to_string(256 * 1024 + kRxSegmentHeaders));
+  EXPECT_EQ(tcpRxSegmentFor(o, "128K", nullptr),
+            "");      // UCX_TCP_RX_SEG_SIZE in the environment wins
+  o.chunkBytes = 64;  // never below UCX's default
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, nullptr), std::to_string(kUcxDefaultRxSegment));
   o.chunkBytes = std::size_t{64} << 20;  // nor above the memory bound
-  EXPECT_EQ(tcpRxSegmentFor(o, nullptr), std::to_string(kMaxRxSegment));
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, nullptr), std::to_string(kMaxRxSegment));
   for (const char* name : {"RX_SEG_SIZE", "TCP_RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE"}) {
     o.config = {{"TLS", "tcp"}, {name, "1M"}};
-    EXPECT_EQ(tcpRxSegmentFor(o, nullptr), "") << name;
+    EXPECT_EQ(tcpRxSegmentFor(o, nullptr, nullptr), "") << name;
   }
   o.config = {{"TX_SEG_SIZE", "16K"}};
-  EXPECT_NE(tcpRxSegmentFor(o, nullptr), "");
+  EXPECT_NE(tcpRxSegmentFor(o, nullptr, nullptr), "");
+  // Only where UCX may load its tcp transport (it warns about a setting no loaded one takes).
+  o.config = {};
+  for (const char* tls : {"tcp", "tcp,self", "sm,tcp", "all", "^sm,cma", "\\tcp", ""})
+    EXPECT_NE(tcpRxSegmentFor(o, nullptr, tls), "") << tls;
+  for (const char* tls : {"sm,cma,self", "posix", "^tcp", "^sm,tcp", "rc,ud", "tcpx"})
+    EXPECT_EQ(tcpRxSegmentFor(o, nullptr, tls), "") << tls;
+  o.config = {{"TLS", "sm,self"}};  // the transport's own TLS over the environment's
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, "tcp"), "");
+  o.config = {{"UCX_TLS", "tcp"}};
+  EXPECT_NE(tcpRxSegmentFor(o, nullptr, "sm"), "");
 }
 
 // The name the transport sets is one UCX knows: UCX 1.13 takes any name through
 // ucp_config_modify and warns "invalid configuration: NAME=value" when the worker starts if no
-// transport has it (the segment would silently stay at 64 KiB). Two ranks over UCX's tcp, a
-// message larger than a chunk, and no such warning.
-TEST(UcxSetup, TheReceiveSegmentSettingIsOneUcxKnows) {
-  useUcxTls("tcp");
+// transport has it (over tcp the segment would silently stay at 64 KiB; with tcp not loaded,
+// as over shared memory, every rank would print the warning). Two ranks over UCX's tcp and
+// over its shared memory, a message larger than a chunk, and no such warning.
+class UcxSegmentSetting : public testing::TestWithParam<const char*> {};
+
+TEST_P(UcxSegmentSetting, IsOneUcxKnows) {
+  useUcxTls(GetParam());
   ::unsetenv("UCX_TCP_RX_SEG_SIZE");
   ::setenv("UCX_WARN_INVALID_CONFIG", "y", 1);  // UCX's default, whatever the caller's
   UcxOptions o = quick();
   o.chunkBytes = 256 * 1024;
-  ASSERT_NE(tcpRxSegmentFor(o, nullptr), "");
+  // Set over tcp (the warning would say the name is wrong), left alone over shared memory.
+  EXPECT_EQ(tcpRxSegmentFor(o, nullptr, GetParam()).empty(), std::string(GetParam()) != "tcp");
   // UCX's warnings go to stdout or stderr (UCX_LOG_FILE): both are read.
   testing::internal::CaptureStdout();
   testing::internal::CaptureStderr();
@@ -982,6 +997,11 @@ TEST(UcxSetup, TheReceiveSegmentSettingIsOneUcxKnows) {
       testing::internal::GetCapturedStdout() + testing::internal::GetCapturedStderr();
   EXPECT_EQ(out.find("invalid configuration"), std::string::npos) << out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxSegmentSetting, testing::Values("tcp", "sm,cma"),
+                         [](const auto& info) {
+                           return std::string(info.param) == "tcp" ? "tcp" : "sm_cma";
+                         });
 
 TEST(UcxBuild, ReportsItsVersion) {
   EXPECT_TRUE(ucxAvailable());

@@ -168,8 +168,8 @@ void UcxTransport::open() {
                                                   "=" + value + ": " + statusText(s));
     }
   }
-  if (const std::string seg =
-          transport::tcpRxSegmentFor(options_, std::getenv("UCX_TCP_RX_SEG_SIZE"));
+  if (const std::string seg = transport::tcpRxSegmentFor(
+          options_, std::getenv("UCX_TCP_RX_SEG_SIZE"), std::getenv("UCX_TLS"));
       !seg.empty()) {
     const ucs_status_t s = ucp_config_modify(config, kRxSegmentSetting, seg.c_str());
     if (s != UCS_OK) {
@@ -502,10 +502,35 @@ void UcxTransport::abort(const std::string& why) {
 
 }  // namespace ucx
 
-std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment) {
+bool ucxTlsMayUseTcp(std::string_view tls) {
+  if (tls.empty()) return true;  // UCX's default: all
+  bool exclude = false;
+  if (tls.front() == '^') {
+    exclude = true;
+    tls.remove_prefix(1);
+  }
+  bool named = false;
+  while (!tls.empty()) {
+    const std::size_t comma = tls.find(',');
+    std::string_view item = tls.substr(0, comma);
+    tls.remove_prefix(comma == std::string_view::npos ? tls.size() : comma + 1);
+    if (!item.empty() && item.front() == '\\') item.remove_prefix(1);  // (UCX: not an alias)
+    if (item == "tcp" || (!exclude && item == "all")) named = true;
+  }
+  return exclude ? !named : named;
+}
+
+std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment,
+                            const char* tlsFromEnvironment) {
   if (options.chunkBytes == 0 || fromEnvironment != nullptr) return "";
-  for (const auto& entry : options.config)
-    if (std::string_view(entry.first).ends_with(kRxSegmentSetting)) return "";
+  std::optional<std::string_view> tls;
+  if (tlsFromEnvironment != nullptr) tls = tlsFromEnvironment;
+  for (const auto& entry : options.config) {
+    const std::string_view key(entry.first);
+    if (key.ends_with(kRxSegmentSetting)) return "";
+    if (key == "TLS" || key == "UCX_TLS") tls = entry.second;
+  }
+  if (tls && !tls->empty() && !ucxTlsMayUseTcp(*tls)) return "";
   const std::size_t bytes =
       std::clamp(options.chunkBytes + kRxSegmentHeaders, kUcxDefaultRxSegment, kMaxRxSegment);
   return std::to_string(bytes);

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,16 +59,22 @@ struct UcxOptions {
 /// The receive segment UcxOptions::chunkBytes asks for: one chunk and kRxSegmentHeaders of
 /// headers, no less than UCX's default and no more than kMaxRxSegment (memory: UCX's tcp grows
 /// its receive pool 8 segments at a time). "" where the transport leaves UCX's setting alone:
-/// no chunk, or the user set UCX_TCP_RX_SEG_SIZE (`fromEnvironment`: its value in the
+/// no chunk; the user set UCX_TCP_RX_SEG_SIZE (`fromEnvironment`: its value in the
 /// environment, nullptr when unset; or an RX_SEG_SIZE entry in options.config, with or without
-/// the UCX_ / TCP_ prefixes).
+/// the UCX_ / TCP_ prefixes); or the transports UCX may use leave tcp out (a TLS entry of
+/// options.config, else `tlsFromEnvironment`, UCX_TLS's value or nullptr): UCX warns about a
+/// setting of a transport it does not load.
 inline constexpr std::size_t kRxSegmentHeaders = 8 * 1024;
 inline constexpr std::size_t kUcxDefaultRxSegment = 64 * 1024;
 inline constexpr std::size_t kMaxRxSegment = 1024 * 1024 + kRxSegmentHeaders;
 /// Its name for ucp_config_modify (UCX_TCP_RX_SEG_SIZE in the environment: a transport's
 /// settings go without the transport's prefix there).
 inline constexpr const char* kRxSegmentSetting = "RX_SEG_SIZE";
-std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment);
+std::string tcpRxSegmentFor(const UcxOptions& options, const char* fromEnvironment,
+                            const char* tlsFromEnvironment);
+/// Whether a UCX_TLS value lets UCX use its tcp transport: unset or empty, "all", a list naming
+/// tcp, or an exclusion list ("^sm,cma") that does not.
+bool ucxTlsMayUseTcp(std::string_view tls);
 
 /// True when this build has the UCX transport.
 bool ucxAvailable() noexcept;
