@@ -32,7 +32,10 @@ class LaneBook {
   }
   /// The lane's communicator is gone here: returns the peers to tell.
   std::vector<int> close(std::uint64_t lane) {
-    open_.erase(lane);
+    if (const auto it = open_.find(lane); it != open_.end()) {
+      if (it->second) --aborted_;
+      open_.erase(it);
+    }
     closed_.insert(lane);
     std::vector<int> out;
     if (const auto it = peers_.find(lane); it != peers_.end()) {
@@ -44,16 +47,21 @@ class LaneBook {
   /// Aborted here with `error` (the first reason stays); returns the peers to tell.
   const std::vector<int>& abort(std::uint64_t lane, Error error) {
     auto& failure = open_[lane];
-    if (!failure) failure = std::move(error);
+    if (!failure) {
+      failure = std::move(error);
+      ++aborted_;
+    }
     return peers_[lane];
   }
   /// Whether `lane` is the only lane open (or none is): aborting it is aborting the transport.
   bool onlyOpen(std::uint64_t lane) const {
     return open_.size() <= 1 && (open_.empty() || open_.count(lane) != 0);
   }
-  bool closed(std::uint64_t lane) const { return closed_.count(lane) != 0; }
+  // (Asked for every message: the common case, nothing closed or aborted, looks up nothing.)
+  bool closed(std::uint64_t lane) const { return !closed_.empty() && closed_.count(lane) != 0; }
   /// The error of a lane aborted here, else nullptr.
   const Error* aborted(std::uint64_t lane) const {
+    if (aborted_ == 0) return nullptr;
     const auto it = open_.find(lane);
     return it != open_.end() && it->second ? &*it->second : nullptr;
   }
@@ -63,6 +71,7 @@ class LaneBook {
  private:
   std::unordered_map<std::uint64_t, std::optional<Error>> open_;
   std::unordered_set<std::uint64_t> closed_;
+  std::size_t aborted_ = 0;  // open_ entries with an error
   std::unordered_map<std::uint64_t, std::vector<int>> peers_;
 };
 

@@ -22,8 +22,8 @@ void binomialTreeBroadcast(Context& ctx, const CollArgs& a) {
   const patterns::TreeLinks tree = patterns::binomialTree(ctx.rank, ctx.size, a.root);
   // Between two ranks nothing is forwarded: a transport that pipelines one large message itself
   // gets it whole (a chunk each would only add a message's overhead per chunk).
-  const bool whole = ctx.size == 2 && ctx.tr.pipelinesLargeMessages(1 - ctx.rank);
-  const std::size_t ce = whole ? a.count : chunkElems(ctx, 0, es);
+  std::size_t ce = chunkElems(ctx, 0, es);
+  if (a.count > ce && ctx.size == 2 && ctx.tr.pipelinesLargeMessages(1 - ctx.rank)) ce = a.count;
   const std::size_t chunks = patterns::chunkCount(a.count, ce);
   const auto nc = static_cast<std::size_t>(tree.numChildren);
   std::uint8_t* const buf = bytesOf(a.recv);

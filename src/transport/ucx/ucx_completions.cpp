@@ -34,12 +34,22 @@ void UcxTransport::progress() {
 
 void UcxTransport::drain() {
   // The completions are taken in batches (a completion handled may post an operation that
-  // completes at once); fired_ gets its storage back, so a steady state allocates nothing.
-  std::vector<Slot*> batch;
+  // completes at once); the two batch vectors keep their storage, so a steady state allocates
+  // nothing. What fires during a nested call (a completion's handler posting) is taken by the
+  // drain under way, in order.
+  if (draining_) return;
+  struct Draining {
+    UcxTransport& t;
+    explicit Draining(UcxTransport& self) : t(self) { t.draining_ = true; }
+    ~Draining() {
+      t.draining_ = false;
+      t.batch_.clear();
+    }
+  } draining(*this);
   while (!fired_.empty()) {
-    batch.clear();
-    batch.swap(fired_);
-    for (Slot* s : batch) {
+    batch_.clear();
+    batch_.swap(fired_);
+    for (Slot* s : batch_) {
       if (s->handle != nullptr) {
         ucp_request_free(s->handle);
         s->handle = nullptr;
@@ -131,10 +141,6 @@ void UcxTransport::drain() {
       }
     }
   }
-  if (fired_.empty() && batch.capacity() > fired_.capacity()) {
-    batch.clear();
-    fired_.swap(batch);
-  }
 }
 
 // A header arrived from `peer`: its inbox takes it (or, stalled, the backlog keeps it).
@@ -157,10 +163,7 @@ void UcxTransport::onHeader(int peer) {
     if (ps.backlog.empty()) {
       onLaneGone(peer, lane, tag);
     } else {  // after the messages ahead of it
-      Arrived& a = ps.backlog.emplace_back();
-      a.tag = tag;
-      a.lane = lane;
-      a.control = true;
+      ps.backlog.push().reset(tag, lane, true, 0, 0);
     }
     if (!ps.error && !closing_ && !(ps.finalSeq && ps.recvSeq >= *ps.finalSeq))
       postHeaderRecv(peer);
@@ -177,11 +180,8 @@ void UcxTransport::onHeader(int peer) {
   const std::uint8_t* payload = ps.headerBuf.data() + kHeaderBytes;
   if (!ps.backlog.empty() || !take(peer, tag, lane, bytes, seq, payload)) {
     if (ps.error) return;
-    Arrived& a = ps.backlog.emplace_back();
-    a.tag = tag;
-    a.lane = lane;
-    a.bytes = bytes;
-    a.seq = seq;
+    Arrived& a = ps.backlog.push();
+    a.reset(tag, lane, false, bytes, seq);
     if (bytes <= kInlineBytes) a.payload.assign(payload, payload + bytes);
   }
   if (!ps.error && !closing_ && !(ps.finalSeq && ps.recvSeq >= *ps.finalSeq)) postHeaderRecv(peer);
@@ -241,12 +241,12 @@ void UcxTransport::deliver(int peer) {
     const Arrived& a = ps.backlog.front();
     if (a.control) {
       const std::uint64_t kind = a.tag, lane = a.lane;
-      ps.backlog.pop_front();
+      ps.backlog.pop();
       onLaneGone(peer, lane, kind);
       continue;
     }
     if (!take(peer, a.tag, a.lane, a.bytes, a.seq, a.payload.data())) break;
-    if (!ps.error) ps.backlog.pop_front();
+    if (!ps.error) ps.backlog.pop();
   }
   endCheck(peer);
 }

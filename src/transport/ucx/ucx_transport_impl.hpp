@@ -97,6 +97,7 @@
 #include "common/fd.hpp"
 #include "common/handshake.hpp"
 #include "common/peer_policy.hpp"
+#include "common/recycling_queue.hpp"
 #include "transport/engine.hpp"
 #include "transport/lane_book.hpp"
 #include "transport/ucx/ucx_transport.hpp"
@@ -192,6 +193,16 @@ struct Arrived {
   std::size_t bytes = 0;
   std::uint64_t seq = 0;
   std::vector<std::uint8_t> payload;  // inline payloads only
+
+  /// Every field but the payload's storage set anew (RecyclingQueue hands out used ones).
+  void reset(std::uint64_t t, std::uint64_t l, bool isControl, std::size_t n, std::uint64_t s) {
+    tag = t;
+    lane = l;
+    control = isControl;
+    bytes = n;
+    seq = s;
+    payload.clear();
+  }
 };
 
 struct PeerState {
@@ -207,7 +218,7 @@ struct PeerState {
   std::vector<std::uint8_t> headerBuf;
   Slot header;
   engine::Inbox inbox;
-  std::deque<Arrived> backlog;
+  RecyclingQueue<Arrived> backlog;  // (an inline payload keeps its storage for the next one)
   /// The large messages held with their payload inside UCX (rxPark), in arrival order (the
   /// inbox takes held messages of one tag and lane in that order too).
   struct Parked {
@@ -407,6 +418,8 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   Fd epollFd_;
   std::vector<PeerState> peers_;
   std::vector<Slot*> fired_;
+  std::vector<Slot*> batch_;  // drain(): the completions it is handling
+  bool draining_ = false;
   std::vector<std::uint8_t> goodbyeBuf_;
   Slot goodbye_;
   std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
