@@ -5,7 +5,9 @@
 # of each side's time (each itself braid-perf's median of --reps) and B/A, and the minimum
 # over rounds (a launch that meets the VM's slow state, docs/benchmarks.md, drops out of it).
 # Usage: bench/ab_engine.sh A_BIN B_BIN [ROUNDS=3] [MAXBYTES=64M] [COLLS=allreduce,allgather,broadcast]
-# Env: TRANSPORTS="shm tcp" (either or both), MINBYTES=8, FACTOR=8, REPS=5.
+# Env: TRANSPORTS="shm tcp" (any of shm, tcp, ucx), MINBYTES=8, FACTOR=8, REPS=5.
+#   ucx: 2 ranks with BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1 over the caller's UCX_TLS
+#   (default sm,cma,self, with UCX's shared-memory error handling on, as bench/compare_ucx.sh).
 # Output: results/ab_engine/*.json and the table (printed, markdown).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,7 +24,15 @@ rm -f "$out"/*.json
 for ((r = 0; r < rounds; r++)); do
   for t in ${TRANSPORTS:-shm tcp}; do
     env=()
-    [ "$t" = tcp ] && env=(BRAID_SHM_DISABLE=1)
+    case "$t" in
+      shm) ;;
+      tcp) env=(BRAID_SHM_DISABLE=1) ;;
+      ucx)
+        env=(BRAID_SHM_DISABLE=1 BRAID_TRANSPORT=ucx UCX_TLS="${UCX_TLS:-sm,cma,self}"
+          UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y)
+        ;;
+      *) echo "unknown transport '$t' (shm, tcp, ucx)" >&2; exit 2 ;;
+    esac
     for c in ${colls//,/ }; do
       order="A B"
       ((r % 2 == 1)) && order="B A"
