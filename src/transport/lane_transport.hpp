@@ -74,10 +74,12 @@ class LaneTransport final : public Transport {
   bool openGroup(Deadline deadline);
 
   std::uint64_t lane() const noexcept { return lane_; }
-  /// What a caller may post to instead of this view: the shared transport itself for an
-  /// owner's view that numbers ranks as it does (lane 0, identity), else this view. The view
+  /// What a caller may post to instead of this view: the shared transport itself, on lane()
+  /// (postSendOnLane / postRecvOnLane; lane 0: postSend / postRecv), for a view that numbers
+  /// ranks as the shared transport does; else this view. Waiting and testing on the shared
+  /// transport is then the same as on the view (its errors pass through unchanged). The view
   /// keeps the shared transport alive.
-  Transport& direct() noexcept { return lane_ == 0 && identity_ ? *base_ : *this; }
+  Transport& direct() noexcept { return identity_ ? *base_ : *this; }
   const std::shared_ptr<Transport>& base() const noexcept { return base_; }
   /// The shared transport's rank of this view's rank r (-1: not through it).
   int baseRank(int r) const { return toBase_[static_cast<std::size_t>(r)]; }

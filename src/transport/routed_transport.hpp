@@ -66,7 +66,8 @@ class RoutedTransport final : public Transport {
   const int rank_;
   const int size_;
   std::vector<Leg> legs_;
-  std::vector<Transport*> route_;  // by peer; null for this rank
+  std::vector<Transport*> route_;    // by peer; null for this rank
+  std::vector<std::uint64_t> lane_;  // by peer: the lane to post on at route_ (0: none)
   std::vector<const std::string*> path_;
 };
 
