@@ -6,10 +6,11 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <exception>
+
+#include "common/little_endian.hpp"
 
 namespace braid::transport::tcp {
 
@@ -33,27 +34,9 @@ constexpr int kMaxIov = 64;
 constexpr std::size_t kHeldGrowthBytes = 1 << 20;
 
 void encodeHeader(std::uint8_t* out, std::uint64_t tag, std::uint64_t bytes, std::uint64_t lane) {
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(out, &tag, 8);
-    std::memcpy(out + 8, &bytes, 8);
-    std::memcpy(out + 16, &lane, 8);
-  } else {
-    for (int i = 0; i < 8; ++i) {
-      out[i] = static_cast<std::uint8_t>(tag >> (8 * i));
-      out[8 + i] = static_cast<std::uint8_t>(bytes >> (8 * i));
-      out[16 + i] = static_cast<std::uint8_t>(lane >> (8 * i));
-    }
-  }
-}
-
-std::uint64_t decodeU64(const std::uint8_t* in) {
-  std::uint64_t v = 0;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(&v, in, 8);
-  } else {
-    for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  }
-  return v;
+  storeLe64(out, tag);
+  storeLe64(out + 8, bytes);
+  storeLe64(out + 16, lane);
 }
 
 std::string lossReason(int err) {
@@ -66,7 +49,7 @@ std::string lossReason(int err) {
 }  // namespace
 
 FrameHeader decodeFrameHeader(std::span<const std::uint8_t, kFrameHeaderBytes> in) noexcept {
-  return FrameHeader{decodeU64(in.data()), decodeU64(in.data() + 8), decodeU64(in.data() + 16)};
+  return FrameHeader{loadLe64(in.data()), loadLe64(in.data() + 8), loadLe64(in.data() + 16)};
 }
 
 void encodeFrameHeader(const FrameHeader& h, std::uint8_t* out) noexcept {

@@ -117,7 +117,7 @@ void UcxTransport::drain() {
               peers_[static_cast<std::size_t>(peer)].link == PeerState::Link::Ready) {
             PeerState& ps = peers_[static_cast<std::size_t>(peer)];
             if (!ps.finalSeq) {
-              ps.finalSeq = getU64(goodbyeBuf_.data());
+              ps.finalSeq = loadLe64(goodbyeBuf_.data());
               ps.goodbyeReason.assign(goodbyeBuf_.begin() + 8,
                                       goodbyeBuf_.begin() + static_cast<long>(s->length));
               // The peer closes its endpoint once this arrives: what it sent before has left
@@ -152,9 +152,9 @@ void UcxTransport::onHeader(int peer) {
   std::uint64_t tag = 0, lane = 0, wireBytes = 0;
   std::size_t bytes = 0;
   if (ok) {
-    tag = getU64(ps.headerBuf.data());
-    wireBytes = getU64(ps.headerBuf.data() + 8);
-    lane = getU64(ps.headerBuf.data() + 16);
+    tag = loadLe64(ps.headerBuf.data());
+    wireBytes = loadLe64(ps.headerBuf.data() + 8);
+    lane = loadLe64(ps.headerBuf.data() + 16);
     bytes = static_cast<std::size_t>(wireBytes);
     ok = bytes <= kInlineBytes ? got == kHeaderBytes + bytes : got == kHeaderBytes;
   }

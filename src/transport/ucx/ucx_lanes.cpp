@@ -138,9 +138,9 @@ void UcxTransport::sendLaneGone(int peer, std::uint64_t lane, bool aborted) {
     return;
   }
   std::vector<std::uint8_t> wire(kHeaderBytes);
-  putU64(wire.data(), aborted ? kLaneAborted : kLaneDestroyed);
-  putU64(wire.data() + 8, kControlBytes);
-  putU64(wire.data() + 16, lane);
+  storeLe64(wire.data(), aborted ? kLaneAborted : kLaneDestroyed);
+  storeLe64(wire.data() + 8, kControlBytes);
+  storeLe64(wire.data() + 16, lane);
   sendSide(peer, Kind::Header, ps.sendSeq++, std::move(wire));
 }
 

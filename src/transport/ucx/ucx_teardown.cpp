@@ -53,7 +53,7 @@ void UcxTransport::failPeer(int peer, Error error) {
   // sends still on it.
   if (ps.ep != nullptr) {
     std::vector<std::uint8_t> bye(8);
-    putU64(bye.data(), ps.sendSeq);
+    storeLe64(bye.data(), ps.sendSeq);
     const std::string why = "closed its link to rank " + std::to_string(rank_) + " (" +
                             error.detail().substr(0, 150) + ")";
     bye.insert(bye.end(), why.begin(), why.end());
@@ -72,7 +72,7 @@ void UcxTransport::sendGoodbyes(const std::string& why) {
     PeerState& ps = peers_[static_cast<std::size_t>(p)];
     if (p == rank_ || ps.ep == nullptr || ps.error) continue;
     std::vector<std::uint8_t> bye(8);
-    putU64(bye.data(), ps.sendSeq);
+    storeLe64(bye.data(), ps.sendSeq);
     const std::string text = why.substr(0, security::kMaxReasonBytes);
     bye.insert(bye.end(), text.begin(), text.end());
     sendSide(p, Kind::Goodbye, 0, std::move(bye));

@@ -262,9 +262,9 @@ void UcxTransport::startSend(Op* op, const void* data) {
   op->seq = ps.sendSeq++;
   const bool inlined = r.bytes <= kInlineBytes;
   op->wire.resize(kHeaderBytes + (inlined ? r.bytes : 0));
-  putU64(op->wire.data(), r.tag);
-  putU64(op->wire.data() + 8, r.bytes);
-  putU64(op->wire.data() + 16, r.lane);
+  storeLe64(op->wire.data(), r.tag);
+  storeLe64(op->wire.data() + 8, r.bytes);
+  storeLe64(op->wire.data() + 16, r.lane);
   if (inlined && r.bytes > 0) std::memcpy(op->wire.data() + kHeaderBytes, data, r.bytes);
   op->pending = inlined ? 1 : 2;
   ucp_request_param_t param{};

@@ -96,6 +96,7 @@
 
 #include "common/fd.hpp"
 #include "common/handshake.hpp"
+#include "common/little_endian.hpp"
 #include "common/peer_policy.hpp"
 #include "common/recycling_queue.hpp"
 #include "transport/engine.hpp"
@@ -253,14 +254,6 @@ struct PeerState {
 // Shared by the transport's files (ucx_transport.cpp, ucx_link.cpp).
 std::string msText(std::chrono::milliseconds ms);
 std::string statusText(ucs_status_t s);
-inline void putU64(std::uint8_t* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-inline std::uint64_t getU64(const std::uint8_t* p) {
-  std::uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 void sendDone(void*, ucs_status_t status, void* user);
 void recvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user);
 void endpointFailed(void* arg, ucp_ep_h, ucs_status_t status);
