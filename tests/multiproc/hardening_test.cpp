@@ -410,7 +410,15 @@ TEST(HostileSoak, RunningJobStaysCorrectAndTheStoreBounded) {
   const std::size_t grown = peakRssBytes() - rssBefore;
   std::printf("hostile soak: %d rounds (each %d MiB of store frames), peak memory grew %zu KiB\n",
               rounds, 27, grown >> 10);
-  EXPECT_LT(grown, (64u << 20) + (64u << 20))
+  // Under ASan freed blocks wait in its quarantine (256 MiB by default) before they are reused,
+  // so memory the store gave back still shows in the peak (340 MiB there); a store that kept its
+  // frames would hold 27 MiB a round, gigabytes over this run.
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr std::size_t kQuarantine = std::size_t{256} << 20;
+#else
+  constexpr std::size_t kQuarantine = 0;
+#endif
+  EXPECT_LT(grown, (64u << 20) + (64u << 20) + kQuarantine)
       << "the store held " << grown << " bytes for " << rounds << " hostile rounds";
 }
 
