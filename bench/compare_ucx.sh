@@ -23,7 +23,13 @@
 #   the scheduler may put both ranks on one CPU, where Open MPI's yielding receiver hands the
 #   CPU to the sender and then reads a one-way stream (broadcast, reduce) 200 messages per
 #   recv(): faster than either side on two hosts (docs/benchmarks.md, "2 emulated hosts").
-# Output: results/ucx-<tls>-vs-<ref>[-2hosts]/*.txt|json and report.md there (printed).
+# Placement (one host only): build/bin/placement-probe runs before and after every launch, as in
+#   bench/compare_shm.sh; the report then prints the ratios over all runs, over runs of the near
+#   placement only and of the far one only (PLACEMENT_NEAR_US, default 0.1). This VM's launches
+#   meet one of two speeds for small messages, on both sides (docs/benchmarks.md, "UCX over
+#   shared memory, small messages"), and the medians over a few runs mix them.
+# Output: results/ucx-<tls>-vs-<ref>[-2hosts]/*.txt|json, placement.tsv (one host) and
+#   report.md there (printed).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
@@ -123,13 +129,20 @@ if [ "$pin" = 1 ]; then pinned=", ranks pinned to CPUs 0 and 1"; fi
 [ "$hosts" = 2 ] && where="2 emulated hosts (veth${RATE:+, tbf $RATE}$pinned)"
 echo "# $(date -u +%FT%TZ) UCX_TLS=$UCX_TLS, $where, against $ref, $rounds rounds, 8 B - $maxb; load: $(cut -d' ' -f1-3 /proc/loadavg)" \
   | tee "$out/conditions.txt"
+# One host: the placement probe's one-way latency (empty where it cannot run: a "mixed" run).
+labels="$out/placement.tsv"
+probe() { "$BIN/placement-probe" 20000 3 2>/dev/null | cut -d' ' -f1 || true; }
+[ "$hosts" = 1 ] && printf 'file\tprobe_before_us\tprobe_after_us\n' >"$labels"
 # braid_perf PREFIX TRANSPORT ROUND: every collective with BRAID_TRANSPORT=TRANSPORT.
 braid_perf() {
   for c in "${colls[@]}"; do
     local perf=("$BIN/braid-perf" "$c" -b 8 -e "$maxb" -f 4 -w 5 --reps 7 -c 0
       --json "$out/$1.$c.run$3.json")
     if [ "$hosts" = 1 ]; then
+      local before
+      before="$(probe)"
       BRAID_TRANSPORT=$2 "$BIN/braid-run" -n 2 --timeout 900 -- "${perf[@]}" >"$out/$1.$c.run$3.txt"
+      printf '%s\t%s\t%s\n' "$1.$c.run$3.json" "$before" "$(probe)" >>"$labels"
       continue
     fi
     port=$((port + 1))
@@ -154,9 +167,11 @@ for k in $(seq 1 "$rounds"); do
   # As the anchors' mpi/run.sh ucx: Open MPI takes pml ucx without an RDMA device only with
   # pml_ucx_tls/devices set to any.
   if [ "$hosts" = 1 ]; then
+    before="$(probe)"
     mpirun --allow-run-as-root --mca oob_tcp_if_include lo -np 2 --mca pml ucx \
       --mca pml_ucx_tls any --mca pml_ucx_devices any "${pass[@]}" \
       "$anchors/build/mpi_coll_bench" -b 8 -e "$maxn" -f 4 -r 7 >"$out/mpi_ucx.run$k.txt"
+    printf '%s\t%s\t%s\n' "mpi_ucx.run$k.txt" "$before" "$(probe)" >>"$labels"
   else
     in_host $A anchost-a mpirun --allow-run-as-root -np 2 --hostfile "$out/hostfile" \
       --map-by slot --mca plm_rsh_agent "$anchors/netns/ns_agent.sh" --mca mpi_yield_when_idle 1 \
@@ -171,5 +186,7 @@ echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/conditions.
 if [ "$ref" = tcp ]; then
   /usr/bin/python3 "$here/compare.py" "$out" --ref-braid braid_tcp | tee "$out/report.md"
 else
-  /usr/bin/python3 "$here/compare.py" "$out" --mpi mpi_ucx | tee "$out/report.md"
+  placement=()
+  [ "$hosts" = 1 ] && placement=(--placement "$labels" --near-us "${PLACEMENT_NEAR_US:-0.1}")
+  /usr/bin/python3 "$here/compare.py" "$out" --mpi mpi_ucx "${placement[@]}" | tee "$out/report.md"
 fi
