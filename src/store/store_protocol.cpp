@@ -11,7 +11,7 @@ void putU32(std::vector<std::uint8_t>& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
 
-void storeLe64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+void putU64(std::vector<std::uint8_t>& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
 
@@ -213,16 +213,16 @@ bool appendRequest(const Request& req, std::vector<std::uint8_t>& out) {
         putBytes(out, req.value.data(), req.value.size());
         break;
       case RequestType::Get:
-        storeLe64(out, req.timeoutMs);
+        putU64(out, req.timeoutMs);
         putBytes(out, req.keys[0].data(), req.keys[0].size());
         break;
       case RequestType::Add:
         putBytes(out, req.keys[0].data(), req.keys[0].size());
-        storeLe64(out, static_cast<std::uint64_t>(req.delta));
+        putU64(out, static_cast<std::uint64_t>(req.delta));
         break;
       case RequestType::Wait:
       case RequestType::WaitAny:
-        storeLe64(out, req.timeoutMs);
+        putU64(out, req.timeoutMs);
         putKeys(out, req.keys);
         break;
       case RequestType::Check:
@@ -252,7 +252,7 @@ bool appendResponse(const Response& resp, std::vector<std::uint8_t>& out) {
         putBytes(out, resp.value.data(), resp.value.size());
         break;
       case ResponseType::Integer:
-        storeLe64(out, static_cast<std::uint64_t>(resp.integer));
+        putU64(out, static_cast<std::uint64_t>(resp.integer));
         break;
       case ResponseType::Bool:
         putU8(out, resp.flag ? 1 : 0);
@@ -370,7 +370,7 @@ std::int64_t decodeCounter(std::span<const std::uint8_t> value) noexcept {
 std::vector<std::uint8_t> encodeCounter(std::int64_t v) {
   std::vector<std::uint8_t> out;
   out.reserve(kCounterBytes);
-  storeLe64(out, static_cast<std::uint64_t>(v));
+  putU64(out, static_cast<std::uint64_t>(v));
   return out;
 }
 
