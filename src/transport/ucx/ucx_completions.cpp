@@ -238,7 +238,7 @@ bool UcxTransport::take(int peer, std::uint64_t tag, std::uint64_t lane, std::si
 void UcxTransport::deliver(int peer) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   while (!ps.backlog.empty() && !ps.error) {
-    const Arrived& a = ps.backlog.front();
+    Arrived& a = ps.backlog.front();
     if (a.control) {
       const std::uint64_t kind = a.tag, lane = a.lane;
       ps.backlog.pop();
@@ -246,7 +246,11 @@ void UcxTransport::deliver(int peer) {
       continue;
     }
     if (!take(peer, a.tag, a.lane, a.bytes, a.seq, a.payload.data())) break;
-    if (!ps.error) ps.backlog.pop();
+    if (ps.error) break;
+    // The slot keeps a small payload's storage for the next message; a larger one is freed (a
+    // rank with thousands of peers would otherwise keep up to kInlineBytes per slot per peer).
+    if (a.payload.capacity() > kKeptPayloadBytes) std::vector<std::uint8_t>().swap(a.payload);
+    ps.backlog.pop();
   }
   endCheck(peer);
 }

@@ -114,6 +114,9 @@ inline constexpr std::uint64_t kLaneDestroyed = 1;
 inline constexpr std::uint64_t kLaneAborted = 2;
 /// Payloads up to this size travel inside the header message.
 inline constexpr std::size_t kInlineBytes = 8192;
+/// A held header's slot (PeerState::backlog) keeps a payload's storage up to this size for the
+/// next message that arrives before its receive.
+inline constexpr std::size_t kKeptPayloadBytes = 1024;
 /// The connector thread (lazy) leaves the worker to the rank until this long after the rank's
 /// last wait: a rank between operations drives it again soon, and a handshake waits at most
 /// this long longer for an answer from a rank that stopped calling braid.
