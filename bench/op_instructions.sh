@@ -45,5 +45,7 @@ for c in ${colls//,/ }; do
   OUT="$tmp/$c.cg" COLL="$c" "$bin/braid-run" -n 2 --timeout 600 -- "$tmp/rank.sh" \
     "$bin/braid-perf" "$c" -b "$bytes" -e "$bytes" -n "$ops" -w 10 -c 0 --reps 1 >/dev/null
   total=$(callgrind_annotate "$tmp/$c.cg" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-  echo "| $c | $transport${UCX_TLS:+ ($UCX_TLS)} | $bytes | $((total / (ops + 10))) |"
+  label="$transport"
+  [ "$transport" = ucx ] && label="ucx ($UCX_TLS)"
+  echo "| $c | $label | $bytes | $((total / (ops + 10))) |"
 done
