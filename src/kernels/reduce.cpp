@@ -147,21 +147,28 @@ bool shouldStream(StoreMode mode, const void* dst, const void* a, const void* b,
   return threshold != 0 && bytes >= threshold && dst != a && dst != b;
 }
 
+// Sum, Prod, Min, Max, Avg (a sum, divided afterwards by the caller), BAnd, BOr, BXor,
+// PremulSum (a sum of inputs the caller premultiplied).
+constexpr int kColumn[kNumReduceOps] = {0, 1, 2, 3, 0, 4, 5, 6, 0};
+
+// The errors of run(), out of line: the per-call path saves no registers for them.
+[[noreturn, gnu::cold, gnu::noinline]] void failInvalid(DataType t, ReduceOp op) {
+  dtypeRow(t);  // throws the error naming what is wrong
+  opColumn(op);
+  throw Error(ErrorCode::Internal, "reduction kernel: invalid dtype or op");
+}
+[[noreturn, gnu::cold, gnu::noinline]] void failUnsupported(DataType t, ReduceOp op) {
+  throw Error(ErrorCode::InvalidArgument, std::string("reduction kernel: op ") + toString(op) +
+                                              " is not supported for dtype " + toString(t));
+}
+
 void run(const KernelTable& table, DataType t, ReduceOp op, void* dst, const void* a, const void* b,
          std::size_t count, StoreMode mode) {
-  if (!isValid(t) || !isValid(op)) [[unlikely]] {
-    dtypeRow(t);  // throws the error naming what is wrong
-    opColumn(op);
-  }
-  // Sum, Prod, Min, Max, Avg (a sum, divided afterwards by the caller), BAnd, BOr, BXor,
-  // PremulSum (a sum of inputs the caller premultiplied).
-  constexpr int kColumn[kNumReduceOps] = {0, 1, 2, 3, 0, 4, 5, 6, 0};
-  const int row = static_cast<int>(t);
-  const int col = kColumn[static_cast<int>(op)];
-  const detail::BinaryFn fn = table.binary[row][col];
+  if (!isValid(t) || !isValid(op)) [[unlikely]]
+    failInvalid(t, op);
+  const detail::BinaryFn fn = table.binary[static_cast<int>(t)][kColumn[static_cast<int>(op)]];
   if (fn == nullptr) [[unlikely]]
-    throw Error(ErrorCode::InvalidArgument, std::string("reduction kernel: op ") + toString(op) +
-                                                " is not supported for dtype " + toString(t));
+    failUnsupported(t, op);
   if (count == 0) return;
   const bool stream = shouldStream(mode, dst, a, b, count * dataTypeSize(t));
   fn(dst, a, b, count, stream);
@@ -304,11 +311,50 @@ void setMeasuredStreamingThreshold(std::size_t bytes) noexcept {
   gMeasured.store(bytes == 0 ? kUnset : bytes, std::memory_order_relaxed);
 }
 
+namespace {
+
+// A few elements of a type the portable level reduces in a handful of instructions each
+// (integers, fp32, fp64, bool) go through its loop whatever level is active: a vector level
+// takes fewer elements than a vector through its padded tail (three stack copies and a zeroed
+// vector), about 150 instructions for 2 fp32 against about 30 (docs/benchmarks.md, "The
+// per-operation path"). Every level gives the reference's bits (braid_unit_kernels_test), so
+// the result does not depend on the path. fp16, bf16 and float8 convert in integer arithmetic
+// at the portable level, which costs more than the tail; complex stays on the active level too.
+constexpr std::size_t kPortableBelow = 8;
+
+bool cheapPortably(DataType t) noexcept {
+  switch (t) {
+    case DataType::Float16:
+    case DataType::BFloat16:
+    case DataType::Float8E4M3Fn:
+    case DataType::Float8E5M2:
+    case DataType::Complex64:
+    case DataType::Complex128:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// The portable level's loop for `count` elements, or null where the active level's applies
+// (more elements, another dtype, an invalid or unsupported pair: run() says which).
+detail::BinaryFn portableLoop(DataType t, ReduceOp op, std::size_t count) noexcept {
+  if (count - 1 >= kPortableBelow - 1 || !isValid(t) || !isValid(op) || !cheapPortably(t))
+    return nullptr;
+  static const KernelTable& portable = detail::scalarKernels();
+  return portable.binary[static_cast<int>(t)][kColumn[static_cast<int>(op)]];
+}
+
+}  // namespace
+
 void reduce3(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  if (const detail::BinaryFn fn = portableLoop(t, op, count)) return fn(dst, a, b, count, false);
   run(activeTable(), t, op, dst, a, b, count, StoreMode::Auto);
 }
 
 void reduceInto(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
+  if (const detail::BinaryFn fn = portableLoop(t, op, count))
+    return fn(dst, dst, src, count, false);
   run(activeTable(), t, op, dst, dst, src, count, StoreMode::Auto);
 }
 

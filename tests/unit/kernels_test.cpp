@@ -870,6 +870,75 @@ TEST(Kernels, EveryDtypeAndOpMatchesReference) {
   }
 }
 
+// Whether the element at p is a NaN (complex: either part).
+bool isNanElement(DataType t, const std::uint8_t* p) {
+  switch (t) {
+    case DataType::Float16:
+      return std::isnan(halfValue(loadAt<std::uint16_t>(p, 0)));
+    case DataType::BFloat16:
+      return std::isnan(bf16Value(loadAt<std::uint16_t>(p, 0)));
+    case DataType::Float32:
+      return std::isnan(loadAt<float>(p, 0));
+    case DataType::Float64:
+      return std::isnan(loadAt<double>(p, 0));
+    case DataType::Float8E4M3Fn:
+      return std::isnan(e4m3Value(loadAt<std::uint8_t>(p, 0)));
+    case DataType::Float8E5M2:
+      return std::isnan(e5m2Value(loadAt<std::uint8_t>(p, 0)));
+    case DataType::Complex64:
+      return std::isnan(loadAt<float>(p, 0)) || std::isnan(loadAt<float>(p, 1));
+    case DataType::Complex128:
+      return std::isnan(loadAt<double>(p, 0)) || std::isnan(loadAt<double>(p, 1));
+    default:
+      return false;
+  }
+}
+
+// A few elements take the portable level's loop whatever level is active (reduce.cpp): the
+// default entry points must give exactly the active level's bits around that boundary, NaNs
+// (any NaN) and misaligned buffers included, for every dtype and op.
+TEST(Kernels, FewElementsGiveTheActiveLevelsBits) {
+  const Isa active = kernels::activeIsa();
+  std::mt19937 rng(7);
+  std::vector<DataType> types(std::begin(kAllDataTypes), std::end(kAllDataTypes));
+  types.insert(types.end(), std::begin(kExtendedDataTypes), std::end(kExtendedDataTypes));
+  for (DataType t : types) {
+    const std::size_t es = dataTypeSize(t);
+    for (ReduceOp op : kEveryReduceOp) {
+      if (!isSupported(t, op) || op == ReduceOp::PremulSum) continue;
+      for (std::size_t n = 1; n <= 17; ++n) {
+        for (int trial = 0; trial < 4; ++trial) {
+          // Random bytes (NaNs and infinities among them), one byte off alignment.
+          std::vector<std::uint8_t> a(n * es + 1), b(n * es + 1), want(n * es + 1), got(n * es + 1),
+              into(n * es + 1);
+          for (auto* v : {&a, &b})
+            for (auto& x : *v) x = static_cast<std::uint8_t>(rng());
+          kernels::reduce3(active, t, op, want.data() + 1, a.data() + 1, b.data() + 1, n,
+                           kernels::StoreMode::Cached);
+          kernels::reduce3(t, op, got.data() + 1, a.data() + 1, b.data() + 1, n);
+          into = a;
+          kernels::reduceInto(t, op, into.data() + 1, b.data() + 1, n);
+          Expected e{std::vector<std::uint8_t>(want.begin() + 1, want.end()),
+                     std::vector<bool>(n, false)};
+          for (std::size_t i = 0; i < n; ++i) {
+            // Where the active level made a NaN, any NaN will do.
+            std::vector<std::uint8_t> one(
+                want.begin() + 1 + static_cast<std::ptrdiff_t>(i * es),
+                want.begin() + 1 + static_cast<std::ptrdiff_t>((i + 1) * es));
+            e.nan[i] = isNanElement(t, one.data());
+          }
+          const std::string what =
+              std::string(toString(t)) + " " + toString(op) + " n=" + std::to_string(n);
+          const std::string bad3 = check(t, got.data() + 1, e, n);
+          ASSERT_TRUE(bad3.empty()) << what << " reduce3: " << bad3;
+          const std::string badInto = check(t, into.data() + 1, e, n);
+          ASSERT_TRUE(badInto.empty()) << what << " reduceInto: " << badInto;
+        }
+      }
+    }
+  }
+}
+
 TEST(Kernels, IntegerSumsWrapLikeTwosComplement) {
   std::int8_t a[3] = {127, -128, 100}, b[3] = {1, -1, 100};
   kernels::reduceInto(DataType::Int8, ReduceOp::Sum, a, b, 3);
