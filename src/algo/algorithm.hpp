@@ -64,6 +64,9 @@ struct Context {
   /// this local rank on every node; nullptr when the caller has none (then a hierarchical
   /// algorithm cannot run: its rows need Constraints::subCommunicators).
   Groups* groups = nullptr;
+  /// tr.sharedGroup() as the caller already knows it, or nullptr (requireSharedGroup then asks
+  /// the transport: a chain of virtual calls through its views on every operation).
+  transport::SharedMemoryGroup* sharedGroup = nullptr;
 };
 
 using AlgoFn = void (*)(Context&, const CollArgs&);

@@ -90,7 +90,8 @@ void violated(const Context& ctx, Collective coll, const char* algorithm, Constr
 
 transport::SharedMemoryGroup& requireSharedGroup(Context& ctx, Collective coll,
                                                  const char* algorithm) {
-  transport::SharedMemoryGroup* g = ctx.tr.sharedGroup();
+  transport::SharedMemoryGroup* g =
+      ctx.sharedGroup != nullptr ? ctx.sharedGroup : ctx.tr.sharedGroup();
   if (g == nullptr) violated(ctx, coll, algorithm, Constraint::SharedMemory);
   return *g;
 }

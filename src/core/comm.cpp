@@ -169,13 +169,14 @@ void Comm::Impl::run(Op& op) {
                               : c == Collective::Allreduce && model != nullptr
                                   ? model->hierPieceBytes(op.bytes)
                                   : std::size_t{512} << 10;
-    memo = {op.bytes, algorithm, piece};
+    memo = {op.bytes, algorithm, piece, transport->sharedGroup()};
   }
   opStarted(op, algorithm->name);
   const auto deadline = this->deadline(op);
   algo::Context ctx{*transport,         rank, size, opts.chunkBytes, scratch, deadline, op.tag,
                     opts.deterministic, &topo};
   ctx.pieceBytes = memo.pieceBytes;
+  ctx.sharedGroup = memo.shared;
   // The sub-communicators are built by the first collective that uses them (every rank selects
   // the same row, so they all get there together); docs/architecture.md, "Hierarchies".
   if (algorithm->needs.subCommunicators) ctx.groups = groups.get();

@@ -117,6 +117,7 @@ struct Comm::Impl {
     std::size_t bytes = 0;
     const algo::AlgoInfo* algorithm = nullptr;
     std::size_t pieceBytes = 0;  // the hierarchical allreduce's piece (Context::pieceBytes)
+    transport::SharedMemoryGroup* shared = nullptr;  // what selection saw (Context::sharedGroup)
   };
   std::array<SelectionMemo, static_cast<std::size_t>(Collective::Recv) + 1> selectionMemo{};
   int splitSeq = 0;
