@@ -56,11 +56,16 @@ FlightRecorder::FlightRecorder(std::size_t capacity, Clock::time_point origin)
   if (capacity > 0 && (capacity & (capacity - 1)) == 0) mask_ = capacity - 1;
 }
 
-FlightEntry* FlightRecorder::slot(std::uint64_t serial) {
-  if (ring_.empty() || serial == 0) return nullptr;
-  FlightEntry& e = ring_[indexOf(serial)];
-  return e.serial == serial ? &e : nullptr;  // overwritten by a newer operation
+namespace {
+
+// The first bytes of a failed operation's error; out of line, so finished() saves no registers
+// for it on the per-operation path.
+[[gnu::cold, gnu::noinline]] void keepError(FlightEntry& e, const char* error) {
+  std::strncpy(e.error.data(), error, e.error.size() - 1);
+  e.error.back() = '\0';
 }
+
+}  // namespace
 
 std::uint64_t FlightRecorder::issued(const OpDesc& d, std::uint64_t bytes, Clock::time_point at) {
   std::lock_guard<SpinLock> lk(mu_);
@@ -133,10 +138,8 @@ void FlightRecorder::finished(std::uint64_t serial, const OpDesc& d, const char*
   if (FlightEntry* e = slot(serial)) {
     e->state = state;
     e->finished = at;
-    if (error != nullptr) {
-      std::strncpy(e->error.data(), error, e->error.size() - 1);
-      e->error.back() = '\0';
-    }
+    if (error != nullptr) [[unlikely]]
+      keepError(*e, error);
   }
   if (serial == positionSerial_) {
     position_.state = state;

@@ -108,7 +108,11 @@ class FlightRecorder {
   std::size_t capacity() const { return ring_.size(); }
 
  private:
-  FlightEntry* slot(std::uint64_t serial);
+  FlightEntry* slot(std::uint64_t serial) {  // inline: every operation asks twice
+    if (ring_.empty() || serial == 0) return nullptr;
+    FlightEntry& e = ring_[indexOf(serial)];
+    return e.serial == serial ? &e : nullptr;  // overwritten by a newer operation
+  }
   // The ring index of a serial: a mask when the capacity is a power of two (the default 128),
   // which keeps a 64-bit division off the per-operation path.
   std::size_t indexOf(std::uint64_t serial) const {
