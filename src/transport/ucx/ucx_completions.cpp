@@ -59,76 +59,22 @@ void UcxTransport::drain() {
         case Slot::Owner::Send:
         case Slot::Owner::PayloadRecv: {
           Op* op = static_cast<Op*>(s->op);
-          const int peer = op->peer;
-          const Op& r = *op;
-          if (s->status != UCS_OK && op->fail == Op::Fail::None) {
-            if (engine_.failure()) {
-              op->fail = Op::Fail::Transport;
-            } else {
-              op->fail = Op::Fail::Peer;
-              const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-              if (s->status == UCS_ERR_MESSAGE_TRUNCATED)
-                failPeer(peer, Error(ErrorCode::Mismatch,
-                                     "rank " + std::to_string(rank_) + " received more than " +
-                                         std::to_string(r.bytes) + " bytes (" + tagText(r.tag) +
-                                         ") from " + ps.description));
-              else
-                failPeer(peer, Error(ErrorCode::PeerLost,
-                                     "rank " + std::to_string(rank_) + " lost its connection to " +
-                                         ps.description + ": " + statusText(s->status) +
-                                         " during " + (r.isSend ? "a send" : "a recv") + " of " +
-                                         std::to_string(r.bytes) + " bytes"));
-            }
-          } else if (s->status == UCS_OK && s->owner == Slot::Owner::PayloadRecv &&
-                     s->length != r.bytes && op->fail == Op::Fail::None) {
-            op->fail = Op::Fail::Peer;
-            failPeer(peer, Error(ErrorCode::Mismatch,
-                                 "rank " + std::to_string(rank_) + " expected " +
-                                     std::to_string(r.bytes) + " bytes from " +
-                                     peers_[static_cast<std::size_t>(peer)].description +
-                                     " but received " + std::to_string(s->length)));
-          }
+          if ((s->status != UCS_OK ||
+               (s->owner == Slot::Owner::PayloadRecv && s->length != op->bytes)) &&
+              op->fail == Op::Fail::None) [[unlikely]]
+            opSlotFailed(*s, *op);
           if (--op->pending == 0) finishOp(op);
           break;
         }
         case Slot::Owner::Header:
-          if (s->status == UCS_OK) {
+          if (s->status == UCS_OK) [[likely]]
             onHeader(s->peer);
-          } else if (s->status != UCS_ERR_CANCELED) {
-            failPeer(s->peer, Error(ErrorCode::Mismatch,
-                                    "rank " + std::to_string(rank_) + " received a malformed " +
-                                        "message from " +
-                                        peers_[static_cast<std::size_t>(s->peer)].description +
-                                        ": " + statusText(s->status)));
-          }
+          else
+            headerSlotFailed(*s);
           break;
-        case Slot::Owner::Goodbye: {
-          if (s->status != UCS_OK) break;
-          const int peer = senderOf(s->senderTag);
-          if ((s->senderTag & kSeqMask) == kGoodbyeAckSeq) {
-            if (peer >= 0 && peer < size_ && peer != rank_)
-              peers_[static_cast<std::size_t>(peer)].goodbyeAcked = true;
-            if (!closing_) postGoodbyeRecv();
-            break;
-          }
-          // A peer that never authenticated sent nothing this rank took: its goodbye says
-          // nothing (and is not trusted).
-          if (peer >= 0 && peer < size_ && peer != rank_ && s->length >= 8 &&
-              peers_[static_cast<std::size_t>(peer)].link == PeerState::Link::Ready) {
-            PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-            if (!ps.finalSeq) {
-              ps.finalSeq = loadLe64(goodbyeBuf_.data());
-              ps.goodbyeReason.assign(goodbyeBuf_.begin() + 8,
-                                      goodbyeBuf_.begin() + static_cast<long>(s->length));
-              // The peer closes its endpoint once this arrives: what it sent before has left
-              // its socket by then (teardown).
-              sendSide(peer, Kind::Goodbye, kGoodbyeAckSeq, {});
-            }
-            endCheck(peer);
-          }
-          if (!closing_) postGoodbyeRecv();
+        case Slot::Owner::Goodbye:
+          onGoodbyeSlot(*s);
           break;
-        }
         case Slot::Owner::Handshake:
           if (s->status == UCS_OK)
             onHandshake(senderOf(s->senderTag), s->senderTag & kSeqMask,
@@ -141,6 +87,82 @@ void UcxTransport::drain() {
       }
     }
   }
+}
+
+// A send or a large payload's receive of `op` ended badly: the op fails with its peer (or with
+// the transport, when the transport failed). Out of line: drain()'s loop stays small.
+void UcxTransport::opSlotFailed(const Slot& s, Op& op) {
+  const int peer = op.peer;
+  const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+  if (s.status != UCS_OK) {
+    if (engine_.failure()) {
+      op.fail = Op::Fail::Transport;
+      return;
+    }
+    op.fail = Op::Fail::Peer;
+    if (s.status == UCS_ERR_MESSAGE_TRUNCATED)
+      failPeer(peer,
+               Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + " received more than " +
+                                              std::to_string(op.bytes) + " bytes (" +
+                                              tagText(op.tag) + ") from " + ps.description));
+    else
+      failPeer(peer, Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +
+                                                    " lost its connection to " + ps.description +
+                                                    ": " + statusText(s.status) + " during " +
+                                                    (op.isSend ? "a send" : "a recv") + " of " +
+                                                    std::to_string(op.bytes) + " bytes"));
+    return;
+  }
+  // A payload of another size than its header said.
+  op.fail = Op::Fail::Peer;
+  failPeer(peer, Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + " expected " +
+                                                std::to_string(op.bytes) + " bytes from " +
+                                                ps.description + " but received " +
+                                                std::to_string(s.length)));
+}
+
+void UcxTransport::headerSlotFailed(const Slot& s) {
+  if (s.status == UCS_ERR_CANCELED) return;
+  failPeer(s.peer,
+           Error(ErrorCode::Mismatch, "rank " + std::to_string(rank_) + " received a malformed " +
+                                          "message from " +
+                                          peers_[static_cast<std::size_t>(s.peer)].description +
+                                          ": " + statusText(s.status)));
+}
+
+// A goodbye (or the acknowledgement of this rank's) arrived.
+void UcxTransport::onGoodbyeSlot(const Slot& s) {
+  if (s.status != UCS_OK) return;
+  const int peer = senderOf(s.senderTag);
+  if ((s.senderTag & kSeqMask) == kGoodbyeAckSeq) {
+    if (peer >= 0 && peer < size_ && peer != rank_)
+      peers_[static_cast<std::size_t>(peer)].goodbyeAcked = true;
+    if (!closing_) postGoodbyeRecv();
+    return;
+  }
+  // A peer that never authenticated sent nothing this rank took: its goodbye says
+  // nothing (and is not trusted).
+  if (peer >= 0 && peer < size_ && peer != rank_ && s.length >= 8 &&
+      peers_[static_cast<std::size_t>(peer)].link == PeerState::Link::Ready) {
+    PeerState& ps = peers_[static_cast<std::size_t>(peer)];
+    if (!ps.finalSeq) {
+      ps.finalSeq = loadLe64(goodbyeBuf_.data());
+      ps.goodbyeReason.assign(goodbyeBuf_.begin() + 8,
+                              goodbyeBuf_.begin() + static_cast<long>(s.length));
+      // The peer closes its endpoint once this arrives: what it sent before has left
+      // its socket by then (teardown).
+      sendSide(peer, Kind::Goodbye, kGoodbyeAckSeq, {});
+    }
+    endCheck(peer);
+  }
+  if (!closing_) postGoodbyeRecv();
+}
+
+void UcxTransport::malformedHeader(int peer, std::size_t got) {
+  failPeer(peer, Error(ErrorCode::Mismatch,
+                       "rank " + std::to_string(rank_) + " received a malformed header (" +
+                           std::to_string(got) + " bytes) from " +
+                           peers_[static_cast<std::size_t>(peer)].description));
 }
 
 // A header arrived from `peer`: its inbox takes it (or, stalled, the backlog keeps it).
@@ -170,10 +192,8 @@ void UcxTransport::onHeader(int peer) {
     endCheck(peer);
     return;
   }
-  if (!ok) {
-    failPeer(peer, Error(ErrorCode::Mismatch,
-                         "rank " + std::to_string(rank_) + " received a malformed header (" +
-                             std::to_string(got) + " bytes) from " + ps.description));
+  if (!ok) [[unlikely]] {
+    malformedHeader(peer, got);
     return;
   }
   const std::uint64_t seq = ps.recvSeq++;
@@ -257,10 +277,9 @@ void UcxTransport::deliver(int peer) {
 
 // A peer that said goodbye sends nothing past its last message: once every message it sent has
 // reached the inbox, the receives still waiting for it cannot be satisfied.
-void UcxTransport::endCheck(int peer) {
+void UcxTransport::endPeer(int peer) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  if (!ps.finalSeq || ps.recvSeq < *ps.finalSeq || ps.error || ps.ended || !ps.backlog.empty())
-    return;
+  if (ps.recvSeq < *ps.finalSeq || ps.error || ps.ended || !ps.backlog.empty()) return;
   if (ps.header.outstanding && ps.header.handle != nullptr)
     ucp_request_cancel(worker_, ps.header.handle);
   ps.ended = Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) + " lost " +

@@ -261,7 +261,9 @@ void UcxTransport::startSend(Op* op, const void* data) {
   const Request& r = *op->req;
   op->seq = ps.sendSeq++;
   const bool inlined = r.bytes <= kInlineBytes;
-  op->wire.resize(kHeaderBytes + (inlined ? r.bytes : 0));
+  // (resize only where the size differs: the call is not inlined, and an Op is reused)
+  if (const std::size_t n = kHeaderBytes + (inlined ? r.bytes : 0); op->wire.size() != n)
+    op->wire.resize(n);
   storeLe64(op->wire.data(), r.tag);
   storeLe64(op->wire.data() + 8, r.bytes);
   storeLe64(op->wire.data() + 16, r.lane);
@@ -337,7 +339,8 @@ void UcxTransport::receive(Request& req) {
 
 void UcxTransport::postHeaderRecv(int peer) {
   PeerState& ps = peers_[static_cast<std::size_t>(peer)];
-  ps.headerBuf.resize(kHeaderBytes + kInlineBytes);
+  if (ps.headerBuf.size() != kHeaderBytes + kInlineBytes)
+    ps.headerBuf.resize(kHeaderBytes + kInlineBytes);
   arm(ps.header, this, Slot::Owner::Header);
   ps.header.peer = peer;
   postTagRecv(ps.header, ps.headerBuf.data(), ps.headerBuf.size(),

@@ -376,7 +376,18 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   bool take(int peer, std::uint64_t tag, std::uint64_t lane, std::size_t bytes, std::uint64_t seq,
             const std::uint8_t* payload);
   void deliver(int peer);
-  void endCheck(int peer);
+  /// After a header or a goodbye: a peer whose goodbye said no header comes past the last one
+  /// taken is ended (endPeer) once its backlog is empty.
+  void endCheck(int peer) {
+    if (peers_[static_cast<std::size_t>(peer)].finalSeq) [[unlikely]]
+      endPeer(peer);
+  }
+  void endPeer(int peer);
+  // drain()'s rare cases, out of line (ucx_completions.cpp).
+  [[gnu::cold]] void opSlotFailed(const Slot& s, Op& op);
+  [[gnu::cold]] void headerSlotFailed(const Slot& s);
+  [[gnu::cold]] void malformedHeader(int peer, std::size_t got);
+  void onGoodbyeSlot(const Slot& s);
   void startPayloadRecv(Request& req, std::uint64_t seq);
   Op* newOp(int peer, Request& req);
   void finishOp(Op* op);
