@@ -140,6 +140,21 @@ void ProcessGroupBraid::stopQueue() {
   queue_->shutdown();
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::doneWork(c10d::OpType type) {
+  std::atomic<c10d::Work*>& slot = doneWorks_[static_cast<std::size_t>(type)];
+  c10d::Work* w = slot.load(std::memory_order_acquire);
+  if (w == nullptr) {
+    std::lock_guard<std::mutex> lk(doneMu_);
+    w = slot.load(std::memory_order_relaxed);
+    if (w == nullptr) {
+      doneOwned_.push_back(c10::make_intrusive<DoneWork>(type));
+      w = doneOwned_.back().get();
+      slot.store(w, std::memory_order_release);
+    }
+  }
+  return c10::intrusive_ptr<c10d::Work>::unsafe_reclaim_from_nonowning(w);
+}
+
 void ProcessGroupBraid::checkOpen(const char* op) const {
   TORCH_CHECK(!closed_.load(), "braid: ", op, " on rank ", rank_,
               ": the process group was shut down (destroy_process_group, shutdown() or abort()); "

@@ -44,8 +44,11 @@
 // (ProcessGroup.merge_remote_group) creates a new group through the store torch passes.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <braid/comm.hpp>
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -297,6 +300,8 @@ class ProcessGroupBraid : public BackendBase {
                                          const std::vector<at::Tensor>& inputs,
                                          std::vector<at::Tensor> outputs, Run&& run,
                                          CallOptions call = {});
+  /// A completed Work of `type`, one per type for the group's life (DoneWork).
+  c10::intrusive_ptr<c10d::Work> doneWork(c10d::OpType type);
   /// Runs what is queued and stops the worker, releasing the GIL meanwhile if this thread holds
   /// it (the worker may be running a Python future callback).
   void stopQueue();
@@ -330,6 +335,10 @@ class ProcessGroupBraid : public BackendBase {
   std::vector<std::pair<std::int64_t, std::shared_ptr<const std::function<void()>>>> abortHooks_;
   std::atomic<bool> hasAbortHooks_{false};  // !abortHooks_.empty(), read without the lock
   std::vector<std::int64_t> usedUuids_;     // reconfigure(): each uuid once per group
+  // doneWork(): made on first use under doneMu_ (owned by doneOwned_), read without it.
+  std::array<std::atomic<c10d::Work*>, 256> doneWorks_{};
+  std::mutex doneMu_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> doneOwned_;
 };
 
 template <typename Run>
@@ -368,12 +377,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
                              std::to_string(ms) + " ms)");
     }
   };
-  // A blocking call's Work is waited on and dropped by torch at once (dist.* with async_op
-  // False returns None), so nobody asks it for its result: it holds no reference to the
-  // outputs. Otherwise its destruction, which torch runs with the GIL released, would drop the
-  // last extra reference of the caller's tensor and take the GIL back for it (the tensor's
-  // Python object); the argument list torch made drops it with the GIL held instead. Outside
-  // coalescing only: a coalesced Work's result is its members'.
+  // A blocking call (dist.* with async_op False, which waits on the Work at once and drops it)
+  // with the queue idle and nothing tracked or profiled runs here with no Work of its own: no
+  // allocation, no closure behind a std::function, no completion of a Work; torch gets a
+  // completed Work shared by such calls (doneWork), and the operation's error is thrown from
+  // here, where wait() would have thrown it (docs/pytorch.md, "Per-call overhead").
+  if (!call.asyncOp && tracker_->quiet() && !profilerOn() && queue_->claimIfIdle()) {
+    std::exception_ptr error;
+    try {
+      at::NoGradGuard noGrad;
+      withTimeout();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    queue_->release();
+    if (error) std::rethrow_exception(error);
+    return doneWork(type);
+  }
+  // Otherwise a blocking call's Work is still waited on and dropped by torch at once, so nobody
+  // asks it for its result: it holds no reference to the outputs. Otherwise its destruction, which
+  // torch runs with the GIL released, would drop the last extra reference of the caller's tensor
+  // and take the GIL back for it (the tensor's Python object); the argument list torch made drops
+  // it with the GIL held instead. Outside coalescing only: a coalesced Work's result is its
+  // members'.
   if (!call.asyncOp && !tracker_->coalescing()) outputs.clear();
   auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
                                              std::move(withTimeout));

@@ -70,6 +70,12 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
   /// first). Throws after `timeout`, saying how many are left.
   void waitForPending(OpQueue& queue, std::chrono::milliseconds timeout);
 
+  /// Nothing is switched on that needs a Work of each collective: no timing, no completion
+  /// hook, not coalescing (ProcessGroupBraid::enqueue's blocking path).
+  bool quiet() const {
+    return !timing_.load(std::memory_order_acquire) && !hooked_.load(std::memory_order_acquire) &&
+           !coalescing_.load(std::memory_order_acquire);
+  }
   /// Between startCoalescing and endCoalescing (the works issued are recorded).
   bool coalescing() const {
     return coalescing_.load(std::memory_order_acquire);

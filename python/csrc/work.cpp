@@ -24,12 +24,16 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
 /// is passed. The same question the RecordFunction asks, through the thread's cached view of the
 /// callbacks (at::hasCallbacks() takes the global callbacks' lock on every call).
 bool profiling() {
-  return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
+  return profilerOn();
 }
 
 std::atomic<std::uint64_t> nextKey{1};
 
 }  // namespace
+
+bool profilerOn() {
+  return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
+}
 
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
@@ -248,15 +252,23 @@ void OpQueue::push(c10::intrusive_ptr<BraidWork> work, bool callerWaits) {
 }
 
 bool OpQueue::runIfIdle(BraidWork& work) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    TORCH_CHECK(!stop_,
-                "braid: the process group was shut down (destroy_process_group, shutdown() or "
-                "abort()); it takes no new operations");
-    if (running_ || !queue_.empty()) return false;
-    running_ = true;
-  }
+  if (!claimIfIdle()) return false;
   work.execute();  // never throws: the error is the work's, rethrown by its wait()
+  release();
+  return true;
+}
+
+bool OpQueue::claimIfIdle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  TORCH_CHECK(!stop_,
+              "braid: the process group was shut down (destroy_process_group, shutdown() or "
+              "abort()); it takes no new operations");
+  if (running_ || !queue_.empty()) return false;
+  running_ = true;
+  return true;
+}
+
+void OpQueue::release() {
   bool wake;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -265,7 +277,6 @@ bool OpQueue::runIfIdle(BraidWork& work) {
     wake = waiters_ > 0 || !queue_.empty();
   }
   if (wake) cv_.notify_all();
-  return true;
 }
 
 void OpQueue::expedite() {

@@ -35,6 +35,18 @@ namespace braid_torch {
 class OpQueue;
 class WorkTracker;
 
+/// Whether the profiler records user-scope events on this thread (a work then has a
+/// RecordFunction, and its inputs for it).
+bool profilerOn();
+
+/// What a blocking call that ran at issue returns instead of a BraidWork: completed, no error.
+/// torch waits on it and drops it at once, so one per op type and group serves every such call
+/// (ProcessGroupBraid::doneWork).
+class DoneWork : public c10d::Work {
+ public:
+  explicit DoneWork(c10d::OpType type) : c10d::Work(-1, type) { finish(); }
+};
+
 class BraidWork : public c10d::Work {
  public:
   /// Runs the operation to completion on the calling thread; throws its error.
@@ -144,6 +156,11 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   /// overtake anything; false (nothing done) otherwise, for push(). Saves the queue's round
   /// trip (push, then wait()'s runUntilDone) on the per-call path of small collectives.
   bool runIfIdle(BraidWork& work);
+  /// runIfIdle's claim for an operation that runs without a Work (ProcessGroupBraid::enqueue's
+  /// blocking path): true, and the queue is the caller's until release(), when nothing is queued
+  /// or running; false otherwise. Throws when the queue was shut down.
+  bool claimIfIdle();
+  void release();
   /// Runs queued operations on the calling thread until `work` is done (others may run some).
   void runUntilDone(BraidWork* work);
   /// Waits (without running anything) until `work` is done or the timeout passes; the worker

@@ -519,6 +519,15 @@ def check_errors(rank, world):
 def check_timeout(rank, world):
     world_timeout = braid_torch.backend_of().timeout
     assert world_timeout == datetime.timedelta(seconds=60), f"default timeout {world_timeout}"
+    # A blocking call with the queue idle runs at issue on the caller's thread, with no Work of
+    # its own (ProcessGroupBraid::enqueue): its error comes from the call itself.
+    gb = dist.new_group(timeout=datetime.timedelta(seconds=2))
+    if rank == 0:
+        t0 = time.monotonic()
+        expect_error(lambda: dist.all_reduce(torch.ones(8), group=gb), "timeout",
+                     "blocking all_reduce nobody joins")
+        took = time.monotonic() - t0
+        assert 1.5 < took < 20, f"blocking call timed out after {took:.1f}s, expected ~2s"
     g = dist.new_group(timeout=datetime.timedelta(seconds=3))
     assert braid_torch.backend_of(g).timeout == datetime.timedelta(seconds=3), "group timeout"
     if rank == 0:
