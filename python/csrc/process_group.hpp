@@ -298,7 +298,7 @@ class ProcessGroupBraid : public BackendBase {
   template <typename Run>
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char* title,
                                          const std::vector<at::Tensor>& inputs,
-                                         std::vector<at::Tensor> outputs, Run&& run,
+                                         const std::vector<at::Tensor>& outputs, Run&& run,
                                          CallOptions call = {});
   /// A completed Work of `type`, one per type for the group's life (DoneWork).
   c10::intrusive_ptr<c10d::Work> doneWork(c10d::OpType type);
@@ -344,7 +344,7 @@ class ProcessGroupBraid : public BackendBase {
 template <typename Run>
 c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, const char* title,
                                                           const std::vector<at::Tensor>& inputs,
-                                                          std::vector<at::Tensor> outputs,
+                                                          const std::vector<at::Tensor>& outputs,
                                                           Run&& run, CallOptions call) {
   // closed_ is set before abort() aborts the communicators: a caller whose pending operation
   // just failed with Aborted gets this error, not a queue that is about to stop.
@@ -400,9 +400,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   // and take the GIL back for it (the tensor's Python object); the argument list torch made drops
   // it with the GIL held instead. Outside coalescing only: a coalesced Work's result is its
   // members'.
-  if (!call.asyncOp && !tracker_->coalescing()) outputs.clear();
-  auto work = c10::make_intrusive<BraidWork>(queue_, type, title, inputs, std::move(outputs),
-                                             std::move(withTimeout));
+  auto work = c10::make_intrusive<BraidWork>(
+      queue_, type, title, inputs,
+      !call.asyncOp && !tracker_->coalescing() ? std::vector<at::Tensor>() : outputs,
+      std::move(withTimeout));
   tracker_->issue(work, seq, *queue_);
   // A blocking call runs here when the queue is idle (it would run inline in wait() anyway);
   // an asynchronous one never does: running it at issue would block its caller until every peer
