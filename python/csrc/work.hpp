@@ -5,7 +5,9 @@
 // every operation to a thread costs a wake-up (~25 us on this VM), more than a small allreduce.
 // So an issued collective is only queued; whoever gets to it first runs it:
 //  - the caller's thread, at issue, for a blocking call (asyncOp false) when nothing is queued
-//    or running (OpQueue::runIfIdle: the common blocking path, not even a queue entry), or
+//    or running: with nothing tracked or profiled, without a Work at all (ProcessGroupBraid::
+//    enqueue: OpQueue::claimIfIdle, then a shared completed DoneWork is returned), else through
+//    its BraidWork (OpQueue::runIfIdle); the common blocking path, not even a queue entry, or
 //  - the caller's thread, when it calls wait(): it runs the queue up to its own operation inline
 //    (the blocking path: no thread hand-off at all), or
 //  - the queue's worker thread, woken at issue, which runs it while the caller computes (the
