@@ -383,13 +383,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
   // completed Work shared by such calls (doneWork), and the operation's error is thrown from
   // here, where wait() would have thrown it (docs/pytorch.md, "Per-call overhead").
   if (!call.asyncOp && tracker_->quiet() && !profilerOn() && queue_->claimIfIdle()) {
-    std::exception_ptr error;
-    try {
-      at::NoGradGuard noGrad;
-      withTimeout();
-    } catch (...) {
-      error = std::current_exception();
-    }
+    const std::exception_ptr error = runNoGrad(withTimeout);
     queue_->release();
     if (error) std::rethrow_exception(error);
     return doneWork(type);

@@ -124,13 +124,7 @@ float BraidWork::getDuration() const {
 
 void BraidWork::execute() {
   if (timed_) started_ = std::chrono::steady_clock::now();
-  std::exception_ptr error;
-  try {
-    at::NoGradGuard noGrad;
-    run_();
-  } catch (...) {
-    error = std::current_exception();
-  }
+  const std::exception_ptr error = runNoGrad(run_);
   run_ = nullptr;  // drop the tensors the operation captured
   complete(error);
 }
@@ -139,15 +133,9 @@ bool BraidWork::tryPoll() {
   if (done()) return true;
   std::unique_lock<std::mutex> lk(pollMu_, std::try_to_lock);
   if (!lk.owns_lock() || done()) return done();
-  std::exception_ptr error;
   bool finished = false;
-  try {
-    at::NoGradGuard noGrad;
-    finished = poll_();
-  } catch (...) {
-    error = std::current_exception();
-    finished = true;
-  }
+  const std::exception_ptr error = runNoGrad([&] { finished = poll_(); });
+  if (error) finished = true;
   if (finished) complete(error);
   return finished;
 }
@@ -155,14 +143,7 @@ bool BraidWork::tryPoll() {
 void BraidWork::blockUntilPosted() {
   std::lock_guard<std::mutex> lk(pollMu_);
   if (done()) return;
-  std::exception_ptr error;
-  try {
-    at::NoGradGuard noGrad;
-    block_();
-  } catch (...) {
-    error = std::current_exception();
-  }
-  complete(error);
+  complete(runNoGrad(block_));
 }
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {

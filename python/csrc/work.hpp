@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,19 @@ class WorkTracker;
 /// Whether the profiler records user-scope events on this thread (a work then has a
 /// RecordFunction, and its inputs for it).
 bool profilerOn();
+
+/// Runs an operation's step `f` with autograd off (it writes tensors torch may track): its
+/// exception, or null.
+template <class F>
+std::exception_ptr runNoGrad(F&& f) noexcept {
+  try {
+    at::NoGradGuard noGrad;
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
 
 /// What a blocking call that ran at issue returns instead of a BraidWork: completed, no error.
 /// torch waits on it and drops it at once, so one per op type and group serves every such call
