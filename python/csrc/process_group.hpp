@@ -388,12 +388,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBraid::enqueue(c10d::OpType type, con
     if (error) std::rethrow_exception(error);
     return doneWork(type);
   }
-  // Otherwise a blocking call's Work is still waited on and dropped by torch at once, so nobody
-  // asks it for its result: it holds no reference to the outputs. Otherwise its destruction, which
-  // torch runs with the GIL released, would drop the last extra reference of the caller's tensor
-  // and take the GIL back for it (the tensor's Python object); the argument list torch made drops
-  // it with the GIL held instead. Outside coalescing only: a coalesced Work's result is its
-  // members'.
+  // On the other paths a blocking call's Work is still waited on and dropped by torch at once,
+  // so nobody asks it for its result: it keeps no reference to the outputs. With one, its
+  // destruction, which torch runs with the GIL released, would drop the last extra reference of
+  // the caller's tensor and take the GIL back for it (the tensor's Python object); the argument
+  // list torch made drops it with the GIL held instead. Outside coalescing only: a coalesced
+  // Work's result is its members'.
   auto work = c10::make_intrusive<BraidWork>(
       queue_, type, title, inputs,
       !call.asyncOp && !tracker_->coalescing() ? std::vector<at::Tensor>() : outputs,

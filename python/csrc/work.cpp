@@ -18,19 +18,15 @@ c10::intrusive_ptr<c10::ivalue::Future> makeFuture() {
   return c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
-/// Whether the profiler records operations issued on this thread now. c10d::Work's constructor
-/// allocates a RecordFunction for every work with a title, and copies the inputs for it, to find
-/// out; without a record-function callback for its scope it cannot be active, so then neither
-/// is passed. The same question the RecordFunction asks, through the thread's cached view of the
-/// callbacks (at::hasCallbacks() takes the global callbacks' lock on every call).
-bool profiling() {
-  return profilerOn();
-}
-
 std::atomic<std::uint64_t> nextKey{1};
 
 }  // namespace
 
+// c10d::Work's constructor allocates a RecordFunction for every work with a title, and copies
+// the inputs for it, to find out whether the profiler is on; without a record-function callback
+// for its scope it cannot be, so then neither is passed. The same question the RecordFunction
+// asks, through the thread's cached view of the callbacks (at::hasCallbacks() takes the global
+// callbacks' lock on every call).
 bool profilerOn() {
   return at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE).has_value();
 }
@@ -38,13 +34,13 @@ bool profilerOn() {
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      RunFn run)
-    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+    : BraidWork(profilerOn(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
                 std::move(run), nullptr, nullptr) {}
 
 BraidWork::BraidWork(std::shared_ptr<OpQueue> queue, c10d::OpType type, const char* profilingTitle,
                      const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
                      PollFn poll, BlockFn block)
-    : BraidWork(profiling(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
+    : BraidWork(profilerOn(), std::move(queue), type, profilingTitle, inputs, std::move(outputs),
                 nullptr, std::move(poll), std::move(block)) {}
 
 BraidWork::BraidWork(bool profiled, std::shared_ptr<OpQueue> queue, c10d::OpType type,
