@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <braid/comm.hpp>
 #include <braid/types.hpp>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "compression.hpp"
 #include "fusion.hpp"
@@ -141,17 +143,20 @@ PYBIND11_MODULE(_C, m) {
 #if BRAID_TORCH_HAS_COMPLETION_HOOKS
       .def(
           "_register_completion_recorder",
-          [](ProcessGroupBraid& pg, std::int64_t hookId) {
+          [](ProcessGroupBraid& pg, std::int64_t hookId, double delayMs) {
             auto rec = std::make_shared<braid_torch::CompletionRecorder>();
-            pg.registerCompletionHook(hookId, [rec](const c10d::CompletionHookArgs& a) {
+            const auto delay = std::chrono::duration<double, std::milli>(delayMs);
+            pg.registerCompletionHook(hookId, [rec, delay](const c10d::CompletionHookArgs& a) {
+              if (delay.count() > 0) std::this_thread::sleep_for(delay);
               std::lock_guard<std::mutex> lk(rec->mu);
               rec->seen.emplace_back(a.completionKey, a.duration_ms);
             });
             return rec;
           },
-          py::arg("hook_id"),
+          py::arg("hook_id"), py::arg("delay_ms") = 0.0,
           "registers a C++ completion hook (c10d::CompletionHook) under hook_id that records "
-          "(completion key, duration in ms or None) per completed operation; returns the record")
+          "(completion key, duration in ms or None) per completed operation, after sleeping "
+          "delay_ms (a slow hook, for tests); returns the record")
       .def("_unregister_completion_hook", &ProcessGroupBraid::unregisterCompletionHook,
            py::arg("hook_id"))
 #endif

@@ -62,10 +62,33 @@ void WorkTracker::issue(const c10::intrusive_ptr<BraidWork>& work, std::uint64_t
 }
 
 void WorkTracker::completed(BraidWork& work, const std::exception_ptr& error) {
-  bool notifyHook = false;
 #if BRAID_TORCH_HAS_COMPLETION_HOOKS
-  std::vector<std::shared_ptr<const c10d::CompletionHook>> hooks;
+  // The completion-key hooks run before the work counts as done here: waitForPending returns
+  // once the count fell, and by then every hook of every work it waited for has returned.
+  if (!error) {
+    std::vector<std::shared_ptr<const c10d::CompletionHook>> hooks;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (const auto& h : hooks_) hooks.push_back(h.second);
+    }
+    if (!hooks.empty()) {
+      c10d::CompletionHookArgs args;
+      args.completionKey = work.getCompletionKey();
+      if (work.timed())
+        args.duration_ms =
+            std::chrono::duration<float, std::milli>(work.finishedAt() - work.startedAt()).count();
+      for (const auto& h : hooks) {
+        try {
+          (*h)(args);
+        } catch (...) {
+          std::fprintf(stderr, "[braid WARN] completion hook raised: %s\n",
+                       exceptionText(std::current_exception()).c_str());
+        }
+      }
+    }
+  }
 #endif
+  bool notifyHook = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!error && infoHook_ && !stop_) {
@@ -74,30 +97,10 @@ void WorkTracker::completed(BraidWork& work, const std::exception_ptr& error) {
           std::chrono::duration<float>(work.finishedAt() - work.startedAt())));
       notifyHook = true;
     }
-#if BRAID_TORCH_HAS_COMPLETION_HOOKS
-    if (!error)
-      for (const auto& h : hooks_) hooks.push_back(h.second);
-#endif
     if (work.isPosted()) --pendingPosted_;
   }
   if (notifyHook) hookCv_.notify_one();
   cv_.notify_all();
-#if BRAID_TORCH_HAS_COMPLETION_HOOKS
-  if (hooks.empty()) return;
-  c10d::CompletionHookArgs args;
-  args.completionKey = work.getCompletionKey();
-  if (work.timed())
-    args.duration_ms =
-        std::chrono::duration<float, std::milli>(work.finishedAt() - work.startedAt()).count();
-  for (const auto& h : hooks) {
-    try {
-      (*h)(args);
-    } catch (...) {
-      std::fprintf(stderr, "[braid WARN] completion hook raised: %s\n",
-                   exceptionText(std::current_exception()).c_str());
-    }
-  }
-#endif
 }
 
 void WorkTracker::enableTiming() {

@@ -64,10 +64,11 @@ class WorkTracker : public std::enable_shared_from_this<WorkTracker> {
 #endif
   /// Throws when called on the hook thread (waitForPendingWorks would wait for itself).
   void checkNotHookThread() const;
-  /// Waits until every posted work issued completed and the WorkInfo hook returned for every
-  /// work that completed (posted works are watched meanwhile; the GIL is released); the queued
-  /// collectives are the caller's (ProcessGroupBraid::waitForPendingWorks runs the queue
-  /// first). Throws after `timeout`, saying how many are left.
+  /// Waits until every posted work issued completed, its completion-key hooks returned, and the
+  /// WorkInfo hook returned for every work that completed (posted works are watched meanwhile; the
+  /// GIL is released); the queued collectives are the caller's
+  /// (ProcessGroupBraid::waitForPendingWorks runs the queue first). Throws after `timeout`, saying
+  /// how many are left.
   void waitForPending(OpQueue& queue, std::chrono::milliseconds timeout);
 
   /// Nothing is switched on that needs a Work of each collective: no timing, no completion

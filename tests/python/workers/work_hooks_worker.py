@@ -18,13 +18,15 @@ any world size >= 2:
   none for the failed receive; a second registration raises; _has_hooks;
   _wait_for_pending_works; a hook that raises is reported and the next operation still fires.
 - the C++ completion hooks (torch >= 2.15): a recorder sees one unique key per successful
-  operation, with a duration once timing is on, and nothing after it is unregistered.
+  operation, with a duration once timing is on, and nothing after it is unregistered;
+  _wait_for_pending_works returns after a slow one ran for a send that completed meanwhile.
 
 Prints "[rank R] PASS work_hooks".
 """
 
 import datetime
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -204,6 +206,28 @@ def hooks(rank, world):
     dist.destroy_process_group(g)  # waits for pending works (hooks registered), then goes
 
 
+def slow_hook_on_posted(rank, world):
+    """A posted send that completes while _wait_for_pending_works waits, with a completion-key
+    hook that takes a while: the wait returns after the hook did (the send counted as done
+    before its hooks ran once let the record miss it)."""
+    g = dist.new_group([0, 1])
+    if rank < 2 and hasattr(g, "supports_completion_hooks"):
+        backend = g._get_backend(CPU)
+        recorder = backend._register_completion_recorder(5, delay_ms=200)
+        big = torch.ones(1 << 20)  # 4 MiB: the send completes only once rank 0 received it
+        if rank == 1:
+            dist.isend(big, 0, group=g)
+            g._wait_for_pending_works()
+            assert len(recorder.records()) == 1, recorder.records()
+        else:
+            time.sleep(0.3)
+            out = torch.empty_like(big)
+            dist.recv(out, 1, group=g)
+            assert torch.equal(out, big)
+        backend._unregister_completion_hook(5)
+    dist.destroy_process_group(g)
+
+
 def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -212,6 +236,7 @@ def main():
     timing(rank, world)
     blocking_then_timed_wait(rank, world)
     hooks(rank, world)
+    slow_hook_on_posted(rank, world)
     dist.destroy_process_group()
     print(f"[rank {rank}] PASS work_hooks", flush=True)
 
