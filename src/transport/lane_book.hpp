@@ -1,7 +1,10 @@
-// The lanes of a transport that carries them (TCP, UCX; docs/architecture.md, "Shared
-// connections"): which are open, with the error of those aborted on this rank; which were
-// closed here (their late messages are dropped); and the peers each open lane's communicator
-// talks to (told when it closes or aborts here). Not thread-safe: the transport's lock guards it.
+// The lanes of a transport that carries them (TCP, UCX, shared memory; docs/architecture.md,
+// "Shared connections"): which are open, with the error of those aborted on this rank; which
+// were closed here (their late messages are dropped); and the peers each open lane's
+// communicator talks to (told when it closes or aborts here). Lane 0 is the communicator that
+// made the connections: never opened here, its peers are every other rank, and they are told
+// only while another lane is open (otherwise the transport goes with it, and its goodbye or its
+// closed sockets tell them). Not thread-safe: the transport's lock guards it.
 #pragma once
 
 #include <braid/error.hpp>
@@ -30,8 +33,9 @@ class LaneBook {
         if (r != self) peers.push_back(r);
     peers_[lane] = std::move(peers);
   }
-  /// The lane's communicator is gone here: returns the peers to tell.
-  std::vector<int> close(std::uint64_t lane) {
+  /// The lane's communicator is gone here: returns the peers to tell (`self` and `size`: the
+  /// transport's rank and size, for lane 0's).
+  std::vector<int> close(std::uint64_t lane, int self, int size) {
     if (const auto it = open_.find(lane); it != open_.end()) {
       if (it->second) --aborted_;
       open_.erase(it);
@@ -42,16 +46,30 @@ class LaneBook {
       out = std::move(it->second);
       peers_.erase(it);
     }
+    if (lane == 0) out = ownerPeers(self, size);
     return out;
   }
   /// Aborted here with `error` (the first reason stays); returns the peers to tell.
-  const std::vector<int>& abort(std::uint64_t lane, Error error) {
+  std::vector<int> abort(std::uint64_t lane, Error error, int self, int size) {
     auto& failure = open_[lane];
     if (!failure) {
       failure = std::move(error);
       ++aborted_;
     }
+    if (lane == 0) return ownerPeers(self, size);
     return peers_[lane];
+  }
+  /// Lane 0's peers to tell that its communicator is gone here: every other rank while another
+  /// lane is open, else none.
+  std::vector<int> ownerPeers(int self, int size) const {
+    for (const auto& l : open_)
+      if (l.first != 0) {
+        std::vector<int> out;
+        for (int r = 0; r < size; ++r)
+          if (r != self) out.push_back(r);
+        return out;
+      }
+    return {};
   }
   /// Whether `lane` is the only lane open (or none is): aborting it is aborting the transport.
   bool onlyOpen(std::uint64_t lane) const {

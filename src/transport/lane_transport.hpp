@@ -54,8 +54,7 @@ class LaneTransport final : public Transport {
   /// Fails this lane's requests only.
   void abort(const std::string& why) override;
   bool peerLeft(int peer) const override {
-    return lane_ != 0 && peer >= 0 && peer < size() &&
-           toBase_[static_cast<std::size_t>(peer)] >= 0 &&
+    return peer >= 0 && peer < size() && toBase_[static_cast<std::size_t>(peer)] >= 0 &&
            base_->peerLeftLane(lane_, toBase_[static_cast<std::size_t>(peer)]);
   }
   bool pipelinesLargeMessages(int peer) const override {

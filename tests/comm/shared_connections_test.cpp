@@ -6,7 +6,9 @@
 // made by their members alone (memberSubgroup) share them too. The same over UCX (SharedUcx):
 // sub-communicators post over their parent's UCX worker and endpoints. And over shared memory
 // (SharedMemory): sub-communicators post through their parent's segment and run the direct
-// collectives in one of its lane groups, making no segment of their own (while one is free).
+// collectives in one of its lane groups, making no segment of their own (while one is free); a
+// parent destroyed or aborted on one rank while its child lives on fails its peers' operations
+// with that rank at once.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -481,6 +483,72 @@ TEST(SharedConnections, ChildOutlivesItsParent) {
 
 TEST(SharedMemory, ChildOutlivesItsParent) {
   childOutlivesItsParent(shmOptions(true, true));
+}
+
+// The communicator that made the segment destroyed (or aborted) on one rank while a child of
+// it lives on there: the segment stays, and the rank's peers are told over it (a control message
+// on lane 0 behind its last messages), so their operations with it on the parent fail with
+// PeerLost at once, a point-to-point receive and a collective alike, rather than at the 30 s
+// operation timeout (a Timeout would fail the code check); the child goes on.
+void ownerLeavesOnOneRank(bool abort, const Options& o) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::thread> ranks;
+  std::atomic<int> failures{0};
+  for (int r = 0; r < 4; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        auto world = Comm::create(store, r, 4, o);
+        auto sub = world->split(0, r);  // every rank, on the world's segment
+        std::vector<float> buf(13, 1.0f);
+        std::string message;
+        if (r == 1) {
+          sub->barrier();  // rank 0 has posted a receive from this rank on the parent
+          if (abort)
+            world->abort();
+          else
+            world.reset();
+          sub->barrier();
+        } else {
+          Work pending;
+          if (r == 0) pending = world->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
+          sub->barrier();
+          sub->barrier();  // rank 1's parent is gone
+          const std::string said = abort ? "(it was aborted there)" : "(it was destroyed there)";
+          if (r == 0) {
+            EXPECT_EQ(codeOf([&] { pending.wait(); }, message), ErrorCode::PeerLost) << message;
+            EXPECT_NE(message.find(said), std::string::npos) << message;
+            EXPECT_EQ(
+                codeOf([&] { world->send(buf.data(), buf.size(), DataType::Float32, 1); }, message),
+                ErrorCode::PeerLost)
+                << message;
+          }
+          EXPECT_EQ(codeOf(
+                        [&] {
+                          world->allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                           ReduceOp::Sum);
+                        },
+                        message),
+                    ErrorCode::PeerLost)
+              << "rank " << r << ": " << message;
+        }
+        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+        checkSendRecv(*sub, 13);
+        sub->barrier();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+        ++failures;
+      }
+    });
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(SharedMemory, ParentDestroyedOnOneRankFailsItsPeersAtOnce) {
+  ownerLeavesOnOneRank(false, shmOptions(true));
+}
+
+TEST(SharedMemory, ParentAbortedOnOneRankFailsItsPeersAtOnce) {
+  ownerLeavesOnOneRank(true, shmOptions(true));
 }
 
 // Groups made by their members alone (Comm::memberSubgroup, what torch's new_group needs): the

@@ -80,7 +80,7 @@ void Channel::postSend(Request& req) {
     sink_->finish(req, State::Failed, true);
     return;
   }
-  if (req.lane != 0 && peerGone(req.lane)) {  // nobody will read it
+  if (peerGone(req.lane)) {  // nobody will read it
     sink_->finish(req, State::Failed, false);
     return;
   }
@@ -104,7 +104,7 @@ void Channel::postRecv(Request& req) {
     case engine::Inbox::Posted::Done:
       return;
     case engine::Inbox::Posted::Queued:
-      if (req.lane != 0 && peerGone(req.lane)) {  // nothing more comes on the lane
+      if (peerGone(req.lane)) {  // nothing more comes on the lane
         inbox_.withdraw(req);
         sink_->finish(req, State::Failed, false);
         return;
@@ -159,7 +159,7 @@ void Channel::retire(Request& req, State state, bool channelError) {
 }
 
 void Channel::onControl(std::uint64_t kind, std::uint64_t lane) {
-  if ((kind != kLaneDestroyed && kind != kLaneAborted) || lane == 0) {
+  if (kind != kLaneDestroyed && kind != kLaneAborted) {
     fail(Error(ErrorCode::Mismatch,
                "rank " + std::to_string(cfg_.selfRank) + " received an unknown control message " +
                    "(kind " + std::to_string(kind) + ", lane " + std::to_string(lane) + ") from " +
@@ -169,13 +169,15 @@ void Channel::onControl(std::uint64_t kind, std::uint64_t lane) {
   if (sink_->laneClosed(lane)) return;  // gone on this rank too
   const bool aborted = kind == kLaneAborted;
   lanes().peerGone.emplace(  // the first reason stays (an abort, then the destruction)
-      lane,
-      Error(ErrorCode::PeerLost,
-            "rank " + std::to_string(cfg_.selfRank) + ": " + cfg_.description +
-                " left the communicator on lane " + std::to_string(lane) +
-                " of the shared memory segment (it was " + (aborted ? "aborted" : "destroyed") +
-                " there) before this operation with it completed; nothing more comes " +
-                "from it on that communicator"));
+      lane, Error(ErrorCode::PeerLost,
+                  "rank " + std::to_string(cfg_.selfRank) + ": " + cfg_.description +
+                      (lane == 0 ? std::string(" left the communicator that made the shared memory "
+                                               "segment, whose children live on")
+                                 : " left the communicator on lane " + std::to_string(lane) +
+                                       " of the shared memory segment") +
+                      " (it was " + (aborted ? "aborted" : "destroyed") +
+                      " there) before this operation with it completed; nothing more comes " +
+                      "from it on that communicator"));
   inbox_.failLane(lane);  // nothing is arriving now (a header is being read), so none is cut
 }
 

@@ -168,7 +168,9 @@ class Channel {
     if (!lanes_) lanes_ = std::make_unique<LaneState>();
     return *lanes_;
   }
-  bool peerGone(std::uint64_t lane) const { return lanes_ && lanes_->peerGone.count(lane) != 0; }
+  bool peerGone(std::uint64_t lane) const {
+    return lanes_ && !lanes_->peerGone.empty() && lanes_->peerGone.count(lane) != 0;
+  }
 };
 
 }  // namespace braid::transport::shm

@@ -525,9 +525,11 @@ void ShmTransportImpl::closeLane(std::uint64_t lane) {
     endOwner(Error(ErrorCode::Aborted, "rank " + std::to_string(rank_) +
                                            ": the communicator that made this shared memory "
                                            "segment was destroyed"));
+    // Its peers' operations with this rank on it fail at once (behind its last messages).
+    tellLanePeers(0, lanes_.ownerPeers(rank_, size_), false);
     return;
   }
-  const std::vector<int> peers = lanes_.close(lane);
+  const std::vector<int> peers = lanes_.close(lane, rank_, size_);
   // Nothing of the lane may stay queued: its requests belong to a communicator that is going
   // away. A message of it half moved (or a single-copy send not read yet: the peer would read
   // a buffer that is going) cannot be finished without them: that pair breaks. Otherwise the
@@ -560,10 +562,11 @@ void ShmTransportImpl::abortLane(std::uint64_t lane, const std::string& why) {
       shm::ring(*self_);
     } else {
       endOwner(Error(ErrorCode::Aborted, why));
+      tellLanePeers(0, lanes_.ownerPeers(rank_, size_), true);
     }
     return;
   }
-  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
+  const std::vector<int> peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why), rank_, size_);
   for (Channel& c : channels_)
     if (c.peerRank() != rank_ && !c.failLane(lane))
       c.breakOff(Error(ErrorCode::PeerLost,
