@@ -454,7 +454,10 @@ TEST(SharedMemory, AbortedParentLeavesTheChildWorking) {
   });
 }
 
-void childOutlivesItsParent(const Options& o) {
+// Runs fn(rank, world) on 4 ranks as threads, each with a world communicator it may destroy
+// (runThreads keeps its own until every rank returned).
+template <typename Fn>
+void ownWorlds(const Options& o, Fn fn) {
   auto store = std::make_shared<MemoryStore>();
   std::vector<std::thread> ranks;
   std::atomic<int> failures{0};
@@ -462,12 +465,7 @@ void childOutlivesItsParent(const Options& o) {
     ranks.emplace_back([&, r] {
       try {
         auto world = Comm::create(store, r, 4, o);
-        auto sub = world->split(r % 2, 0);
-        world->barrier();
-        world.reset();  // the parent is gone; its connections live on in the child
-        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
-        checkSendRecv(*sub, 13);
-        sub->barrier();
+        fn(r, world);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
         ++failures;
@@ -475,6 +473,17 @@ void childOutlivesItsParent(const Options& o) {
     });
   for (auto& t : ranks) t.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+void childOutlivesItsParent(const Options& o) {
+  ownWorlds(o, [](int, auto& world) {
+    auto sub = world->split(world->rank() % 2, 0);
+    world->barrier();
+    world.reset();  // the parent is gone; its connections live on in the child
+    checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkSendRecv(*sub, 13);
+    sub->barrier();
+  });
 }
 
 TEST(SharedConnections, ChildOutlivesItsParent) {
@@ -491,56 +500,44 @@ TEST(SharedMemory, ChildOutlivesItsParent) {
 // PeerLost at once, a point-to-point receive and a collective alike, rather than at the 30 s
 // operation timeout (a Timeout would fail the code check); the child goes on.
 void ownerLeavesOnOneRank(bool abort, const Options& o) {
-  auto store = std::make_shared<MemoryStore>();
-  std::vector<std::thread> ranks;
-  std::atomic<int> failures{0};
-  for (int r = 0; r < 4; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        auto world = Comm::create(store, r, 4, o);
-        auto sub = world->split(0, r);  // every rank, on the world's segment
-        std::vector<float> buf(13, 1.0f);
-        std::string message;
-        if (r == 1) {
-          sub->barrier();  // rank 0 has posted a receive from this rank on the parent
-          if (abort)
-            world->abort();
-          else
-            world.reset();
-          sub->barrier();
-        } else {
-          Work pending;
-          if (r == 0) pending = world->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
-          sub->barrier();
-          sub->barrier();  // rank 1's parent is gone
-          const std::string said = abort ? "(it was aborted there)" : "(it was destroyed there)";
-          if (r == 0) {
-            EXPECT_EQ(codeOf([&] { pending.wait(); }, message), ErrorCode::PeerLost) << message;
-            EXPECT_NE(message.find(said), std::string::npos) << message;
-            EXPECT_EQ(
-                codeOf([&] { world->send(buf.data(), buf.size(), DataType::Float32, 1); }, message),
-                ErrorCode::PeerLost)
-                << message;
-          }
-          EXPECT_EQ(codeOf(
-                        [&] {
-                          world->allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
-                                           ReduceOp::Sum);
-                        },
-                        message),
-                    ErrorCode::PeerLost)
-              << "rank " << r << ": " << message;
-        }
-        checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
-        checkSendRecv(*sub, 13);
-        sub->barrier();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-        ++failures;
+  ownWorlds(o, [abort](int r, auto& world) {
+    auto sub = world->split(0, r);  // every rank, on the world's segment
+    std::vector<float> buf(13, 1.0f);
+    std::string message;
+    if (r == 1) {
+      sub->barrier();  // rank 0 has posted a receive from this rank on the parent
+      if (abort)
+        world->abort();
+      else
+        world.reset();
+      sub->barrier();
+    } else {
+      Work pending;
+      if (r == 0) pending = world->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
+      sub->barrier();
+      sub->barrier();  // rank 1's parent is gone
+      const std::string said = abort ? "(it was aborted there)" : "(it was destroyed there)";
+      if (r == 0) {
+        EXPECT_EQ(codeOf([&] { pending.wait(); }, message), ErrorCode::PeerLost) << message;
+        EXPECT_NE(message.find(said), std::string::npos) << message;
+        EXPECT_EQ(
+            codeOf([&] { world->send(buf.data(), buf.size(), DataType::Float32, 1); }, message),
+            ErrorCode::PeerLost)
+            << message;
       }
-    });
-  for (auto& t : ranks) t.join();
-  EXPECT_EQ(failures.load(), 0);
+      EXPECT_EQ(codeOf(
+                    [&] {
+                      world->allreduce(buf.data(), buf.data(), buf.size(), DataType::Float32,
+                                       ReduceOp::Sum);
+                    },
+                    message),
+                ErrorCode::PeerLost)
+          << "rank " << r << ": " << message;
+    }
+    checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
+    checkSendRecv(*sub, 13);
+    sub->barrier();
+  });
 }
 
 TEST(SharedMemory, ParentDestroyedOnOneRankFailsItsPeersAtOnce) {
