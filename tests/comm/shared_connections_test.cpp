@@ -495,12 +495,14 @@ TEST(SharedMemory, ChildOutlivesItsParent) {
 }
 
 // The communicator that made the segment destroyed (or aborted) on one rank while a child of
-// it lives on there: the segment stays, and the rank's peers are told over it (a control message
-// on lane 0 behind its last messages), so their operations with it on the parent fail with
-// PeerLost at once, a point-to-point receive and a collective alike, rather than at the 30 s
-// operation timeout (a Timeout would fail the code check); the child goes on.
-void ownerLeavesOnOneRank(bool abort, const Options& o) {
-  ownWorlds(o, [abort](int r, auto& world) {
+// it lives on there: the segment stays, and the rank's peers are told, so their operations with
+// it on the parent fail with PeerLost at once rather than at the 30 s operation timeout (a
+// Timeout would fail the code check); the child goes on. `p2p`: rank 0 waits in a receive from
+// it (told by a control message on lane 0 behind its last messages), then everyone but it runs
+// a collective; else only the collective, whose error names the rank that left, also on ranks
+// that look after another one already failed on finding it gone.
+void ownerLeavesOnOneRank(bool abort, bool p2p, const Options& o) {
+  ownWorlds(o, [abort, p2p](int r, auto& world) {
     auto sub = world->split(0, r);  // every rank, on the world's segment
     std::vector<float> buf(13, 1.0f);
     std::string message;
@@ -513,13 +515,15 @@ void ownerLeavesOnOneRank(bool abort, const Options& o) {
       sub->barrier();
     } else {
       Work pending;
-      if (r == 0) pending = world->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
+      if (p2p && r == 0)
+        pending = world->recvAsync(buf.data(), buf.size(), DataType::Float32, 1, 7);
       sub->barrier();
       sub->barrier();  // rank 1's parent is gone
-      const std::string said = abort ? "(it was aborted there)" : "(it was destroyed there)";
-      if (r == 0) {
+      if (p2p && r == 0) {
         EXPECT_EQ(codeOf([&] { pending.wait(); }, message), ErrorCode::PeerLost) << message;
-        EXPECT_NE(message.find(said), std::string::npos) << message;
+        EXPECT_NE(message.find(abort ? "(it was aborted there)" : "(it was destroyed there)"),
+                  std::string::npos)
+            << message;
         EXPECT_EQ(
             codeOf([&] { world->send(buf.data(), buf.size(), DataType::Float32, 1); }, message),
             ErrorCode::PeerLost)
@@ -533,6 +537,9 @@ void ownerLeavesOnOneRank(bool abort, const Options& o) {
                     message),
                 ErrorCode::PeerLost)
           << "rank " << r << ": " << message;
+      if (!p2p)
+        EXPECT_NE(message.find("rank 1 (pid"), std::string::npos)
+            << "rank " << r << ": " << message;
     }
     checkAllreduce(*sub, DataType::Float32, ReduceOp::Sum, 1031, false);
     checkSendRecv(*sub, 13);
@@ -541,11 +548,17 @@ void ownerLeavesOnOneRank(bool abort, const Options& o) {
 }
 
 TEST(SharedMemory, ParentDestroyedOnOneRankFailsItsPeersAtOnce) {
-  ownerLeavesOnOneRank(false, shmOptions(true));
+  for (bool p2p : {true, false}) {
+    SCOPED_TRACE(p2p ? "receive, then collective" : "collective");
+    ownerLeavesOnOneRank(false, p2p, shmOptions(true));
+  }
 }
 
 TEST(SharedMemory, ParentAbortedOnOneRankFailsItsPeersAtOnce) {
-  ownerLeavesOnOneRank(true, shmOptions(true));
+  for (bool p2p : {true, false}) {
+    SCOPED_TRACE(p2p ? "receive, then collective" : "collective");
+    ownerLeavesOnOneRank(true, p2p, shmOptions(true));
+  }
 }
 
 // Groups made by their members alone (Comm::memberSubgroup, what torch's new_group needs): the
