@@ -2,9 +2,10 @@
 // "Shared connections"): which are open, with the error of those aborted on this rank; which
 // were closed here (their late messages are dropped); and the peers each open lane's
 // communicator talks to (told when it closes or aborts here). Lane 0 is the communicator that
-// made the connections: never opened here, its peers are every other rank, and they are told
-// only while another lane is open (otherwise the transport goes with it, and its goodbye or its
-// closed sockets tell them). Not thread-safe: the transport's lock guards it.
+// made the connections (over shared memory: TCP and UCX give it a lane of its own): never opened
+// here, its peers are every other rank, told only while another lane is open (otherwise the
+// transport goes with it, and its closed rings tell them). Not thread-safe: the transport's lock
+// guards it.
 #pragma once
 
 #include <braid/error.hpp>
@@ -33,9 +34,8 @@ class LaneBook {
         if (r != self) peers.push_back(r);
     peers_[lane] = std::move(peers);
   }
-  /// The lane's communicator is gone here: returns the peers to tell (`self` and `size`: the
-  /// transport's rank and size, for lane 0's).
-  std::vector<int> close(std::uint64_t lane, int self, int size) {
+  /// The lane's communicator is gone here: returns the peers to tell.
+  std::vector<int> close(std::uint64_t lane) {
     if (const auto it = open_.find(lane); it != open_.end()) {
       if (it->second) --aborted_;
       open_.erase(it);
@@ -46,21 +46,20 @@ class LaneBook {
       out = std::move(it->second);
       peers_.erase(it);
     }
-    if (lane == 0) out = ownerPeers(self, size);
     return out;
   }
   /// Aborted here with `error` (the first reason stays); returns the peers to tell.
-  std::vector<int> abort(std::uint64_t lane, Error error, int self, int size) {
+  const std::vector<int>& abort(std::uint64_t lane, Error error) {
     auto& failure = open_[lane];
     if (!failure) {
       failure = std::move(error);
       ++aborted_;
     }
-    if (lane == 0) return ownerPeers(self, size);
     return peers_[lane];
   }
-  /// Lane 0's peers to tell that its communicator is gone here: every other rank while another
-  /// lane is open, else none.
+  /// Lane 0's peers to tell that its communicator is gone here (`self`, `size`: the
+  /// transport's rank and size): every other rank while another lane is open, else none. (Only
+  /// a shared-memory segment's owner posts on lane 0 while children share its transport.)
   std::vector<int> ownerPeers(int self, int size) const {
     for (const auto& l : open_)
       if (l.first != 0) {

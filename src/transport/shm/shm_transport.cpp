@@ -529,7 +529,7 @@ void ShmTransportImpl::closeLane(std::uint64_t lane) {
     tellLanePeers(0, lanes_.ownerPeers(rank_, size_), false);
     return;
   }
-  const std::vector<int> peers = lanes_.close(lane, rank_, size_);
+  const std::vector<int> peers = lanes_.close(lane);
   // Nothing of the lane may stay queued: its requests belong to a communicator that is going
   // away. A message of it half moved (or a single-copy send not read yet: the peer would read
   // a buffer that is going) cannot be finished without them: that pair breaks. Otherwise the
@@ -566,7 +566,7 @@ void ShmTransportImpl::abortLane(std::uint64_t lane, const std::string& why) {
     }
     return;
   }
-  const std::vector<int> peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why), rank_, size_);
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
   for (Channel& c : channels_)
     if (c.peerRank() != rank_ && !c.failLane(lane))
       c.breakOff(Error(ErrorCode::PeerLost,

@@ -265,7 +265,7 @@ void TcpTransport::tellLanePeers(std::uint64_t lane, const std::vector<int>& pee
 
 void TcpTransport::closeLane(std::uint64_t lane) {
   std::lock_guard<std::mutex> lk(mu_);
-  const std::vector<int> peers = lanes_.close(lane, rank_, size_);
+  const std::vector<int> peers = lanes_.close(lane);
   // Nothing of the lane may stay queued: its requests belong to a communicator that is going
   // away. A frame of it half moved cannot be finished without them: that connection closes.
   // Otherwise the peer is told, so that what it still waits for on the lane fails at once.
@@ -292,7 +292,7 @@ void TcpTransport::abortLane(std::uint64_t lane, const std::string& why) {
     notifyCompletions();
     return;
   }
-  const std::vector<int> peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why), rank_, size_);
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
   for (Connection& c : connections_)
     if (!c.failLane(lane))
       c.breakOff(Error(ErrorCode::PeerLost, "rank " + std::to_string(rank_) +

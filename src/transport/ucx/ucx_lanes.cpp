@@ -45,7 +45,7 @@ bool UcxTransport::peerLeftLane(std::uint64_t lane, int peer) const {
 void UcxTransport::closeLane(std::uint64_t lane) {
   std::lock_guard<std::mutex> lk(mu_);
   if (worker_ == nullptr) return;
-  const std::vector<int> peers = lanes_.close(lane, rank_, size_);
+  const std::vector<int> peers = lanes_.close(lane);
   // Nothing of the lane may stay with the transport: its requests belong to a communicator
   // that is going away. Receives posted and sends not started fail now; a small send already
   // in UCX carries a copy of its data and completes unseen; a large one, or a payload arriving,
@@ -93,7 +93,7 @@ void UcxTransport::abortLane(std::uint64_t lane, const std::string& why) {
     kick();
     return;
   }
-  const std::vector<int> peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why), rank_, size_);
+  const std::vector<int>& peers = lanes_.abort(lane, Error(ErrorCode::Aborted, why));
   endLaneRequests(lane, Op::Fail::Transport);
   for (Op* op : live_) {
     if (op->lane != lane || op->pending == 0) continue;
