@@ -219,6 +219,7 @@ Error Comm::Impl::diagnose(const Op& op, const Error& error) {
   me.receivedTag = seen.received;
   me.mismatchMine = mine;
   me.recent = recorder->recentCollectives(16);
+  if (code == ErrorCode::PeerLost) me.lostPeer = firstPeerLeft();
   if (!me.any && collective) {
     me.any = true;
     me.at = op.desc;
@@ -262,9 +263,21 @@ Error Comm::Impl::diagnose(const Op& op, const Error& error) {
     if (const std::string gone = goneText(); !gone.empty())
       return Error(ErrorCode::PeerLost, error.detail() + gone);
     // A peer that left this communicator (destroyed or aborted it, and said so over the shared
-    // connections) is the cause too: no report will come from it.
-    for (int p = 0; p < size; ++p)
-      if (transport->peerLeft(p)) return error;
+    // connections) is the cause too, unless it aborted because its own operation failed first
+    // on finding another rank gone: then its report, published before it aborted, names that
+    // rank. (Read for a short while only: a peer that left by its user's call publishes none.)
+    if (const int p = firstPeerLeft(); p >= 0) {
+      const auto at = static_cast<std::size_t>(p);
+      const core::Reports now = monitor->collect(
+          [at](const core::Reports& rs) { return at < rs.size() && rs[at].has_value(); },
+          std::min<std::chrono::milliseconds>(grace, 200ms));
+      if (at < now.size() && now[at] && now[at]->failed && now[at]->lostPeer >= 0 &&
+          now[at]->lostPeer != rank && now[at]->lostPeer != p)
+        return Error(ErrorCode::PeerLost, error.detail() + " (rank " + std::to_string(p) +
+                                              "'s communicator had failed first, on finding rank " +
+                                              std::to_string(now[at]->lostPeer) + " gone)");
+      return error;
+    }
     const int self = rank;
     auto rootCause = [self](const core::RankReport& r) {
       return r.failed && ((r.mismatch && r.mismatchPeer == self) || r.error != "PeerLost");

@@ -141,6 +141,12 @@ std::exception_ptr Comm::Impl::elasticFailure(Op& op, std::exception_ptr error) 
   }
 }
 
+int Comm::Impl::firstPeerLeft() const {
+  for (int p = 0; p < size; ++p)
+    if (p != rank && transport->peerLeft(p)) return p;
+  return -1;
+}
+
 std::string Comm::Impl::goneText() {
   if (!liveness) return {};
   std::string out;

@@ -194,6 +194,8 @@ struct Comm::Impl {
   void publishRevoke(const std::string& message);
   /// " (gone: rank 3, ...)" when the store knows ranks of this communicator are gone, else "".
   std::string goneText();
+  /// The first peer that told this rank it left the communicator (Transport::peerLeft), or -1.
+  int firstPeerLeft() const;
   /// The communicator's store keys (docs/architecture.md, "Bootstrap"). finishBootstrap: every
   /// rank has read the bootstrap keys it needs; the last to get here deletes them (all but the
   /// TCP addresses of a lazy transport, which dials later). releaseNamespace (destructor, after

@@ -52,6 +52,7 @@ std::string encodeReport(const RankReport& r) {
     putDesc(o, r.mismatchMine);
     o << "\n";
   }
+  if (r.lostPeer >= 0) o << "lost " << r.lostPeer << "\n";
   for (const OpDesc& d : r.recent) {
     o << "recent";
     putDesc(o, d);
@@ -87,6 +88,8 @@ std::optional<RankReport> decodeReport(const std::string& text) {
       if (!(in >> r.mismatchPeer >> r.receivedTag) || !getDesc(in, r.mismatchMine))
         return std::nullopt;
       r.mismatch = true;
+    } else if (key == "lost") {
+      if (!(in >> r.lostPeer) || r.lostPeer < 0) return std::nullopt;
     } else if (key == "recent") {
       OpDesc d;
       if (!getDesc(in, d)) return std::nullopt;

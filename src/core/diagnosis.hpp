@@ -48,6 +48,10 @@ struct RankReport {
   std::uint64_t receivedTag = 0;  // what the peer sent
   OpDesc mismatchMine;            // what this rank was running then
   std::vector<OpDesc> recent;     // failed: its recent collectives, to name what it called
+  // Failed with PeerLost: the rank it found gone (one that said it left the communicator), else
+  // -1. A rank that fails aborts its transport so that its peers fail too; this names the rank
+  // that left first to a peer that hears of the abort before anything else.
+  int lostPeer = -1;
 };
 
 std::string encodeReport(const RankReport& r);

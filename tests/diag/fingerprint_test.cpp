@@ -201,11 +201,17 @@ TEST(DiagnosisText, ReportsSurviveTheStore) {
   r.mismatchMine = desc(Collective::Reduce, 4, 9);
   r.mismatchMine.root = 2;
   r.recent = {desc(Collective::Barrier, 0, 7), r.at};
+  r.lostPeer = 5;
   const auto back = core::decodeReport(core::encodeReport(r));
   ASSERT_TRUE(back);
   EXPECT_EQ(core::encodeReport(*back), core::encodeReport(r));
   EXPECT_EQ(back->mismatchMine.root, 2);
   EXPECT_EQ(back->receivedTag, r.receivedTag);
+  EXPECT_EQ(back->lostPeer, 5);
+  // A report without the line (none found gone, or an older braid) decodes with -1.
+  r.lostPeer = -1;
+  EXPECT_EQ(core::decodeReport(core::encodeReport(r))->lostPeer, -1);
+  EXPECT_FALSE(core::decodeReport("braid-diag 1\nrank 1\nlost -2\n"));
   EXPECT_FALSE(core::decodeReport("garbage"));
   EXPECT_FALSE(core::decodeReport("braid-diag 1\nat 99 0 0 0 0 0 0 0 0 0 0\n"));
 }
