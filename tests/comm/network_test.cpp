@@ -335,11 +335,19 @@ TEST(Network, TcpAddressesTravelInTheHostTable) {
     EXPECT_NE(table.find(address), std::string::npos) << address << " not in the table";
   }
   // a + bN requests give large - 2 small = -a; each N^2 term adds 32 per unit (the per-pair
-  // address reads were 1.5 N(N - 1): 64 + 18 and 132 + 84, a difference of 52).
-  const std::uint64_t small = creationRequests(4), large = creationRequests(8);
+  // address reads were 1.5 N(N - 1): 64 + 18 and 132 + 84, a difference of 52). The counts move
+  // by about 10 from run to run (waits that find their key at once or poll for it; more under
+  // load): the fewest of three runs each, and a slack of 30, still well below what the per-pair
+  // reads added.
+  auto fewest = [](int size) {
+    std::uint64_t n = creationRequests(size);
+    for (int k = 0; k < 2; ++k) n = std::min(n, creationRequests(size));
+    return n;
+  };
+  const std::uint64_t small = fewest(4), large = fewest(8);
   std::printf("store requests: 4 ranks %llu, 8 ranks %llu\n",
               static_cast<unsigned long long>(small), static_cast<unsigned long long>(large));
-  EXPECT_LT(large, 2 * small + 16) << "store requests grow faster than the ranks";
+  EXPECT_LT(large, 2 * small + 30) << "store requests grow faster than the ranks";
 }
 
 // Shared memory sets up through the segment itself: the memfd each rank offers travels in the
