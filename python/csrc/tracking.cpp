@@ -65,7 +65,8 @@ void WorkTracker::completed(BraidWork& work, const std::exception_ptr& error) {
 #if BRAID_TORCH_HAS_COMPLETION_HOOKS
   // The completion-key hooks run before the work counts as done here: waitForPending returns
   // once the count fell, and by then every hook of every work it waited for has returned.
-  if (!error) {
+  // (hooked_: some hook is registered; without one, a completion takes the lock once.)
+  if (!error && hooked_.load(std::memory_order_acquire)) {
     std::vector<std::shared_ptr<const c10d::CompletionHook>> hooks;
     {
       std::lock_guard<std::mutex> lk(mu_);
