@@ -24,10 +24,14 @@ void UcxTransport::progress() {
   // tcp an epoll_wait), and a second one after a small message found nothing more (8 B
   // allreduce between two hosts 8.7 -> 8.1 us); a rendezvous advances a step per call, and
   // draining it in a row keeps its pace (shared memory, 16 MiB allreduce).
-  if (ucp_worker_progress(worker_) != 0 && payloadsInFlight() > 0)
-    for (int i = 0; i < 63 && ucp_worker_progress(worker_) != 0; ++i) {
-    }
+  if (ucp_worker_progress(worker_) != 0) {
+    sideLeft_ = true;
+    if (payloadsInFlight() > 0)
+      for (int i = 0; i < 63 && ucp_worker_progress(worker_) != 0; ++i) {
+      }
+  }
   drain();
+  if (sideLeft_) takeSideMessages();
   reap();
   if (options_.lazyConnect && !linking_.empty()) checkLinks();
 }
@@ -79,13 +83,47 @@ void UcxTransport::drain() {
           if (s->status == UCS_OK)
             onHandshake(senderOf(s->senderTag), s->senderTag & kSeqMask,
                         std::span<const std::uint8_t>(hsBuf_.data(), s->length));
-          // (cancelled: the transport closes or failed)
-          if (s->status != UCS_ERR_CANCELED && !closing_ && !engine_.failure()) postHandshakeRecv();
           break;
         case Slot::Owner::Other:
           break;
       }
     }
+  }
+}
+
+// Takes the goodbyes and handshakes waiting in UCX's unexpected queue (after the worker moved
+// something: every message that arrives is one of its events). They come from any sender, and
+// an any-sender receive kept posted for them made UCX search its wildcard queue for every
+// message (ucp_tag_exp_search_all, ~110 instructions per message). One of each kind is received
+// at a time, into goodbye_ / hs_; one still being received (a message in several fragments)
+// leaves the rest of its kind for a later round.
+void UcxTransport::takeSideMessages() {
+  for (;;) {
+    if (closing_ || engine_.failure()) return;
+    const bool byeFree = !goodbye_.outstanding;
+    const bool hsFree = !hs_.outstanding;
+    sideLeft_ = !byeFree || !hsFree;
+    if (!byeFree && !hsFree) return;
+    // Goodbye and Handshake are the two kinds with the top bit set.
+    const ucp_tag_t tag = byeFree && hsFree ? std::uint64_t{1} << 63
+                          : byeFree         ? makeTag(Kind::Goodbye, 0, 0)
+                                            : makeTag(Kind::Handshake, 0, 0);
+    const ucp_tag_t mask = byeFree && hsFree ? std::uint64_t{1} << 63 : kKindMask;
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
+    if (msg == nullptr) return;
+    const bool bye = (info.sender_tag & kKindMask) == makeTag(Kind::Goodbye, 0, 0);
+    Slot& s = bye ? goodbye_ : hs_;
+    std::vector<std::uint8_t>& buf = bye ? goodbyeBuf_ : hsBuf_;
+    arm(s, this, bye ? Slot::Owner::Goodbye : Slot::Owner::Handshake);
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = recvDone;
+    param.user_data = &s;
+    // Longer than the buffer: the slot fires with UCS_ERR_MESSAGE_TRUNCATED and is ignored.
+    launched(s, ucp_tag_msg_recv_nbx(worker_, buf.data(), buf.size(), msg, &param), &info);
+    drain();  // handles it now if it completed inside the call
   }
 }
 
@@ -137,7 +175,6 @@ void UcxTransport::onGoodbyeSlot(const Slot& s) {
   if ((s.senderTag & kSeqMask) == kGoodbyeAckSeq) {
     if (peer >= 0 && peer < size_ && peer != rank_)
       peers_[static_cast<std::size_t>(peer)].goodbyeAcked = true;
-    if (!closing_) postGoodbyeRecv();
     return;
   }
   // A peer that never authenticated sent nothing this rank took: its goodbye says
@@ -155,7 +192,6 @@ void UcxTransport::onGoodbyeSlot(const Slot& s) {
     }
     endCheck(peer);
   }
-  if (!closing_) postGoodbyeRecv();
 }
 
 void UcxTransport::malformedHeader(int peer, std::size_t got) {

@@ -79,9 +79,7 @@ void UcxTransport::connect(const Lookup& lookup) {
     endpointArgs_[static_cast<std::size_t>(p)] = EndpointArg{this, p};
   }
   goodbyeBuf_.resize(8 + security::kMaxReasonBytes);
-  postGoodbyeRecv();
   hsBuf_.resize(security::kHandshakeHeaderBytes + security::kMaxBodyBytes);
-  postHandshakeRecv();
   if (!options_.lazyConnect) {
     for (int p = 0; p < size_; ++p)
       if (p != rank_) makeEndpoint(p);
@@ -433,12 +431,6 @@ std::string UcxTransport::linkReason(int peer) const {
   return "the pair's handshake with " + ps.description + " has not finished: " +
          (peer < rank_ ? "this rank sent its hello " : "this rank rang it or answered its hello ") +
          sinceText(ps.linkStarted) + " ago; last error: " + ps.lastError;
-}
-
-// The one handshake receive: any peer's handshake message.
-void UcxTransport::postHandshakeRecv() {
-  arm(hs_, this, Slot::Owner::Handshake);
-  postTagRecv(hs_, hsBuf_.data(), hsBuf_.size(), makeTag(Kind::Handshake, 0, 0), kKindMask);
 }
 
 void UcxTransport::sendSide(int peer, Kind kind, std::uint64_t seq,

@@ -361,12 +361,6 @@ void UcxTransport::postTagRecv(Slot& s, void* data, std::size_t bytes, ucp_tag_t
   launched(s, ucp_tag_recv_nbx(worker_, data, bytes, tag, mask, &param), &s.info);
 }
 
-void UcxTransport::postGoodbyeRecv() {
-  arm(goodbye_, this, Slot::Owner::Goodbye);
-  postTagRecv(goodbye_, goodbyeBuf_.data(), goodbyeBuf_.size(), makeTag(Kind::Goodbye, 0, 0),
-              kKindMask);
-}
-
 // The payload of the peer's message `seq`, straight into the request (UCX's rendezvous).
 void UcxTransport::startPayloadRecv(Request& req, std::uint64_t seq) {
   Op* op = newOp(req.peer, req);

@@ -10,7 +10,7 @@
 //   kind 0   header of the sender's n-th message to this rank (n = sequence)
 //   kind 1   payload of that message (large messages only)
 //   kind 2   handshake message of the pair (setup only; sequence all ones: a ring, below)
-//   kind 3   goodbye: the sender closed or failed its transport (any sender, one receive);
+//   kind 3   goodbye: the sender closed or failed its transport (any sender: probed for);
 //            sequence 1: the acknowledgement of this rank's goodbye
 //
 // Lanes (ucx_lanes.cpp): sub-communicators post on this transport's worker and endpoints, each
@@ -38,11 +38,13 @@
 // receive posted to a peer not connected yet starts the pair: a higher rank sends its hello; a
 // lower one sends a ring (an empty handshake message) that makes the higher rank send its
 // hello, so the initiator is the same whichever side needs the pair first, and two sides
-// starting at once need no tie-break. One wildcard receive takes every peer's handshake
-// messages; a hello from a rank not connected yet is answered at once. Sends posted before the
-// pair is authenticated wait in the peer's `held` queue, in order; the peer's header receive is
-// posted when the pair is authenticated, so nothing an unauthenticated peer sends is taken. A
-// pair not authenticated within connectTimeout of its start fails with Timeout naming the peer.
+// starting at once need no tie-break. Every peer's handshake messages (and goodbyes) are taken
+// by probing after the worker moved something (takeSideMessages), never by a posted any-sender
+// receive, which would make UCX search its wildcard queue for every message; a hello from a
+// rank not connected yet is answered at once. Sends posted before the pair is authenticated
+// wait in the peer's `held` queue, in order; the peer's header receive is posted when the pair
+// is authenticated, so nothing an unauthenticated peer sends is taken. A pair not
+// authenticated within connectTimeout of its start fails with Timeout naming the peer.
 // A pair's handshake needs both workers driven, and a rank may be busy elsewhere (computing,
 // or waiting on another communicator) when a peer needs the pair: a lazy transport therefore
 // has a connector thread that, while no thread of this rank waits on the transport, sleeps on
@@ -347,7 +349,6 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void endLink(int peer);
   void checkLinks();
   std::string linkReason(int peer) const;
-  void postHandshakeRecv();
   void connectorLoop();
   void stopConnector();
   void sendSide(int peer, Kind kind, std::uint64_t seq, std::vector<std::uint8_t> bytes);
@@ -371,7 +372,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   void startSend(Op* op, const void* data);
   void postHeaderRecv(int peer);
   void postTagRecv(Slot& s, void* data, std::size_t bytes, ucp_tag_t tag, ucp_tag_t mask);
-  void postGoodbyeRecv();
+  void takeSideMessages();
   void onHeader(int peer);
   bool take(int peer, std::uint64_t tag, std::uint64_t lane, std::size_t bytes, std::uint64_t seq,
             const std::uint8_t* payload);
@@ -427,8 +428,12 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::vector<Slot*> fired_;
   std::vector<Slot*> batch_;  // drain(): the completions it is handling
   bool draining_ = false;
+  // Goodbyes and handshakes (any sender) are not received by posted receives but probed for
+  // after the worker moved something (takeSideMessages): a posted receive whose tag mask is
+  // not full makes UCX search its wildcard queue for every message that arrives.
   std::vector<std::uint8_t> goodbyeBuf_;
   Slot goodbye_;
+  bool sideLeft_ = true;  // a side message may still wait in UCX's unexpected queue
   std::list<std::pair<std::vector<std::uint8_t>, Slot>> sideSends_;  // goodbyes, handshakes
   // Every Op not yet finished (unordered: an Op knows its index, so it leaves in O(1)), and
   // finished ones kept for reuse (with their wire buffers), so a small message allocates nothing.
@@ -436,7 +441,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
   std::vector<std::unique_ptr<Op>> spareOps_;
   std::vector<EndpointArg> endpointArgs_;
   const security::PeerPolicy policy_;
-  std::vector<std::uint8_t> hsBuf_;  // the one handshake receive (any peer)
+  std::vector<std::uint8_t> hsBuf_;  // the one handshake being received (any peer)
   Slot hs_;
   std::vector<int> linking_;  // peers whose link is Linking
   std::string lastDrop_;      // the last handshake a responder dropped
