@@ -87,7 +87,7 @@ else
   [ "$kind" = address ] && default_suites+=" multiproc"
   read -r -a suites <<< "${BRAID_SANITIZE_SUITES:-$default_suites}"
   targets=(braid_comm_errors_test braid_comm_subcomm_test braid_comm_p2p_test
-    braid_comm_shared_connections_test)
+    braid_comm_shared_connections_test braid_comm_shared_ucx_test braid_comm_shared_segment_test)
   for suite in "${suites[@]}"; do
     for src in tests/"$suite"/*_test.cpp; do
       [ -e "$src" ] && targets+=("braid_${suite}_$(basename "$src" .cpp)")
