@@ -135,6 +135,10 @@ struct Options {
   /// $XDG_CACHE_HOME/braid/machine.tune, else ~/.cache/braid/machine.tune; "off" = measure in
   /// every process, keep nothing. `braid-info --tune` prints what was chosen and why.
   std::string tuneCache;
+  /// A measurement of the machine profile during which a rank was off its CPU for more than
+  /// this percentage of the time (other processes held the CPUs) is used by the process that
+  /// took it and not kept in tuneCache's file (BRAID_TUNE_MAX_BUSY; 100: keep every one).
+  int tuneMaxBusyPercent = 20;
   /// A topology JSON file used instead of the one gathered at creation (BRAID_TOPO_FILE): a
   /// fabricated layout for planning and tests. Its rank count must equal the communicator's.
   std::string topoFile;

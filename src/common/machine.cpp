@@ -1,6 +1,7 @@
 #include "common/machine.hpp"
 
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -186,6 +187,30 @@ std::vector<std::string> rdmaDevices(const std::string& sysRoot) {
     names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+namespace {
+
+std::int64_t clockNs(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+std::string permilleText(std::uint64_t permille) {
+  return std::to_string(permille / 10) + "." + std::to_string(permille % 10) + " %";
+}
+
+CpuShare::CpuShare()
+    : wallNs_(clockNs(CLOCK_MONOTONIC)), cpuNs_(clockNs(CLOCK_THREAD_CPUTIME_ID)) {}
+
+std::uint64_t CpuShare::offCpuPermille() const {
+  const std::int64_t wall = clockNs(CLOCK_MONOTONIC) - wallNs_;
+  const std::int64_t cpu = clockNs(CLOCK_THREAD_CPUTIME_ID) - cpuNs_;
+  if (wall <= 0 || cpu >= wall) return 0;
+  return static_cast<std::uint64_t>((wall - cpu) * 1000 / wall);
 }
 
 }  // namespace braid::machine

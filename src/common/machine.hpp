@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -57,5 +58,23 @@ int cpusTogether(const std::vector<std::string>& texts);
 /// The RDMA devices the kernel registered (the names under <sysRoot>/class/infiniband, which
 /// lists InfiniBand and RoCE NICs alike, e.g. "mlx5_0"), sorted; empty when there are none.
 std::vector<std::string> rdmaDevices(const std::string& sysRoot = "/sys");
+
+/// How much of a stretch of wall time the calling thread was kept off a CPU (waiting for one
+/// while other processes ran, or asleep): a measurement of the machine taken meanwhile measured
+/// its load too. A rank of a probe that spins while it waits for its peers stays on its CPU
+/// unless something else takes it, or a peer it waits for lost its own for longer than the spin.
+class CpuShare {
+ public:
+  CpuShare();  // starts the stretch
+  /// Per mille (0-1000) of the wall time since construction that the thread was not on a CPU.
+  std::uint64_t offCpuPermille() const;
+
+ private:
+  std::int64_t wallNs_ = 0;
+  std::int64_t cpuNs_ = 0;
+};
+
+/// "12.3 %" for 123 per mille.
+std::string permilleText(std::uint64_t permille);
 
 }  // namespace braid::machine

@@ -233,6 +233,8 @@ std::unique_ptr<Comm::Impl> makeImpl(std::shared_ptr<Store> store,
                                                                              : "";
   transportOptions.shm.measureStreaming = true;
   transportOptions.shm.tuneCachePath = core::tuneCachePath(opts);
+  transportOptions.shm.tuneMaxOffCpuPermille =
+      static_cast<std::uint64_t>(std::clamp(opts.tuneMaxBusyPercent, 0, 100)) * 10;
   transportOptions.shm.tuneKey = core::machineKey();
   // Shared connections: this communicator's lane is its id's hash (the same on every rank; 0
   // means "no lane"); sub-communicators view the parent's TCP connections on their own.

@@ -121,6 +121,8 @@ const std::vector<EnvVarDoc> kVariables = {
     {"BRAID_TUNE_FILE", "", "FILE: cost-model parameters and 'algo = RULES' lines (docs/plan.md)"},
     {"BRAID_TUNE_CACHE", "",
      "FILE of machine measurements kept between runs (default ~/.cache/braid/machine.tune; off)"},
+    {"BRAID_TUNE_MAX_BUSY", "20",
+     "percent of a measurement a rank may spend off its CPU for BRAID_TUNE_CACHE to keep it"},
     {"BRAID_SOCKET_NTHREADS", "1",
      "TCP streams per peer = this x BRAID_NSOCKS_PERTHREAD (product <= 16), one engine each"},
     {"BRAID_NSOCKS_PERTHREAD", "1", "sockets per BRAID_SOCKET_NTHREADS group (product <= 16)"},
@@ -524,6 +526,8 @@ Options Options::fromEnv() {
   }
   if (const char* v = get("BRAID_TUNE_FILE")) o.tuneFile = v;
   if (const char* v = get("BRAID_TUNE_CACHE")) o.tuneCache = v;
+  o.tuneMaxBusyPercent =
+      static_cast<int>(intVar("BRAID_TUNE_MAX_BUSY", o.tuneMaxBusyPercent, 0, 100));
   {
     const long long threads = intVar("BRAID_SOCKET_NTHREADS", o.socketThreads, 1, 16);
     const long long perThread = intVar("BRAID_NSOCKS_PERTHREAD", o.socketsPerThread, 1, 16);

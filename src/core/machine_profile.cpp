@@ -78,7 +78,9 @@ MachineProfile resolveMachineProfile(const Options& opts) {
   }
   noteFileProblem(c, p);
   double ms = 0;
+  const machine::CpuShare share;
   const std::vector<kernels::CopyTiming> timings = kernels::measureCopies(&ms);
+  const std::uint64_t offCpu = share.offCpuPermille();
   const kernels::CopyDecision d = kernels::decideCopies(timings, llc.bytes, llc.bytes / 2);
   p.streamingBytes = d.streamingBytes;
   p.cacheBytes = d.cacheBytes;
@@ -92,7 +94,13 @@ MachineProfile resolveMachineProfile(const Options& opts) {
     source += " (the file was another machine's: " + c.problem + ")";
   const std::string cacheWhy = "2 x the streaming threshold, capped by the OS's " + llc.source +
                                " (" + bytesText(llc.bytes) + " bounded)";
-  if (!path.empty() && d.measured) {
+  if (!path.empty() && d.measured &&
+      offCpu > static_cast<std::uint64_t>(opts.tuneMaxBusyPercent) * 10) {
+    // Timed while other work held the CPU: right for this process at best, not for the machine.
+    source += ", not kept: the machine was busy (this thread was off its CPU for " +
+              machine::permilleText(offCpu) + " of it, BRAID_TUNE_MAX_BUSY " +
+              std::to_string(opts.tuneMaxBusyPercent) + " %); measured again by the next process";
+  } else if (!path.empty() && d.measured) {
     const std::string date = machine::tuneDateNow();
     const std::string failed = machine::writeTuneCache(
         path, key,

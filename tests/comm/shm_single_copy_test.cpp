@@ -11,11 +11,13 @@
 #include <gtest/gtest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -24,8 +26,11 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "common/tune_cache.hpp"
 #include "harness/checks.hpp"
 #include "harness/ranks.hpp"
@@ -177,6 +182,7 @@ TEST(SingleCopy, ThresholdKeptInTheProfileFile) {
   Options o = testOptions("shm_direct");
   o.shmCmaThresholdBytes.reset();
   o.tuneCache = path;
+  o.tuneMaxBusyPercent = 100;  // kept however busy the machine running the tests is
   runThreads(2, o, [&](Comm& c) {
     const std::string got = c.singleCopy();
     if (got.find("measured at creation in ") == std::string::npos)
@@ -240,6 +246,7 @@ TEST(ShmChunk, MeasuredKeptAndOverridden) {
   Options o = testOptions("shm_direct");
   o.chunkBytes = Options{}.chunkBytes;  // the default: the shm chunk is measured
   o.tuneCache = path;
+  o.tuneMaxBusyPercent = 100;  // kept however busy the machine running the tests is
   auto expectChunk = [](Comm& c, const std::string& prefix) {
     expectPrefix("sharedMemoryChunk()", c.sharedMemoryChunk(), prefix);
   };
@@ -299,6 +306,7 @@ TEST(ShmChunk, MeasuredKeptAndOverridden) {
   Options both = o;
   both.shmCmaThresholdBytes.reset();
   both.tuneCache = std::string(dirTemplate) + "/both.tune";
+  both.tuneMaxBusyPercent = 100;
   runThreads(2, both, [&](Comm& c) {
     expectChunk(c, "");
     if (c.sharedMemoryChunk().find("measured at creation in ") == std::string::npos ||
@@ -328,6 +336,7 @@ TEST(ShmStreaming, MeasuredKeptAndOverridden) {
   const std::string path = std::string(dirTemplate) + "/m.tune";
   Options o = testOptions("shm_direct");
   o.tuneCache = path;
+  o.tuneMaxBusyPercent = 100;  // kept however busy the machine running the tests is
   auto expectStreaming = [](Comm& c, const std::string& prefix) {
     expectPrefix("sharedMemoryStreaming()", c.sharedMemoryStreaming(), prefix);
   };
@@ -441,6 +450,65 @@ TEST(SingleCopy, RefusedByTheKernelFallsBackToStaging) {
   });
   if (code == 77) GTEST_SKIP() << "seccomp filters are not available here";
   EXPECT_EQ(code, 0) << "the child's output above says what failed";
+}
+
+// A probe timed while the ranks could not keep their CPUs describes the load, not the machine:
+// here both ranks and three spinning threads share one CPU (the host is said to have two, so it
+// is not crowded and the probes run). Its figures serve that communicator, and nothing is kept:
+// the next communicator measures again; with BRAID_TUNE_MAX_BUSY at 100 it is kept.
+TEST(SingleCopy, AProbeTimedOnABusyMachineIsNotKept) {
+  const std::vector<int> cpus = machine::allowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  char dirTemplate[] = "/tmp/braid-sc-busy-XXXXXX";
+  ASSERT_NE(::mkdtemp(dirTemplate), nullptr);
+  const std::string path = std::string(dirTemplate) + "/m.tune";
+  Options o = testOptions("shm_direct");
+  o.shmCmaThresholdBytes.reset();
+  o.shmHostCpus = 2;
+  o.tuneCache = path;
+  const machine::TuneKey key =
+      machine::thisMachine(kernels::toString(kernels::supportedIsas().back()));
+  cpu_set_t before;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof before, &before), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus.front(), &one);
+  for (int maxBusy : {20, 100}) {
+    SCOPED_TRACE("BRAID_TUNE_MAX_BUSY " + std::to_string(maxBusy));
+    std::filesystem::remove(path);
+    o.tuneMaxBusyPercent = maxBusy;
+    // Threads made from now on (the hogs, the ranks) inherit the one CPU.
+    ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> hogs;
+    for (int i = 0; i < 3; ++i)
+      hogs.emplace_back([&] {
+        while (!stop.load(std::memory_order_relaxed)) {
+        }
+      });
+    std::string single;
+    runThreads(2, o, [&](Comm& c) {
+      if (c.rank() == 0) single = c.singleCopy();
+      checkAllreduce(c, DataType::Float32, ReduceOp::Sum, 1031, false);
+    });
+    stop = true;
+    for (auto& t : hogs) t.join();
+    ASSERT_EQ(::sched_setaffinity(0, sizeof before, &before), 0);
+    EXPECT_NE(single.find("measured at creation in "), std::string::npos) << single;
+    const machine::TuneCache file = machine::readTuneCache(path, key);
+    if (maxBusy == 100) {
+      EXPECT_NE(single.find("; kept in " + path), std::string::npos) << single;
+      EXPECT_NE(file.find("shm_single_copy.2ranks"), nullptr);
+    } else {
+      EXPECT_NE(single.find("; not kept: the machine was busy (a rank was off its CPU for "),
+                std::string::npos)
+          << single;
+      EXPECT_EQ(file.find("shm_single_copy.2ranks"), nullptr);
+      EXPECT_EQ(file.find("shm_chunk.2ranks"), nullptr);
+      EXPECT_EQ(file.find("shm_streaming.2ranks"), nullptr);
+    }
+  }
+  std::filesystem::remove_all(dirTemplate);
 }
 
 }  // namespace

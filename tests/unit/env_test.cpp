@@ -42,7 +42,8 @@ class EnvTest : public ::testing::Test {
                           "BRAID_HIER_PIECE_SIZE",
                           "BRAID_LLC_SIZE",
                           "BRAID_CONNECT",
-                          "BRAID_SHARE_CONNECTIONS"})
+                          "BRAID_SHARE_CONNECTIONS",
+                          "BRAID_TUNE_MAX_BUSY"})
       unsetenv(v);
     unsetenv("BRAID_KERNEL_ISA");
   }
@@ -366,6 +367,17 @@ TEST_F(EnvTest, ShmChunkSize) {
   setenv("BRAID_SHM_CHUNK_SIZE", "512K", 1);
   EXPECT_EQ(Options::fromEnv().shmChunkBytes, std::size_t{512} << 10);
   for (const char* bad : {"0", "lots"}) expectRejected("BRAID_SHM_CHUNK_SIZE", bad, false);
+}
+
+// How busy the machine may have been for a measurement to be kept (docs/env.md).
+TEST_F(EnvTest, TuneMaxBusyIsAPercentage) {
+  EXPECT_EQ(Options::fromEnv().tuneMaxBusyPercent, 20);
+  setenv("BRAID_TUNE_MAX_BUSY", "100", 1);
+  EXPECT_EQ(Options::fromEnv().tuneMaxBusyPercent, 100);
+  setenv("BRAID_TUNE_MAX_BUSY", "0", 1);
+  EXPECT_EQ(Options::fromEnv().tuneMaxBusyPercent, 0);
+  for (const char* bad : {"101", "-1", "half", "20%"})
+    expectRejected("BRAID_TUNE_MAX_BUSY", bad, false);
 }
 
 TEST_F(EnvTest, HostileValuesOfEveryNumericVariableAreRejectedNamingIt) {

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <braid/options.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "core/process_settings.hpp"
 #include "kernels/reduce.hpp"
@@ -178,6 +180,16 @@ TEST(Machine, TheCacheOverrideSetsTheStreamingThreshold) {
   kernels::setLastLevelCacheBytes(0);
   EXPECT_EQ(kernels::streamingThresholdBytes(), machine::lastLevelCache().bytes / 2);
   kernels::setLastLevelCacheBytes(before * 2);  // what the test main applied, if anything
+}
+
+// A thread that sleeps is off its CPU the whole time; the figure reads in per mille.
+TEST(Machine, CpuShareCountsTheTimeOffTheCpu) {
+  const machine::CpuShare share;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_GE(share.offCpuPermille(), 900u);
+  EXPECT_LE(share.offCpuPermille(), 1000u);
+  EXPECT_EQ(machine::permilleText(123), "12.3 %");
+  EXPECT_EQ(machine::permilleText(5), "0.5 %");
 }
 
 }  // namespace

@@ -6,14 +6,18 @@
 #include "common/tune_cache.hpp"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <braid/options.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/machine.hpp"
@@ -332,6 +336,7 @@ TEST(CopyProfile, KernelsTakeTheMeasuredThresholdBelowTheOverride) {
 Options withCache(const std::string& path) {
   Options o;
   o.tuneCache = path;
+  o.tuneMaxBusyPercent = 100;  // kept however busy the machine running the tests is
   return o;
 }
 
@@ -465,6 +470,45 @@ TEST(MachineProfile, OverridesWinAndOffKeepsNothing) {
   EXPECT_NE(sourceOf(off, "streaming threshold").find("not kept (BRAID_TUNE_CACHE=off)"),
             std::string::npos)
       << sourceOf(off, "streaming threshold");
+}
+
+// Copies timed while the thread shared its CPU with a spinning thread measured the load: the
+// figures serve this process and are not kept (BRAID_TUNE_MAX_BUSY, 20 % by default), so the
+// next process measures again. The measuring thread runs at nice 19 beside the spinner (nice
+// 0): the scheduler gives it about 1.5 % of the CPU, so it cannot finish the probe within one
+// time slice, as a thread of equal weight may.
+TEST(MachineProfile, MeasuredOnABusyCpuIsNotKept) {
+  const std::vector<int> cpus = machine::allowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  TempDir dir;
+  const std::string path = dir.file("m.tune");
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus.front(), &one);
+  std::atomic<bool> stop{false};
+  std::thread hog([&] {
+    ::sched_setaffinity(0, sizeof one, &one);
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  core::MachineProfile p;
+  std::thread measurer([&] {
+    ::sched_setaffinity(0, sizeof one, &one);
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+    Options o;
+    o.tuneCache = path;
+    p = core::resolveMachineProfile(o);
+  });
+  measurer.join();
+  stop = true;
+  hog.join();
+  const std::string source = sourceOf(p, "streaming threshold");
+  EXPECT_EQ(source.rfind("measured now in ", 0), 0u) << source;
+  EXPECT_NE(source.find(", not kept: the machine was busy (this thread was off its CPU for "),
+            std::string::npos)
+      << source;
+  EXPECT_NE(p.streamingBytes, 0u);  // used all the same
+  EXPECT_FALSE(fs::exists(path));
 }
 
 // The step rule of every measured threshold (common/step_rule.hpp): the candidate from size k on

@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "common/step_rule.hpp"
 
 namespace braid::transport::shm {
@@ -51,6 +52,7 @@ ChunkChoice chunkFromStaged(const std::uint64_t* stagedNs, std::size_t sizes) {
 DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                            bool singleCopy) {
   const auto start = Clock::now();
+  const machine::CpuShare share;
   const int me = g.rank();
   const int n = g.size();
   const int next = (me + 1) % n;
@@ -94,13 +96,15 @@ DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline dea
       mine[2 * i + 1] = std::min(mine[2 * i + 1], single);
     }
   }
-  // Every rank's figures to every rank; per size the slowest rank's, the same on all ranks.
+  // Every rank's figures to every rank; per size the slowest rank's, the same on all ranks;
+  // last, how long the rank was off its CPU (the worst rank's).
+  mine.push_back(share.offCpuPermille());
   const std::size_t h = g.beginStep();
   std::memcpy(g.staging(me) + h, mine.data(), mine.size() * sizeof(std::uint64_t));
   g.barrier(tag, deadline);
-  std::vector<std::uint64_t> slowest(2 * sizes, 0);
+  std::vector<std::uint64_t> slowest(mine.size(), 0);
   for (int p = 0; p < n; ++p) {
-    std::vector<std::uint64_t> theirs(2 * sizes);
+    std::vector<std::uint64_t> theirs(mine.size());
     std::memcpy(theirs.data(), g.staging(p) + h, theirs.size() * sizeof(std::uint64_t));
     for (std::size_t k = 0; k < theirs.size(); ++k) slowest[k] = std::max(slowest[k], theirs[k]);
   }
@@ -109,6 +113,7 @@ DirectChoice measureDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline dea
   const std::string at =
       std::string("measured at creation in ") + took + " (" + std::to_string(n) + " ranks; ";
   DirectChoice d;
+  d.offCpuPermille = slowest.back();
   std::vector<std::uint64_t> staged(sizes);
   for (std::size_t i = 0; i < sizes; ++i) staged[i] = slowest[2 * i];
   d.chunk = chunkFromStaged(staged.data(), sizes);
@@ -146,8 +151,8 @@ std::string chunkEntry(std::size_t ranks) {
 
 DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                     const std::string& path, const machine::TuneKey& key,
-                                    bool single, bool chunk, bool streaming,
-                                    std::size_t cacheBytes) {
+                                    bool single, bool chunk, bool streaming, std::size_t cacheBytes,
+                                    std::uint64_t maxOffCpuPermille) {
   const std::size_t ranks = static_cast<std::size_t>(g.size());
   // What group rank 0 found, through its staging half: every rank must reach the same answer,
   // since measuring is collective, and only one reading of a file that another job may be
@@ -228,7 +233,16 @@ DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Dea
   }
   if (!measureStaged && !measureStreams) return d;
   std::string kept;
-  if (g.rank() == 0 && !path.empty()) {
+  // Every rank knows the worst rank's time off its CPU: a probe timed while other work held the
+  // CPUs is used now and measured again by the next communicator instead of being kept.
+  const std::uint64_t offCpu = std::max(measureStaged ? d.offCpuPermille : 0,
+                                        measureStreams ? d.streaming.offCpuPermille : 0);
+  if (offCpu > maxOffCpuPermille) {
+    if (!path.empty())
+      kept = "; not kept: the machine was busy (a rank was off its CPU for " +
+             machine::permilleText(offCpu) + " of it, BRAID_TUNE_MAX_BUSY " +
+             machine::permilleText(maxOffCpuPermille) + "); measured again next time";
+  } else if (g.rank() == 0 && !path.empty()) {
     std::map<std::string, machine::TuneEntry> entries;
     const std::string date = machine::tuneDateNow();
     if (measureStaged && single)

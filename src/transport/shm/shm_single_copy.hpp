@@ -64,6 +64,7 @@ struct DirectChoice {
   SingleCopyChoice single;
   ChunkChoice chunk;
   StreamingChoice streaming;
+  std::uint64_t offCpuPermille = 0;  // measured here: the worst rank's time off its CPU (per mille)
 };
 
 /// Collective over the group (every rank calls it at the same point, with the same tag): times
@@ -95,12 +96,14 @@ std::string chunkEntry(std::size_t ranks);
 /// `key`; when it holds an entry for this group size for each of the staged probe's choices asked
 /// for (`single`, `chunk`), every rank takes them, else every rank runs measureDirect (single
 /// copy only if asked); the same, on its own, for `streaming` (measureStreaming with
-/// `cacheBytes`). Rank 0 writes what was measured to `path` (when not ""). The reasons name the
-/// file and the date of the measurement, or the measurement and where it was kept. What was not
-/// asked for is left empty.
+/// `cacheBytes`). Rank 0 writes what was measured to `path` (when not ""), unless a rank was off
+/// its CPU for more than `maxOffCpuPermille` of a probe (the machine was busy: its figures are
+/// used now and measured again next time). The reasons name the file and the date of the
+/// measurement, or the measurement and where it was kept (or why not). What was not asked for
+/// is left empty.
 DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                     const std::string& path, const machine::TuneKey& key,
-                                    bool single, bool chunk, bool streaming,
-                                    std::size_t cacheBytes);
+                                    bool single, bool chunk, bool streaming, std::size_t cacheBytes,
+                                    std::uint64_t maxOffCpuPermille = 200);
 
 }  // namespace braid::transport::shm

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/machine.hpp"
 #include "common/step_rule.hpp"
 #include "kernels/copy.hpp"
 
@@ -58,6 +59,7 @@ StreamingChoice streamingFromTimings(const std::size_t* totalBytes, const std::u
 StreamingChoice measureStreaming(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                  std::size_t cacheBytes) {
   const auto start = Clock::now();
+  const machine::CpuShare onCpu;
   const int me = g.rank();
   const int n = g.size();
   const std::size_t ranks = static_cast<std::size_t>(n);
@@ -99,21 +101,26 @@ StreamingChoice measureStreaming(SharedMemoryGroup& g, std::uint64_t tag, Deadli
       }
     }
   }
-  // Every rank's figures to every rank; per size the slowest rank's, the same on all ranks.
+  // Every rank's figures to every rank; per size the slowest rank's, the same on all ranks;
+  // last, how long the rank was off its CPU (the worst rank's).
   // The other half: a peer may still be copying this rank's source half.
+  mine.push_back(onCpu.offCpuPermille());
   h = g.beginStep();
   std::memcpy(g.staging(me) + h, mine.data(), mine.size() * sizeof(std::uint64_t));
   g.barrier(tag, deadline);
   std::vector<std::uint64_t> cached(sizes, 0), streamed(sizes, 0);
+  std::uint64_t offCpu = 0;
   for (int p = 0; p < n; ++p) {
-    std::vector<std::uint64_t> theirs(2 * sizes);
+    std::vector<std::uint64_t> theirs(mine.size());
     std::memcpy(theirs.data(), g.staging(p) + h, theirs.size() * sizeof(std::uint64_t));
     for (std::size_t i = 0; i < sizes; ++i) {
       cached[i] = std::max(cached[i], theirs[2 * i]);
       streamed[i] = std::max(streamed[i], theirs[2 * i + 1]);
     }
+    offCpu = std::max(offCpu, theirs.back());
   }
   StreamingChoice c = streamingFromTimings(totals.data(), cached.data(), streamed.data(), sizes);
+  c.offCpuPermille = offCpu;
   char took[32];
   std::snprintf(took, sizeof took, "%.1f ms",
                 std::chrono::duration<double, std::milli>(Clock::now() - start).count());

@@ -33,6 +33,7 @@ struct StreamingChoice {
   std::size_t bytes = 0;  // outputs of all ranks together from this size on stream; SIZE_MAX:
                           // never; 0: not decided here (the process's threshold applies)
   std::string why;
+  std::uint64_t offCpuPermille = 0;  // measured: the worst rank's time off its CPU (per mille)
 };
 
 /// The first size the probe measures (the outputs of all ranks together); it doubles up to

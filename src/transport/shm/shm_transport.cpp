@@ -355,7 +355,7 @@ ShmTransportImpl::DirectTexts ShmTransportImpl::chooseDirect(ShmGroup& group, bo
     shm::DirectChoice d = shm::cachedOrMeasuredDirect(
         group, kMeasureTag, Clock::now() + options_.setupTimeout, options_.tuneCachePath,
         options_.tuneKey, measureSingle, measureChunk, measureStreaming,
-        machine::lastLevelCache().bytes);
+        machine::lastLevelCache().bytes, options_.tuneMaxOffCpuPermille);
     if (measureSingle) c = std::move(d.single);
     if (measureChunk) {
       k = std::move(d.chunk);

@@ -112,6 +112,9 @@ struct ShmOptions {
   /// measured, kept there (shm_single_copy.hpp, step 5).
   std::string tuneCachePath;
   machine::TuneKey tuneKey;
+  /// A probe during which a rank was off its CPU for more than this per mille of the time is not
+  /// kept there (Options::tuneMaxBusyPercent x 10).
+  std::uint64_t tuneMaxOffCpuPermille = 200;
   /// Use a named POSIX shm object instead of a memfd (BRAID_SHM_NAMED=1; tests).
   bool forceNamedSegment = false;
 };
