@@ -19,6 +19,9 @@ bytes="${3:-8}"
 bin="${4:-$repo/build/bin}"
 ops="${OPS:-20000}"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+# Valgrind's CPU has no AVX-512: a rank under it is another machine to the machine profile
+# (BRAID_TUNE_CACHE), and would replace this machine's file with figures of a 50x slower CPU.
+export BRAID_TUNE_CACHE=off
 case "$transport" in
   ucx)
     export BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1 UCX_TLS="${UCX_TLS:-sm,cma,self}"
