@@ -104,6 +104,6 @@ std::string chunkEntry(std::size_t ranks);
 DirectChoice cachedOrMeasuredDirect(SharedMemoryGroup& g, std::uint64_t tag, Deadline deadline,
                                     const std::string& path, const machine::TuneKey& key,
                                     bool single, bool chunk, bool streaming, std::size_t cacheBytes,
-                                    std::uint64_t maxOffCpuPermille = 200);
+                                    std::uint64_t maxOffCpuPermille);
 
 }  // namespace braid::transport::shm
