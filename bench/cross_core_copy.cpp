@@ -2,8 +2,8 @@
 // CPU, has just written: the read side of every staged (two-copy) shared-memory collective. The
 // same block is copied three ways, interleaved: glibc's memcpy (which picks its own strategy by
 // size: on AMD CPUs `rep movsb` up to the L2 size), `rep movsb` itself, and a plain loop of
-// 32-byte (AVX2) or 16-byte (SSE2) loads and stores. docs/benchmarks.md, "Copying what another
-// CPU just wrote".
+// 16-byte loads and stores (kernels::copyCached, the copy profile's loop). docs/benchmarks.md,
+// "Copying what another CPU just wrote".
 //
 // Usage: cross-core-copy [ROUNDS=7] [SIZE...]   (default sizes 16K 64K 128K 256K 512K 1M 2M)
 // The two processes are pinned to the first two CPUs this process may use. Per round, size and
@@ -11,7 +11,6 @@
 // first, into alternating halves), then copied out by the reader, which times its copy only and
 // checks a few of the bytes; the round keeps the median, the table the median of the rounds.
 // Exit 77 when fewer than 2 CPUs are allowed (nothing to measure).
-#include <immintrin.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -27,12 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/copy.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kBlocks = 30;
 constexpr int kMethods = 3;
-const char* const kMethodNames[kMethods] = {"memcpy", "rep movsb", "vector loop"};
+const char* const kMethodNames[kMethods] = {"memcpy", "rep movsb", "16-byte loop"};
 
 bool pin(int cpu) {
   cpu_set_t s;
@@ -45,50 +46,13 @@ void repMovsb(void* dst, const void* src, std::size_t n) {
   asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
 }
 
-__attribute__((target("avx2"))) void loopAvx2(void* dst, const void* src, std::size_t n) {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  std::size_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
-    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), a);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
-  }
-  std::memcpy(d + i, s + i, n - i);
-}
-
-void loopSse2(void* dst, const void* src, std::size_t n) {
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + i, s + i, n - i);
-}
-
 void copyWith(int method, void* dst, const void* src, std::size_t n) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
   if (method == 0)
     std::memcpy(dst, src, n);
   else if (method == 1)
     repMovsb(dst, src, n);
-  else if (avx2)
-    loopAvx2(dst, src, n);
   else
-    loopSse2(dst, src, n);
+    braid::kernels::copyCached(dst, src, n);
 }
 
 // Both sides count the barriers they passed; each waits until the other has passed as many.

@@ -11,4 +11,10 @@ namespace braid::kernels {
 /// buffers must not overlap.
 void copyStreaming(void* dst, const void* src, std::size_t bytes) noexcept;
 
+/// memcpy with ordinary stores in copyStreaming's loop shape (16-byte loads and stores) on
+/// x86-64, plain memcpy elsewhere: memcpy itself switches strategy by size (non-temporal stores
+/// above a size of its own, `rep movsb` in a band on some CPUs), which would hide what the copy
+/// profile and bench/cross_core_copy.cpp measure. The buffers must not overlap.
+void copyCached(void* dst, const void* src, std::size_t bytes) noexcept;
+
 }  // namespace braid::kernels

@@ -9,10 +9,6 @@
 #include <cstring>
 #include <memory>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "common/step_rule.hpp"
 #include "kernels/copy.hpp"
 
@@ -20,29 +16,6 @@ namespace braid::kernels {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Ordinary stores, the same loop shape as copyStreaming (memcpy itself switches to
-// non-temporal stores above a size of its own, which would hide the difference measured).
-void copyCached(void* dst, const void* src, std::size_t bytes) noexcept {
-#if defined(__x86_64__)
-  auto* d = static_cast<std::uint8_t*>(dst);
-  const auto* s = static_cast<const std::uint8_t*>(src);
-  std::size_t i = 0;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
-#else
-  std::memcpy(dst, src, bytes);
-#endif
-}
 
 double fastest(const std::vector<double>& v) {
   return *std::min_element(v.begin(), v.end());
