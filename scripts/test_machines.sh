@@ -5,10 +5,16 @@
 # Kernels.RunsAtTheLevelTheEnvironmentForces fails if any call ran at another level), then once
 # with a fake 8 KiB last-level cache (BRAID_LLC_SIZE), so that non-temporal stores start at
 # 4 KiB instead of at half of this machine's cache. A level this CPU lacks is skipped, and the
-# run says so. .ci/run runs this after `make test`.
-#   scripts/test_machines.sh [BUILD_DIR]
+# run says so. .ci/run runs this after `make test` with --below-best: the CPU's best level is
+# the one `make test` just ran everything at, so only the levels below it and the fake cache run.
+#   scripts/test_machines.sh [--below-best] [BUILD_DIR]      (JOBS binaries at once, default 2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+below_best=0
+if [ "${1:-}" = --below-best ]; then
+  below_best=1
+  shift
+fi
 build=${1:-build}
 bin="$build/bin"
 # The machine profile (BRAID_TUNE_CACHE's default, under XDG_CACHE_HOME) of this run only, as
@@ -32,22 +38,32 @@ levels=$(env -u BRAID_KERNEL_ISA -u BRAID_LLC_SIZE "$bin/braid-info" |
   sed -n 's/^kernels: [^(]*(this CPU: \([^)]*\)).*/\1/p')
 [ -n "$levels" ] || { echo "test_machines: braid-info printed no kernel levels"; exit 1; }
 failed=()
+# The binaries of a set run $JOBS at a time (2 by default, as ctest in `make test`); their
+# reports print in the list's order.
+jobs=${JOBS:-2}
 run_set() {
   local label=$1
   shift
   local start=$SECONDS
-  for entry in "${binaries[@]}"; do
-    read -r -a cmd <<<"$entry"
-    local log
-    log=$(mktemp)
-    if env "$@" "$bin/${cmd[0]}" "${cmd[@]:1}" >"$log" 2>&1; then
-      printf '  %-32s %s\n' "${cmd[0]}" "$(grep -m1 -o 'PASSED .*' "$log" || echo passed)"
+  local logs=() pids=() i
+  for i in "${!binaries[@]}"; do
+    read -r -a cmd <<<"${binaries[$i]}"
+    logs[i]=$(mktemp)
+    env "$@" "$bin/${cmd[0]}" "${cmd[@]:1}" >"${logs[$i]}" 2>&1 &
+    pids[i]=$!
+    # At most $jobs running: wait for the oldest still running before starting another.
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  done
+  for i in "${!binaries[@]}"; do
+    read -r -a cmd <<<"${binaries[$i]}"
+    if wait "${pids[$i]}"; then
+      printf '  %-32s %s\n' "${cmd[0]}" "$(grep -m1 -o 'PASSED .*' "${logs[$i]}" || echo passed)"
     else
       printf '  %-32s FAILED\n' "${cmd[0]}"
-      grep -E '^\[  FAILED|Failure|error' "$log" | head -20 | sed 's/^/    /'
+      grep -E '^\[  FAILED|Failure|error' "${logs[$i]}" | head -20 | sed 's/^/    /'
       failed+=("$label ${cmd[0]}")
     fi
-    rm -f "$log"
+    rm -f "${logs[$i]}"
   done
   echo "  ($label: $((SECONDS - start)) s)"
 }
@@ -59,6 +75,10 @@ for isa in avx512 avx2 scalar; do
       continue
       ;;
   esac
+  if [ $below_best = 1 ] && [ "$isa" = "${levels##* }" ]; then
+    echo "== BRAID_KERNEL_ISA=$isa: skipped, this CPU's best level: the suite ran at it"
+    continue
+  fi
   echo "== BRAID_KERNEL_ISA=$isa: $(BRAID_KERNEL_ISA=$isa "$bin/braid-info" | sed -n 's/^kernels: //p')"
   run_set "BRAID_KERNEL_ISA=$isa" BRAID_KERNEL_ISA="$isa"
 done

@@ -86,20 +86,23 @@ MachineProfile resolveMachineProfile(const Options& opts) {
   p.cacheBytes = d.cacheBytes;
   char took[48];
   std::snprintf(took, sizeof took, "measured now in %.1f ms", ms);
-  // Implausible figures (decideCopies): the OS's report applies and nothing is kept.
+  const bool busy = offCpu > static_cast<std::uint64_t>(opts.tuneMaxBusyPercent) * 10;
+  const std::string busyWhy = "the machine was busy (this thread was off its CPU for " +
+                              machine::permilleText(offCpu) + " of it, BRAID_TUNE_MAX_BUSY " +
+                              std::to_string(opts.tuneMaxBusyPercent) + " %)";
+  // Implausible figures (decideCopies): the OS's report applies and nothing is kept. A busy
+  // machine is the usual cause; the source says so when it was.
   std::string source = d.measured ? std::string(took)
                                   : "default: the OS's " + llc.source + " report, halved (" +
-                                        std::string(took) + " gave implausible figures)";
+                                        std::string(took) + " gave implausible figures" +
+                                        (busy ? "; " + busyWhy : std::string()) + ")";
   if (c.state == machine::TuneCache::State::OtherMachine)
     source += " (the file was another machine's: " + c.problem + ")";
   const std::string cacheWhy = "2 x the streaming threshold, capped by the OS's " + llc.source +
                                " (" + bytesText(llc.bytes) + " bounded)";
-  if (!path.empty() && d.measured &&
-      offCpu > static_cast<std::uint64_t>(opts.tuneMaxBusyPercent) * 10) {
+  if (!path.empty() && d.measured && busy) {
     // Timed while other work held the CPU: right for this process at best, not for the machine.
-    source += ", not kept: the machine was busy (this thread was off its CPU for " +
-              machine::permilleText(offCpu) + " of it, BRAID_TUNE_MAX_BUSY " +
-              std::to_string(opts.tuneMaxBusyPercent) + " %); measured again by the next process";
+    source += ", not kept: " + busyWhy + "; measured again by the next process";
   } else if (!path.empty() && d.measured) {
     const std::string date = machine::tuneDateNow();
     const std::string failed = machine::writeTuneCache(
