@@ -1,7 +1,12 @@
 #include "store_adapter.hpp"
 
+#include <algorithm>
 #include <braid/error.hpp>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "transport/tcp/socket.hpp"
 
 namespace braid_torch {
 
@@ -49,6 +54,27 @@ std::int64_t TorchStoreAdapter::add(const std::string& key, std::int64_t delta) 
   } catch (const std::exception& e) {
     rethrowAsBraid("add", key, e, braid::ErrorCode::Internal);
   }
+}
+
+std::int64_t TorchStoreAdapter::addIfReachable(const std::string& key, std::int64_t delta,
+                                               std::chrono::milliseconds timeout) {
+  c10d::Store* base = store_.get();
+  while (auto* prefix = dynamic_cast<c10d::PrefixStore*>(base))
+    base = prefix->getUnderlyingStore().get();
+  if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(base)) {
+    // A connection that is opened and closed at once: torch's server (libuv or not) accepts
+    // and drops it without a word.
+    const auto bound = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(1));
+    std::string error;
+    const braid::Fd probe = braid::transport::tcp::connectTo(
+        {tcp->getHost(), tcp->getPort()}, 0, braid::transport::Clock::now() + bound, error);
+    if (!probe)
+      throw braid::Error(braid::ErrorCode::PeerLost,
+                         "torch store add of key '" + key + "' not sent: its TCPStore server " +
+                             tcp->getHost() + ":" + std::to_string(tcp->getPort()) +
+                             " does not answer (" + error + ")");
+  }
+  return add(key, delta);
 }
 
 void TorchStoreAdapter::wait(const std::vector<std::string>& keys,

@@ -21,6 +21,12 @@ class TorchStoreAdapter : public braid::Store {
   /// underlying store becomes braid::Error(Timeout) naming the key.
   std::vector<std::uint8_t> get(const std::string& key, std::chrono::milliseconds timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
+  /// add, unless torch's store is a TCPStore whose server refuses connections: the rank that
+  /// served it has exited (the usual order at a job's end), and torch's client would print a
+  /// warning with a C++ stack trace for the request before failing. Then Error(PeerLost),
+  /// quietly (a communicator's end, Comm::Impl::releaseNamespace, ignores it).
+  std::int64_t addIfReachable(const std::string& key, std::int64_t delta,
+                              std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   /// torch's deleteKey per key and getNumKeys. Some torch stores have neither (FileStore): their

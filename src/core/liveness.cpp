@@ -277,8 +277,11 @@ Liveness::~Liveness() {
     writes_.reset();
     hub_.reset();
   } else {
+    // Best effort, as the communicator's end (Comm::Impl::releaseNamespace): the rank that
+    // served the store may have exited first, which a store that can tell reports at once
+    // (addIfReachable). What counts is that the key exists.
     try {
-      commStore_->set("dead/" + std::to_string(rank_), {'1'});
+      commStore_->addIfReachable("dead/" + std::to_string(rank_), 1, std::chrono::seconds(10));
     } catch (const std::exception&) {
     }
   }

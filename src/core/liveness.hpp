@@ -26,8 +26,8 @@ class Liveness {
   /// of "revoked" once it is set. The destructor (leaving on purpose) sets "dead/<rank>" itself
   /// and cancels the registrations, so that the key is in place before anything this rank writes
   /// afterwards (the communicator's end, Comm::Impl::releaseNamespace). Over other stores: the
-  /// destructor sets "dead/<rank>", and nothing watches (a revoke reaches the ranks through the
-  /// transport).
+  /// destructor sets "dead/<rank>" if the store is reachable (addIfReachable), and nothing watches
+  /// (a revoke reaches the ranks through the transport).
   Liveness(std::shared_ptr<Store> commStore, int rank,
            std::function<void(const std::string&)> onRevoke);
   ~Liveness();
