@@ -135,9 +135,9 @@ TEST(Errors, APeerThatFinishesAndLeavesFailsNoOne) {
   // waiting for that step, must complete from what rank 1 left in the segment instead of calling
   // its departure a lost peer. Rank 0 loses that race only when it is preempted between looking
   // for the step and looking for the peer, so six pairs run at once (12 threads on the CPUs
-  // this test may have) for many rounds. Under a sanitizer a round costs ~50x more (TSan: 60
-  // rounds took 7.5 minutes on a 2-CPU machine) and its scheduling is perturbed anyway: 12
-  // rounds there, spread over the same range of delays.
+  // this test may have) for many rounds. Under a sanitizer a round costs far more (TSan: 60
+  // rounds took 7.5 minutes alone on a 2-CPU machine, the plain build under a second in ctest)
+  // and its scheduling is perturbed anyway: 12 rounds there, over the same range of delays.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   constexpr int kRounds = 12;
 #else
