@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A/B of two braid-perf binaries (before and after a change), interleaved in one run: for each
-# round, each transport (shm: 2 ranks of one host; tcp: 2 ranks with BRAID_SHM_DISABLE=1) and
+# round, each transport (shm: NRANKS ranks of one host; tcp: the same with BRAID_SHM_DISABLE=1) and
 # each collective, A then B (B then A on odd rounds). Reports per point the median over rounds
 # of each side's time (each itself braid-perf's median of --reps) and B/A, and the minimum
 # over rounds (a launch that meets the VM's slow state, docs/benchmarks.md, drops out of it).
 # Usage: bench/ab_engine.sh A_BIN B_BIN [ROUNDS=3] [MAXBYTES=64M] [COLLS=allreduce,allgather,broadcast]
-# Env: TRANSPORTS="shm tcp" (any of shm, tcp, ucx), MINBYTES=8, FACTOR=8, REPS=5.
+# Env: TRANSPORTS="shm tcp" (any of shm, tcp, ucx), MINBYTES=8, FACTOR=8, REPS=5, NRANKS=2.
 #   ucx: 2 ranks with BRAID_TRANSPORT=ucx BRAID_SHM_DISABLE=1 over the caller's UCX_TLS
 #   (default sm,cma,self, with UCX's shared-memory error handling on, as bench/compare_ucx.sh).
 # Output: results/ab_engine/*.json and the table (printed, markdown).
@@ -39,7 +39,7 @@ for ((r = 0; r < rounds; r++)); do
       for side in $order; do
         bin="$a"
         [ "$side" = B ] && bin="$b"
-        env "${env[@]}" "$run" -n 2 -- "$bin" "$c" -b "${MINBYTES:-8}" -e "$maxb" -f "${FACTOR:-8}" -c 0 \
+        env "${env[@]}" "$run" -n "${NRANKS:-2}" -- "$bin" "$c" -b "${MINBYTES:-8}" -e "$maxb" -f "${FACTOR:-8}" -c 0 \
           --reps "${REPS:-5}" \
           --json "$out/$t.$c.$side.$r.json" > /dev/null
       done

@@ -52,11 +52,26 @@ class InFlight {
 
   transport::Request& operator[](std::size_t i) noexcept { return at(i); }
 
+  // The algorithm waits for every request it posts before it returns (transport::Request::
+  // attended): no transport's background thread needs to move them.
   void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
-    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, at(i));
+    transport::Request& r = at(i);
+    r.attended = true;
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, r);
   }
   void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
-    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, at(i));
+    transport::Request& r = at(i);
+    r.attended = true;
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, r);
+  }
+  /// A receive that arrives while the caller computes and whose sender only sends meanwhile
+  /// (a reduce's children): left unattended, so that a transport's progress thread moves it
+  /// during the computation, on the CPU the sender leaves idle (docs/benchmarks.md, "The
+  /// progress thread and the algorithms' own requests").
+  void recvOverlapped(std::size_t i, int peer, void* data, std::size_t bytes) {
+    transport::Request& r = at(i);
+    r.attended = false;
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, r);
   }
   /// Waits for request i if it was posted and has not been waited for yet.
   void wait(std::size_t i) {
@@ -127,9 +142,11 @@ class InFlightSet {
   }
 
   void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
+    reqs_[i].attended = true;  // as InFlight's
     ctx_.tr.postSend(peer, data, bytes, ctx_.tag, reqs_[i]);
   }
   void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
+    reqs_[i].attended = true;
     ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, reqs_[i]);
   }
   void wait(std::size_t i) {

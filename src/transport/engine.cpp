@@ -166,10 +166,13 @@ Error Inbox::cannotHold() const {
                                         " until its receive is posted");
 }
 
-bool Inbox::anyPostedAtLeast(std::size_t bytes) const noexcept {
-  if (rxRequest_ != nullptr && rxRequest_->bytes >= bytes) return true;
+bool Inbox::anyPostedAtLeast(std::size_t bytes, bool attendedToo) const noexcept {
+  auto counts = [&](const Request* r) {
+    return r->bytes >= bytes && (attendedToo || !r->attended);
+  };
+  if (rxRequest_ != nullptr && counts(rxRequest_)) return true;
   for (const Request* r = recvs_.front(); r != nullptr; r = r->next)
-    if (r->bytes >= bytes) return true;
+    if (counts(r)) return true;
   return false;
 }
 

@@ -282,8 +282,9 @@ class Inbox {
   /// The first posted receive (nullptr if none), for error texts.
   Request* firstPosted() const noexcept { return recvs_.front(); }
   bool hasPosted() const noexcept { return !recvs_.empty(); }
-  /// Whether some posted receive (or the one arriving) has at least `bytes`.
-  bool anyPostedAtLeast(std::size_t bytes) const noexcept;
+  /// Whether some posted receive (or the one arriving) has at least `bytes`; only those that
+  /// are not Request::attended unless `attendedToo`.
+  bool anyPostedAtLeast(std::size_t bytes, bool attendedToo) const noexcept;
   /// Takes a posted receive out (a deadline passed); false if it is not queued.
   bool withdraw(Request& req) noexcept { return recvs_.remove(req); }
   /// "; messages from <peer> that no receive has taken: <tag> (N bytes) ...", or "".

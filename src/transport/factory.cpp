@@ -273,7 +273,11 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   // peer on its own CPU answers in microseconds (docs/benchmarks.md, "Waiting under external
   // load"). A crowded host yields, since a local peer may need this very CPU.
   TransportOptions opts = options;
-  opts.tcp.busyPoll = hostCpus.size() <= static_cast<std::size_t>(machine::cpusTogether(hostCpus));
+  const auto hostCpusTogether = static_cast<std::size_t>(machine::cpusTogether(hostCpus));
+  opts.tcp.busyPoll = hostCpus.size() <= hostCpusTogether;
+  // A progress thread moves the algorithms' own requests only where it has a CPU of its own.
+  opts.tcp.backgroundAttended = 2 * hostCpus.size() <= hostCpusTogether;
+  opts.shm.backgroundAttended = opts.tcp.backgroundAttended;
   // Shared memory's view of the same: the CPUs its group's ranks can use at once.
   if (opts.shm.hostCpus == 0)
     opts.shm.hostCpus = static_cast<std::size_t>(machine::cpusTogether(localCpus));

@@ -47,6 +47,12 @@ struct Request {
   int viewPeer = -1;
   std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
+  /// Set by the poster when the posting thread waits for this request within the same blocking
+  /// operation, with only that operation's own work in between (an algorithm's requests,
+  /// algo::InFlight). A transport with a background thread then leaves the request to those
+  /// waits instead of waking the thread for it. False (the default) for requests whose owner
+  /// may compute for any length of time before waiting (the communicator's point-to-point).
+  bool attended = false;
 
   // Transport bookkeeping (meaning is private to the transport that owns the request).
   std::size_t progress = 0;

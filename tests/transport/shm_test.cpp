@@ -418,6 +418,38 @@ TEST(ShmTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
       o);
 }
 
+TEST(ShmTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
+  // As over TCP (TcpTransport.AttendedRequestsAre...): a send the poster is about to wait for
+  // (Request::attended) moves in its waits; the background thread fills the ring for it while
+  // nobody waits only with ShmOptions::backgroundAttended.
+  for (bool spare : {false, true}) {
+    SCOPED_TRACE(spare ? "backgroundAttended" : "attended left to the waits");
+    ShmOptions o = optionsFor(Path::Ring);
+    o.slots = 4;
+    o.slotBytes = 16 << 10;
+    o.backgroundAttended = spare;
+    runRanks(
+        2,
+        [&](int rank, ShmTransport& t) {
+          const std::size_t bytes = 256 << 10;  // four times the ring
+          Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
+          Request req;
+          req.attended = true;
+          if (rank == 0) {
+            t.postSend(1, buf.data(), bytes, 4, req);
+            std::this_thread::sleep_for(600ms);
+            EXPECT_EQ(req.done(), spare);
+            t.wait(req, after(5s));
+          } else {
+            t.postRecv(0, buf.data(), bytes, 4, req);
+            t.wait(req, after(10s));
+            EXPECT_EQ(firstWrong(buf, 0, 1), -1);
+          }
+        },
+        o);
+  }
+}
+
 TEST(ShmTransport, EightRanksOversubscribedAllToAll) {
   // 8 ranks on 2 CPUs (on every machine): waits must yield and sleep, never spin the peers out.
   TwoCpus pin;

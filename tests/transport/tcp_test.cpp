@@ -193,6 +193,39 @@ TEST(TcpTransport, LeavesNoFileDescriptorsBehind) {
   EXPECT_EQ(openFileDescriptors(), before);
 }
 
+TEST(TcpTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
+  // An algorithm's requests (Request::attended) are moved by the algorithm's own waits; the
+  // background thread takes them over while nobody waits only with
+  // TcpOptions::backgroundAttended (a CPU to spare for it). Rank 0 posts such a send, far more
+  // than the socket buffers hold, and does not wait for 600 ms.
+  const std::size_t bytes = 32 << 20;
+  for (bool spare : {false, true}) {
+    SCOPED_TRACE(spare ? "backgroundAttended" : "attended left to the waits");
+    TcpOptions o = testOptions();
+    o.backgroundAttended = spare;
+    Rendezvous ready(2);
+    runRanks(
+        2,
+        [&](int rank, Transport& t) {
+          Bytes buf = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
+          Request req;
+          req.attended = true;
+          ready.arriveAndWait();
+          if (rank == 0) {
+            t.postSend(1, buf.data(), bytes, 1, req);
+            std::this_thread::sleep_for(600ms);
+            EXPECT_EQ(req.done(), spare);
+            t.wait(req, after(5s));  // the wait moves what is left
+          } else {
+            t.postRecv(0, buf.data(), bytes, 1, req);
+            t.wait(req, after(5s));
+            EXPECT_EQ(firstWrong(buf, 0, 1), -1);
+          }
+        },
+        o);
+  }
+}
+
 TEST(TcpTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
   const std::size_t bytes = 32 << 20;  // far more than the socket buffers hold
   // Rank 0 posts a large send and does not wait for 1.2 s; rank 1 must still receive it.

@@ -47,7 +47,7 @@ void binomialTreeReduce(Context& ctx, const CollArgs& a) {
   InFlight<2 * kMax + 2> reqs(ctx);
   auto postChildRecvs = [&](std::size_t c) {
     for (std::size_t j = 0; j < nc; ++j)
-      reqs.recv((c % 2) * kMax + j, tree.children[j], childSlot(c, j), elems(c) * es);
+      reqs.recvOverlapped((c % 2) * kMax + j, tree.children[j], childSlot(c, j), elems(c) * es);
   };
 
   postChildRecvs(0);

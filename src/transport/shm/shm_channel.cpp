@@ -280,9 +280,13 @@ bool Channel::progress() {
   return moved;
 }
 
-bool Channel::needsBackground() const {
+bool Channel::needsBackground(bool attendedToo) const {
   if (!active()) return false;
-  return !sends_.empty() || inbox_.anyPostedAtLeast(cfg_.slotBytes);
+  if (attendedToo) return !sends_.empty() || inbox_.anyPostedAtLeast(cfg_.slotBytes, true);
+  // Requests whose poster is about to wait for them (Request::attended) move in its waits.
+  for (const Request* r = sends_.front(); r != nullptr; r = r->next)
+    if (!r->attended) return true;
+  return inbox_.anyPostedAtLeast(cfg_.slotBytes, false);
 }
 
 // ---- sending ----

@@ -88,8 +88,9 @@ class Channel {
   /// Moves whatever can move now; true when something did.
   bool progress();
   /// Unwritten sends, or receives large enough to hold up the peer: work for the background
-  /// thread when nobody waits.
-  bool needsBackground() const;
+  /// thread when nobody waits. Only requests whose poster may not wait for them soon (not
+  /// Request::attended) unless `attendedToo` (ShmOptions::backgroundAttended).
+  bool needsBackground(bool attendedToo) const;
   /// The peer's process exited: what it left in the ring can still be received, nothing else.
   void peerExited();
   /// The transport failed: closes the pair and fails every request (not a channel error).

@@ -14,9 +14,10 @@
 // at most livenessInterval; a sleeper then polls the peers' pidfds (or kill(pid, 0)).
 //
 // The background thread starts on the first send that does not fit in its ring or large
-// receive, and runs only while such work is outstanding and no thread waits in this transport
-// (after a short grace period, since the owner is usually about to wait). It sleeps on the same
-// doorbell.
+// receive whose poster may not wait soon (not Request::attended: an algorithm's requests are
+// moved by its own waits), and runs only while such work is outstanding and no thread waits in this
+// transport (after a short grace period, since the owner is usually about to wait). It sleeps on
+// the same doorbell.
 #include "transport/shm/shm_transport.hpp"
 
 #include <poll.h>
@@ -427,7 +428,8 @@ void ShmTransportImpl::post(Request& req) {
   }
   Channel& c = channel(req.peer);
   engine_.post(req, c, *this);
-  if (req.state.load(std::memory_order_relaxed) == State::Pending && c.needsBackground())
+  if (req.state.load(std::memory_order_relaxed) == State::Pending &&
+      c.needsBackground(options_.backgroundAttended))
     wakeBackground();
   notifyCompletions();
 }
@@ -781,7 +783,7 @@ void ShmTransportImpl::wait(Request& req, Deadline deadline) {
 
 bool ShmTransportImpl::backgroundWork() const {
   for (const Channel& c : channels_)
-    if (c.needsBackground()) return true;
+    if (c.needsBackground(options_.backgroundAttended)) return true;
   return false;
 }
 

@@ -77,6 +77,13 @@ struct ShmOptions {
   /// (ranks outnumber CPUs: waiters yield at once, single copy by default). 0: measured at
   /// setup, the union of the local ranks' affinity masks capped by their cgroups' CPU limits.
   std::size_t hostCpus = 0;
+  /// The background thread also moves requests whose poster is about to wait for them
+  /// (Request::attended) while nobody waits, overlapping their transfer with the poster's own
+  /// work (a reduction between two waits). The factory sets it (as TcpOptions::backgroundAttended)
+  /// when the host has at least two CPUs per rank, so that every rank's thread has one to run on;
+  /// with fewer, the thread only took the CPU from the ranks (docs/benchmarks.md, "The progress
+  /// thread and the algorithms' own requests").
+  bool backgroundAttended = false;
   /// Never use process_vm_readv (no probe, everything through the ring).
   bool cmaDisable = false;
   /// Light wake-ups where every local rank can register for membarrier(2): a writer checks for

@@ -11,7 +11,10 @@
 // condition variable, notified on every completion and whenever the driver leaves.
 //
 // The background thread stays asleep unless work is outstanding that nobody waits for: a send
-// not yet fully written, or a receive large enough to hold up its sender. Even then it first
+// not yet fully written, or a receive large enough to hold up its sender, of a request whose
+// owner may not wait soon (not Request::attended: the communicator's point-to-point, not an
+// algorithm's requests, which the algorithm's own waits move; those too where the host has a
+// CPU to spare for the thread, TcpOptions::backgroundAttended). Even then it first
 // leaves the work to its owner for kBackgroundGrace, since a blocking caller is usually about to
 // wait on it, and it steps aside (the waiter kicks it) as soon as a thread waits.#include
 // "transport/tcp/tcp_transport.hpp"
@@ -87,6 +90,7 @@ TcpTransport::TcpTransport(int rank, int size, const TcpOptions& options, tcp::M
       size_(size),
       spin_(options.spin),
       busyPoll_(options.busyPoll ? options.spin : std::chrono::microseconds(0)),
+      backgroundAttended_(options.backgroundAttended),
       onFailure_(std::move(onFailure)),
       backgroundRecvBytes_(backgroundRecvBytes),
       engine_(rank),
@@ -165,8 +169,11 @@ void TcpTransport::post(Request& req) {
   }
   if (lazy_) startConnecting(req.peer);
   engine_.post(req, connections_[static_cast<std::size_t>(req.peer)], *this);
-  // Still pending after the attempt on the caller's thread: may need the background thread.
-  if (req.state.load(std::memory_order_relaxed) == State::Pending &&
+  // Still pending after the attempt on the caller's thread: may need the background thread,
+  // unless the caller is about to wait for it (Request::attended) and the thread has no CPU of
+  // its own (TcpOptions::backgroundAttended).
+  if ((!req.attended || backgroundAttended_) &&
+      req.state.load(std::memory_order_relaxed) == State::Pending &&
       (req.isSend || req.bytes >= backgroundRecvBytes_)) {
     req.aux |= kAuxBackground;
     ++backgroundWork_;

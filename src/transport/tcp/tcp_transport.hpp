@@ -44,6 +44,13 @@ struct TcpOptions {
   /// ranks have a CPU each: a yield there hands the CPU to other work for a scheduler slice);
   /// false: yield between polls, as on a crowded host where a local peer may need this CPU.
   bool busyPoll = false;
+  /// The background thread also moves requests whose poster is about to wait for them
+  /// (Request::attended) while nobody waits, overlapping their transfer with the poster's own
+  /// work (a reduction between two waits). The factory sets it when the host has at least two
+  /// CPUs per rank, so that every rank's thread has one to run on; with fewer, the thread only
+  /// took the CPU from the ranks (docs/benchmarks.md, "The progress thread and the algorithms'
+  /// own requests").
+  bool backgroundAttended = false;
   /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
   std::size_t socketBufferBytes = 4 << 20;
   /// Auth key, address whitelist and handshake bound of every connection (docs/security.md).

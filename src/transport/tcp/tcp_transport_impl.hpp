@@ -146,6 +146,7 @@ class TcpTransport final : public Transport, private CompletionSink {
   const int size_;
   const std::chrono::microseconds spin_;
   const std::chrono::microseconds busyPoll_;  // spin_ when TcpOptions::busyPoll, else 0
+  const bool backgroundAttended_;             // TcpOptions::backgroundAttended
   const std::function<void(const Error&)> onFailure_;
   const std::size_t backgroundRecvBytes_;
   engine::Engine engine_;
