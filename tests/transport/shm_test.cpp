@@ -437,7 +437,7 @@ TEST(ShmTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
           req.attended = true;
           if (rank == 0) {
             t.postSend(1, buf.data(), bytes, 4, req);
-            std::this_thread::sleep_for(600ms);
+            std::this_thread::sleep_for(1500ms);
             EXPECT_EQ(req.done(), spare);
             t.wait(req, after(5s));
           } else {

@@ -197,7 +197,8 @@ TEST(TcpTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
   // An algorithm's requests (Request::attended) are moved by the algorithm's own waits; the
   // background thread takes them over while nobody waits only with
   // TcpOptions::backgroundAttended (a CPU to spare for it). Rank 0 posts such a send, far more
-  // than the socket buffers hold, and does not wait for 600 ms.
+  // than the socket buffers hold, and does not wait for 1.2 s (as in the test below: time
+  // enough for the thread under the sanitizers).
   const std::size_t bytes = 32 << 20;
   for (bool spare : {false, true}) {
     SCOPED_TRACE(spare ? "backgroundAttended" : "attended left to the waits");
@@ -213,7 +214,7 @@ TEST(TcpTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
           ready.arriveAndWait();
           if (rank == 0) {
             t.postSend(1, buf.data(), bytes, 1, req);
-            std::this_thread::sleep_for(600ms);
+            std::this_thread::sleep_for(1200ms);
             EXPECT_EQ(req.done(), spare);
             t.wait(req, after(5s));  // the wait moves what is left
           } else {
