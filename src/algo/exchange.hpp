@@ -64,10 +64,16 @@ class InFlight {
     r.attended = true;
     ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, r);
   }
-  /// A receive that arrives while the caller computes and whose sender only sends meanwhile
-  /// (a reduce's children): left unattended, so that a transport's progress thread moves it
-  /// during the computation, on the CPU the sender leaves idle (docs/benchmarks.md, "The
-  /// progress thread and the algorithms' own requests").
+  /// Requests the caller overlaps with work of its own before it waits for them: a whole
+  /// collective of another group (the hierarchical allreduce's network steps while the node
+  /// reduces the next piece), or a reduction while the peer only sends and leaves its CPU idle
+  /// (a reduce's children). Left unattended, so that a transport's progress thread moves them
+  /// meanwhile (docs/benchmarks.md, "The progress thread and the algorithms' own requests").
+  void sendOverlapped(std::size_t i, int peer, const void* data, std::size_t bytes) {
+    transport::Request& r = at(i);
+    r.attended = false;
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, r);
+  }
   void recvOverlapped(std::size_t i, int peer, void* data, std::size_t bytes) {
     transport::Request& r = at(i);
     r.attended = false;

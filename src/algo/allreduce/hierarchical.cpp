@@ -58,7 +58,9 @@ struct Piece {
 };
 
 /// The network phase of one piece on the slice view: ring allreduce of the rank's slice, in
-/// place, one message per step. Requests 2p (send) and 2p+1 (receive), p = piece parity.
+/// place, one message per step. Requests 2p (send) and 2p+1 (receive), p = piece parity, all
+/// overlapped (InFlight::sendOverlapped): steps stay in flight while the node works on other
+/// pieces, and only the transport's progress thread moves them then.
 class NetPhase {
  public:
   NetPhase(Context& net, InFlight<4>& reqs, DataType dt, ReduceOp op)
@@ -72,8 +74,8 @@ class NetPhase {
     pair_ = 2 * (piece % 2);
     if (net_.size == 2) {
       const int other = 1 - net_.rank;
-      reqs_.recv(pair_ + 1, other, net_.scratch.data(), count * es_);
-      reqs_.send(pair_, other, slice, count * es_);
+      reqs_.recvOverlapped(pair_ + 1, other, net_.scratch.data(), count * es_);
+      reqs_.sendOverlapped(pair_, other, slice, count * es_);
       return;
     }
     layout_ = patterns::SegmentLayout::even(count, net_.size);
@@ -108,10 +110,10 @@ class NetPhase {
           layout_.at(patterns::ringAllgatherSendSegment(net_.rank, net_.size, s));
       const patterns::Range rc =
           layout_.at(patterns::ringAllgatherRecvSegment(net_.rank, net_.size, s));
-      reqs_.recv(pair_ + 1, patterns::ringPrev(net_.rank, net_.size), slice_ + rc.offset * es_,
-                 rc.count * es_);
-      reqs_.send(pair_, patterns::ringNext(net_.rank, net_.size), slice_ + sc.offset * es_,
-                 sc.count * es_);
+      reqs_.recvOverlapped(pair_ + 1, patterns::ringPrev(net_.rank, net_.size),
+                           slice_ + rc.offset * es_, rc.count * es_);
+      reqs_.sendOverlapped(pair_, patterns::ringNext(net_.rank, net_.size),
+                           slice_ + sc.offset * es_, sc.count * es_);
       if (s + 1 < steps) {
         reqs_.wait(pair_ + 1);
         reqs_.wait(pair_);
@@ -125,10 +127,10 @@ class NetPhase {
         layout_.at(patterns::ringReduceScatterSendSegment(net_.rank, net_.size, s));
     const patterns::Range rc =
         layout_.at(patterns::ringReduceScatterRecvSegment(net_.rank, net_.size, s));
-    reqs_.recv(pair_ + 1, patterns::ringPrev(net_.rank, net_.size), net_.scratch.data(),
-               rc.count * es_);
-    reqs_.send(pair_, patterns::ringNext(net_.rank, net_.size), slice_ + sc.offset * es_,
-               sc.count * es_);
+    reqs_.recvOverlapped(pair_ + 1, patterns::ringPrev(net_.rank, net_.size), net_.scratch.data(),
+                         rc.count * es_);
+    reqs_.sendOverlapped(pair_, patterns::ringNext(net_.rank, net_.size), slice_ + sc.offset * es_,
+                         sc.count * es_);
   }
 
   Context& net_;
