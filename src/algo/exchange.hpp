@@ -55,14 +55,10 @@ class InFlight {
   // The algorithm waits for every request it posts before it returns (transport::Request::
   // attended): no transport's background thread needs to move them.
   void send(std::size_t i, int peer, const void* data, std::size_t bytes) {
-    transport::Request& r = at(i);
-    r.attended = true;
-    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, r);
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, marked(i, true));
   }
   void recv(std::size_t i, int peer, void* data, std::size_t bytes) {
-    transport::Request& r = at(i);
-    r.attended = true;
-    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, r);
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, marked(i, true));
   }
   /// Requests the caller overlaps with work of its own before it waits for them: a whole
   /// collective of another group (the hierarchical allreduce's network steps while the node
@@ -70,14 +66,10 @@ class InFlight {
   /// (a reduce's children). Left unattended, so that a transport's progress thread moves them
   /// meanwhile (docs/benchmarks.md, "The progress thread and the algorithms' own requests").
   void sendOverlapped(std::size_t i, int peer, const void* data, std::size_t bytes) {
-    transport::Request& r = at(i);
-    r.attended = false;
-    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, r);
+    ctx_.tr.postSend(peer, data, bytes, ctx_.tag, marked(i, false));
   }
   void recvOverlapped(std::size_t i, int peer, void* data, std::size_t bytes) {
-    transport::Request& r = at(i);
-    r.attended = false;
-    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, r);
+    ctx_.tr.postRecv(peer, data, bytes, ctx_.tag, marked(i, false));
   }
   /// Waits for request i if it was posted and has not been waited for yet.
   void wait(std::size_t i) {
@@ -113,6 +105,11 @@ class InFlight {
       order_[used_++] = i;
     }
     return *slot(i);
+  }
+  transport::Request& marked(std::size_t i, bool attended) noexcept {
+    transport::Request& r = at(i);
+    r.attended = attended;
+    return r;
   }
 
   Context& ctx_;
