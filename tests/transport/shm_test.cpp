@@ -421,13 +421,16 @@ TEST(ShmTransport, BackgroundThreadMovesDataNobodyWaitsFor) {
 TEST(ShmTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
   // As over TCP (TcpTransport.AttendedRequestsAre...): a send the poster is about to wait for
   // (Request::attended) moves in its waits; the background thread fills the ring for it while
-  // nobody waits only with ShmOptions::backgroundAttended.
+  // nobody waits only with ShmOptions::backgroundAttended. Rank 1 starts reading only once rank
+  // 0's post has returned (a post keeps writing while the reader drains the ring, so a reader
+  // already running would take the whole message within the post).
   for (bool spare : {false, true}) {
     SCOPED_TRACE(spare ? "backgroundAttended" : "attended left to the waits");
     ShmOptions o = optionsFor(Path::Ring);
     o.slots = 4;
     o.slotBytes = 16 << 10;
     o.backgroundAttended = spare;
+    test::Rendezvous posted(2);
     runRanks(
         2,
         [&](int rank, ShmTransport& t) {
@@ -437,10 +440,12 @@ TEST(ShmTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
           req.attended = true;
           if (rank == 0) {
             t.postSend(1, buf.data(), bytes, 4, req);
+            posted.arriveAndWait();
             std::this_thread::sleep_for(1500ms);
             EXPECT_EQ(req.done(), spare);
             t.wait(req, after(5s));
           } else {
+            posted.arriveAndWait();
             t.postRecv(0, buf.data(), bytes, 4, req);
             t.wait(req, after(10s));
             EXPECT_EQ(firstWrong(buf, 0, 1), -1);

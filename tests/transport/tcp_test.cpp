@@ -198,13 +198,15 @@ TEST(TcpTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
   // background thread takes them over while nobody waits only with
   // TcpOptions::backgroundAttended (a CPU to spare for it). Rank 0 posts such a send, far more
   // than the socket buffers hold, and does not wait for 1.2 s (as in the test below: time
-  // enough for the thread under the sanitizers).
+  // enough for the thread under the sanitizers). Rank 1 starts reading only once that post has
+  // returned, so that only the thread, or the wait, can write the rest.
   const std::size_t bytes = 32 << 20;
   for (bool spare : {false, true}) {
     SCOPED_TRACE(spare ? "backgroundAttended" : "attended left to the waits");
     TcpOptions o = testOptions();
     o.backgroundAttended = spare;
     Rendezvous ready(2);
+    Rendezvous posted(2);
     runRanks(
         2,
         [&](int rank, Transport& t) {
@@ -214,10 +216,12 @@ TEST(TcpTransport, AttendedRequestsAreLeftToTheirWaitsWithoutACpuToSpare) {
           ready.arriveAndWait();
           if (rank == 0) {
             t.postSend(1, buf.data(), bytes, 1, req);
+            posted.arriveAndWait();
             std::this_thread::sleep_for(1200ms);
             EXPECT_EQ(req.done(), spare);
             t.wait(req, after(5s));  // the wait moves what is left
           } else {
+            posted.arriveAndWait();
             t.postRecv(0, buf.data(), bytes, 1, req);
             t.wait(req, after(5s));
             EXPECT_EQ(firstWrong(buf, 0, 1), -1);
