@@ -275,8 +275,12 @@ std::unique_ptr<RoutedTransport> createTransport(Store& store, int rank, int siz
   TransportOptions opts = options;
   const auto hostCpusTogether = static_cast<std::size_t>(machine::cpusTogether(hostCpus));
   opts.tcp.busyPoll = hostCpus.size() <= hostCpusTogether;
-  // A progress thread moves the algorithms' own requests only where it has a CPU of its own.
-  opts.tcp.backgroundAttended = 2 * hostCpus.size() <= hostCpusTogether;
+  // A progress thread moves the algorithms' own requests only where it has a CPU of its own, or
+  // where this rank reaches its peers over two transports (shared memory and the network): a
+  // wait on one does not drive the other, so a large send on one could otherwise stall while
+  // the rank waits on the other, and peers that wait on each other across the two would hang.
+  const bool twoLegs = local.size() > 1 && local.size() < static_cast<std::size_t>(size);
+  opts.tcp.backgroundAttended = twoLegs || 2 * hostCpus.size() <= hostCpusTogether;
   opts.shm.backgroundAttended = opts.tcp.backgroundAttended;
   // Shared memory's view of the same: the CPUs its group's ranks can use at once.
   if (opts.shm.hostCpus == 0)

@@ -344,40 +344,47 @@ TEST(RoutedTransport, WaitingOnTcpDoesNotStallShmSends) {
   // Hosts {0, 1} and {2}; everything through the ring, which is much smaller than the message.
   // Rank 0 posts a large shm send to 1, then waits on TCP for 2; 2 waits for 1 over TCP; 1 only
   // sends to 2 after receiving all of 0's message. Without someone moving rank 0's send while
-  // rank 0 sleeps in the TCP transport, this would deadlock.
-  runRanks(
-      {"A", "A", "B"},
-      [](int rank, RoutedTransport& t) {
-        const std::size_t bytes = 4 << 20;
-        Bytes big = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
-        Bytes small(8, static_cast<std::uint8_t>(rank));
-        Request a, b;
-        if (rank == 0) {
-          t.postSend(1, big.data(), bytes, 1, a);
-          t.postRecv(2, small.data(), small.size(), 2, b);
-          t.wait(b, after(20s));
-          t.wait(a, after(20s));
-          EXPECT_EQ(small[0], 2);
-        } else if (rank == 1) {
-          t.postRecv(0, big.data(), bytes, 1, a);
-          t.wait(a, after(20s));
-          EXPECT_EQ(firstWrong(big, 0, 1), -1);
-          t.postSend(2, small.data(), small.size(), 3, b);
-          t.wait(b, after(20s));
-        } else {
-          t.postRecv(1, small.data(), small.size(), 3, a);
-          t.wait(a, after(20s));
-          EXPECT_EQ(small[0], 1);
-          small.assign(8, 2);
-          t.postSend(0, small.data(), small.size(), 2, b);
-          t.wait(b, after(20s));
-        }
-      },
-      [](int, TransportOptions& o) {
-        o.shm.cmaDisable = true;
-        o.shm.slots = 2;
-        o.shm.slotBytes = 4096;
-      });
+  // rank 0 sleeps in the TCP transport, this would deadlock. The same with the requests marked
+  // as an algorithm's (Request::attended): a rank whose peers are on two legs keeps its
+  // progress threads for them whatever its CPUs (createTransport's backgroundAttended).
+  for (bool attended : {false, true}) {
+    SCOPED_TRACE(attended ? "attended" : "not attended");
+    runRanks(
+        {"A", "A", "B"},
+        [&](int rank, RoutedTransport& t) {
+          const std::size_t bytes = 4 << 20;
+          Bytes big = rank == 0 ? makePayload(0, 1, bytes) : Bytes(bytes);
+          Bytes small(8, static_cast<std::uint8_t>(rank));
+          Request a, b;
+          a.attended = attended;
+          b.attended = attended;
+          if (rank == 0) {
+            t.postSend(1, big.data(), bytes, 1, a);
+            t.postRecv(2, small.data(), small.size(), 2, b);
+            t.wait(b, after(20s));
+            t.wait(a, after(20s));
+            EXPECT_EQ(small[0], 2);
+          } else if (rank == 1) {
+            t.postRecv(0, big.data(), bytes, 1, a);
+            t.wait(a, after(20s));
+            EXPECT_EQ(firstWrong(big, 0, 1), -1);
+            t.postSend(2, small.data(), small.size(), 3, b);
+            t.wait(b, after(20s));
+          } else {
+            t.postRecv(1, small.data(), small.size(), 3, a);
+            t.wait(a, after(20s));
+            EXPECT_EQ(small[0], 1);
+            small.assign(8, 2);
+            t.postSend(0, small.data(), small.size(), 2, b);
+            t.wait(b, after(20s));
+          }
+        },
+        [](int, TransportOptions& o) {
+          o.shm.cmaDisable = true;
+          o.shm.slots = 2;
+          o.shm.slotBytes = 4096;
+        });
+  }
 }
 
 TEST(RoutedTransport, HostThatNeverPublishesIsNamed) {

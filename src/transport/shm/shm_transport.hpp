@@ -79,10 +79,8 @@ struct ShmOptions {
   std::size_t hostCpus = 0;
   /// The background thread also moves requests whose poster is about to wait for them
   /// (Request::attended) while nobody waits, overlapping their transfer with the poster's own
-  /// work (a reduction between two waits). The factory sets it (as TcpOptions::backgroundAttended)
-  /// when the host has at least two CPUs per rank, so that every rank's thread has one to run on;
-  /// with fewer, the thread only took the CPU from the ranks (docs/benchmarks.md, "The progress
-  /// thread and the algorithms' own requests").
+  /// work (a reduction between two waits). The factory sets it as TcpOptions::backgroundAttended
+  /// (two CPUs per rank, or peers reached over two transports).
   bool backgroundAttended = false;
   /// Never use process_vm_readv (no probe, everything through the ring).
   bool cmaDisable = false;

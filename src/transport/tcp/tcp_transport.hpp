@@ -47,9 +47,10 @@ struct TcpOptions {
   /// The background thread also moves requests whose poster is about to wait for them
   /// (Request::attended) while nobody waits, overlapping their transfer with the poster's own
   /// work (a reduction between two waits). The factory sets it when the host has at least two
-  /// CPUs per rank, so that every rank's thread has one to run on; with fewer, the thread only
-  /// took the CPU from the ranks (docs/benchmarks.md, "The progress thread and the algorithms'
-  /// own requests").
+  /// CPUs per rank, so that every rank's thread has one to run on (with fewer, the thread only
+  /// took the CPU from the ranks: docs/benchmarks.md, "The progress thread and the algorithms'
+  /// own requests"), and when the rank reaches its peers over two transports (shared memory
+  /// and the network), since a wait on one leg of a RoutedTransport does not drive the other.
   bool backgroundAttended = false;
   /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
   std::size_t socketBufferBytes = 4 << 20;
