@@ -535,6 +535,9 @@ std::unique_ptr<Transport> build(int rank, int size, const TcpOptions& options,
     // The other streams' progress threads move their pieces while the caller polls: they need
     // CPUs too, so the caller yields between polls.
     one.busyPoll = false;
+    // A wait on one stream does not drive the others: their threads move every request, as
+    // across the legs of a RoutedTransport (createTransport).
+    one.backgroundAttended = true;
     one.connectTimeout =
         std::max(std::chrono::milliseconds(1),
                  std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()));

@@ -50,7 +50,9 @@ struct TcpOptions {
   /// CPUs per rank, so that every rank's thread has one to run on (with fewer, the thread only
   /// took the CPU from the ranks: docs/benchmarks.md, "The progress thread and the algorithms'
   /// own requests"), and when the rank reaches its peers over two transports (shared memory
-  /// and the network), since a wait on one leg of a RoutedTransport does not drive the other.
+  /// and the network), since a wait on one leg of a RoutedTransport does not drive the other;
+  /// always with several streams per peer (socketThreads x socketsPerThread > 1), for the same
+  /// reason.
   bool backgroundAttended = false;
   /// SO_SNDBUF / SO_RCVBUF of every connection; 0 = kernel default (autotuning).
   std::size_t socketBufferBytes = 4 << 20;
