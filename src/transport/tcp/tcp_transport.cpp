@@ -13,11 +13,12 @@
 // The background thread stays asleep unless work is outstanding that nobody waits for: a send
 // not yet fully written, or a receive large enough to hold up its sender, of a request whose
 // owner may not wait soon (not Request::attended: the communicator's point-to-point, not an
-// algorithm's requests, which the algorithm's own waits move; those too where the host has a
-// CPU to spare for the thread, TcpOptions::backgroundAttended). Even then it first
-// leaves the work to its owner for kBackgroundGrace, since a blocking caller is usually about to
-// wait on it, and it steps aside (the waiter kicks it) as soon as a thread waits.#include
-// "transport/tcp/tcp_transport.hpp"
+// algorithm's requests, which the algorithm's own waits move; those too where the thread has a
+// CPU to spare or other transports' waits do not drive this one, TcpOptions::backgroundAttended).
+// Even then it first leaves the work to its owner for kBackgroundGrace, since a blocking caller
+// is usually about to wait on it, and it steps aside (the waiter kicks it) as soon as a thread
+// waits.
+#include "transport/tcp/tcp_transport.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
