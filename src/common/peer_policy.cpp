@@ -91,4 +91,19 @@ void PeerPolicy::reportRefused(std::string_view endpoint, std::string_view peer,
   std::fputs(line.c_str(), stderr);
 }
 
+std::string connectTimeoutText(std::string_view self, std::chrono::milliseconds timeout,
+                               const std::vector<int>& waitingFor, std::uint64_t dropped,
+                               std::string_view droppedWhat, std::string_view lastDrop) {
+  std::string names;
+  for (const int r : waitingFor) names += (names.empty() ? "" : ", ") + std::to_string(r);
+  std::string text = std::string(self) + " timed out after " + std::to_string(timeout.count()) +
+                     " ms waiting for rank" + (waitingFor.size() > 1 ? "s " : " ") + names +
+                     " to connect";
+  if (dropped > 0)
+    text += "; " + std::to_string(dropped) + " " + std::string(droppedWhat) +
+            (dropped > 1 ? "s were" : " was") +
+            " dropped meanwhile (last: " + std::string(lastDrop) + ")";
+  return text;
+}
+
 }  // namespace braid::security

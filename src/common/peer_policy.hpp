@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/address_filter.hpp"
 
@@ -55,5 +56,12 @@ class PeerPolicy {
   std::shared_ptr<std::atomic<std::uint64_t>> dropped_;
   std::shared_ptr<std::atomic<std::uint64_t>> refused_;
 };
+
+/// A transport's setup timing out on peers that never connected: "<self> timed out after <T> ms
+/// waiting for rank(s) <waitingFor> to connect", and, when the policy dropped any,
+/// "; <dropped> <droppedWhat>(s) was/were dropped meanwhile (last: <lastDrop>)".
+std::string connectTimeoutText(std::string_view self, std::chrono::milliseconds timeout,
+                               const std::vector<int>& waitingFor, std::uint64_t dropped,
+                               std::string_view droppedWhat, std::string_view lastDrop);
 
 }  // namespace braid::security

@@ -304,16 +304,13 @@ class Acceptor::Impl {
   }
 
   [[noreturn]] void throwTimeout() const {
-    std::string names;
+    std::vector<int> waiting;
     for (int peer = rank_ + 1; peer < size_; ++peer)
       if (mesh_ != nullptr && !mesh_->links[static_cast<std::size_t>(peer)].fd)
-        names += (names.empty() ? "" : ", ") + std::to_string(peer);
-    std::string text = self_ + " timed out after " + msText(options_.connectTimeout) +
-                       " waiting for rank" + (missing_ > 1 ? "s " : " ") + names + " to connect";
-    if (const std::uint64_t n = policy_.dropped(); n > 0)
-      text += "; " + std::to_string(n) + " incoming connection" + (n > 1 ? "s were" : " was") +
-              " dropped meanwhile (last: " + lastDrop_ + ")";
-    throw Error(ErrorCode::Timeout, text);
+        waiting.push_back(peer);
+    throw Error(ErrorCode::Timeout,
+                security::connectTimeoutText(self_, options_.connectTimeout, waiting,
+                                             policy_.dropped(), "incoming connection", lastDrop_));
   }
 
   const int rank_;

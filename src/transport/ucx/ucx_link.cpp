@@ -180,19 +180,13 @@ void UcxTransport::awaitLinks(Deadline deadline) {
                                               " within " + msText(options_.connectTimeout) +
                                               " (last error: " + ps.lastError + ")");
       }
-      std::string names;
-      int n = 0;
+      std::vector<int> waiting;
       for (int p = rank_ + 1; p < size_; ++p)
-        if (peers_[static_cast<std::size_t>(p)].link != PeerState::Link::Ready) {
-          names += (names.empty() ? "" : ", ") + std::to_string(p);
-          ++n;
-        }
-      std::string text = self_ + " timed out after " + msText(options_.connectTimeout) +
-                         " waiting for rank" + (n > 1 ? "s " : " ") + names + " to connect";
-      if (const std::uint64_t d = policy_.dropped(); d > 0)
-        text += "; " + std::to_string(d) + " handshake" + (d > 1 ? "s were" : " was") +
-                " dropped meanwhile (last: " + lastDrop_ + ")";
-      throw Error(ErrorCode::Timeout, text);
+        if (peers_[static_cast<std::size_t>(p)].link != PeerState::Link::Ready)
+          waiting.push_back(p);
+      throw Error(ErrorCode::Timeout,
+                  security::connectTimeoutText(self_, options_.connectTimeout, waiting,
+                                               policy_.dropped(), "handshake", lastDrop_));
     }
     sleep(std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
   }

@@ -13,6 +13,20 @@
 
 namespace braid::transport::ucx {
 
+namespace {
+
+/// Closes an endpoint at once (UCX fails the sends still on it) and forgets it.
+void closeForced(ucp_ep_h& ep) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  const ucs_status_ptr_t p = ucp_ep_close_nbx(ep, &param);
+  if (p != nullptr && !UCS_PTR_IS_ERR(p)) ucp_request_free(p);
+  ep = nullptr;
+}
+
+}  // namespace
+
 const std::optional<Error>& UcxTransport::peerError(int peer) const {
   const PeerState& ps = peers_[static_cast<std::size_t>(peer)];
   return ps.error ? ps.error : ps.ended;
@@ -58,12 +72,7 @@ void UcxTransport::failPeer(int peer, Error error) {
                             error.detail().substr(0, 150) + ")";
     bye.insert(bye.end(), why.begin(), why.end());
     sendSide(peer, Kind::Goodbye, 0, std::move(bye));
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    const ucs_status_ptr_t p = ucp_ep_close_nbx(ps.ep, &param);
-    if (p != nullptr && !UCS_PTR_IS_ERR(p)) ucp_request_free(p);
-    ps.ep = nullptr;
+    closeForced(ps.ep);
   }
 }
 
@@ -132,13 +141,7 @@ void UcxTransport::failTransport(Error error) {
 void UcxTransport::closeEndpoints() {
   closing_ = true;
   for (PeerState& ps : peers_) {
-    if (ps.ep == nullptr) continue;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    const ucs_status_ptr_t p = ucp_ep_close_nbx(ps.ep, &param);
-    if (p != nullptr && !UCS_PTR_IS_ERR(p)) ucp_request_free(p);
-    ps.ep = nullptr;
+    if (ps.ep != nullptr) closeForced(ps.ep);
   }
 }
 
