@@ -60,7 +60,8 @@ inline constexpr int kUndefinedColor = -1;
 ///
 /// Every failure throws braid::Error naming the operation, the argument and the rank.
 /// InvalidArgument errors are raised before anything is sent and leave the communicator usable.
-/// An operation that fails with Timeout, PeerLost, Mismatch or Aborted leaves it failed: every
+/// An operation that fails with Timeout, PeerLost, Mismatch (of collectives; a point-to-point
+/// receive of the wrong size fails alone, see recv) or Aborted leaves it failed: every
 /// later operation fails too (its peers see PeerLost promptly); create a new communicator, or
 /// keep going with the survivors: shrink(), then grow() and join() (docs/reliability.md).
 /// A rank that detects a failure (Timeout, PeerLost, Mismatch) revokes the communicator through
@@ -164,9 +165,11 @@ class Comm {
   void barrier();
   Work barrierAsync();
 
-  /// Point-to-point. Messages between two ranks are matched in order; the receiver's count and
-  /// tag must equal the sender's (else Error(Mismatch)). Send/recv are ordered with the
-  /// communicator's other operations.
+  /// Point-to-point. A receive takes the first message from `peer` of its tag and dtype that no
+  /// earlier receive took; messages of other tags wait aside, so they may be received in any
+  /// order. A receive whose count differs from that message's fails alone with Error(Mismatch)
+  /// naming both sizes: the message stays for the next receive of its tag and the communicator
+  /// goes on. Send/recv are ordered with the communicator's other operations.
   void send(const void* buf, std::size_t count, DataType dtype, int peer, std::uint32_t tag = 0);
   Work sendAsync(const void* buf, std::size_t count, DataType dtype, int peer,
                  std::uint32_t tag = 0);

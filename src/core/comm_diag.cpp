@@ -111,14 +111,6 @@ void Comm::Impl::opDone(Op& op) {
                      op.startedAt, now, nullptr);
 }
 
-namespace {
-
-bool failsCommunicator(ErrorCode c) {
-  return c == ErrorCode::Timeout || c == ErrorCode::PeerLost || c == ErrorCode::Mismatch;
-}
-
-}  // namespace
-
 std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
   error = elasticFailure(op, error);  // revoke: published, or the error of a revoked comm
   std::exception_ptr out = error;
@@ -142,7 +134,7 @@ std::exception_ptr Comm::Impl::opFailed(Op& op, std::exception_ptr error) {
       out = std::make_exception_ptr(better);
       message = better.what();
       dump = true;
-    } else if (failsCommunicator(e.code()) && !failedOnce.exchange(true)) {
+    } else if (core::failsCommunicator(op.desc.coll, e.code()) && !failedOnce.exchange(true)) {
       Error better = diagnose(op, e);
       out = std::make_exception_ptr(better);
       message = better.what();

@@ -38,10 +38,6 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-bool failsCommunicator(ErrorCode c) {
-  return c == ErrorCode::Timeout || c == ErrorCode::PeerLost || c == ErrorCode::Mismatch;
-}
-
 std::string joinRanks(const std::vector<int>& ranks) {
   std::string s;
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
@@ -121,7 +117,7 @@ std::exception_ptr Comm::Impl::elasticFailure(Op& op, std::exception_ptr error) 
     {
       std::lock_guard<std::mutex> lk(revokedMu);
       if (!revoked.load()) {
-        if (!failsCommunicator(e.code()) || size <= 1) return error;
+        if (!core::failsCommunicator(op.desc.coll, e.code()) || size <= 1) return error;
         // This rank detected the failure: revoke the communicator everywhere once opFailed has
         // diagnosed it (publishRevoke). Its own errors keep their diagnosis; later ones say it
         // was revoked.

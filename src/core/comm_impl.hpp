@@ -48,6 +48,14 @@ class CommGroups : public algo::Groups {
 };
 /// The holder of the hierarchy's sub-communicators (core/comm_groups.cpp), built empty.
 std::unique_ptr<CommGroups> makeCommGroups(Comm::Impl& parent);
+
+/// Whether an operation's error fails (and revokes) the communicator: a timeout, a lost peer,
+/// or a mismatch of collectives. A point-to-point Mismatch is a receive of another size than
+/// its message, which the transport failed alone: the communicator goes on.
+inline bool failsCommunicator(Collective c, ErrorCode code) noexcept {
+  if (code == ErrorCode::Mismatch) return !isPointToPoint(c);
+  return code == ErrorCode::Timeout || code == ErrorCode::PeerLost;
+}
 }  // namespace core
 
 /// One operation as issued: arguments, owned copies of per-rank arrays, and its tag.

@@ -6,14 +6,23 @@
 
 namespace braid::transport::engine {
 
-Error mismatchError(const CompletionSink& sink, int selfRank, int peerRank,
-                    const std::string& peerDescription, const Request& expected, std::uint64_t tag,
-                    std::size_t bytes) {
-  sink.mismatchSeenOnLane(peerRank, expected.tag, tag, expected.lane);
+namespace {
+
+Error mismatchText(const CompletionSink& sink, int selfRank, const std::string& peerDescription,
+                   const Request& expected, std::uint64_t tag, std::size_t bytes) {
   return Error(ErrorCode::Mismatch,
                "rank " + std::to_string(selfRank) + " expected " + sink.tagText(expected.tag) +
                    " (" + std::to_string(expected.bytes) + " bytes) from " + peerDescription +
                    " but received " + sink.tagText(tag) + " (" + std::to_string(bytes) + " bytes)");
+}
+
+}  // namespace
+
+Error mismatchError(const CompletionSink& sink, int selfRank, int peerRank,
+                    const std::string& peerDescription, const Request& expected, std::uint64_t tag,
+                    std::size_t bytes) {
+  sink.mismatchSeenOnLane(peerRank, expected.tag, tag, expected.lane);
+  return mismatchText(sink, selfRank, peerDescription, expected, tag, bytes);
 }
 
 Error timeoutError(int selfRank, const Request& req, const std::string& peerDescription,
@@ -52,6 +61,10 @@ Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
       return !h.discard && h.lane == req.lane && (p2p ? h.tag == req.tag : !isP2P(h.tag));
     });
     if (it != held_.end()) {
+      if (p2p && it->bytes != req.bytes) {  // this receive fails; the message waits for the next
+        failAlone(req, it->tag, it->bytes);
+        return Posted::Failed;
+      }
       if (it->bytes != req.bytes || it->tag != req.tag) {
         error = mismatchError(*sink_, self_, peer_, description_, req, it->tag, it->bytes);
         return Posted::Mismatch;
@@ -73,14 +86,32 @@ Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
   return Posted::Queued;
 }
 
+// The observer is not told: it hears of mismatches that break the stream (the ranks called
+// different collectives), which this is not.
+void Inbox::failAlone(Request& req, std::uint64_t tag, std::size_t bytes) {
+  sink_->keepError(req, mismatchText(*sink_, self_, description_, req, tag, bytes));
+  sink_->finish(req, State::Failed, false);
+}
+
 Inbox::Arrival Inbox::arrive(std::uint64_t tag, std::size_t bytes, std::size_t maxHeldBytes,
                              std::optional<Error>& error, std::uint64_t lane,
                              bool holdWhileOthersWait, bool discard) {
   const bool p2p = isP2P(tag);
   Request* prev = nullptr;
   Request* r = discard ? nullptr : recvs_.front();
-  for (; r != nullptr; prev = r, r = r->next)
-    if (r->lane == lane && (p2p ? r->tag == tag : !isP2P(r->tag))) break;
+  while (r != nullptr) {
+    if (r->lane != lane || (p2p ? r->tag != tag : isP2P(r->tag))) {
+      prev = r;
+      r = r->next;
+    } else if (p2p && r->bytes != bytes) {  // fails alone; the message goes on to the next
+      Request* next = r->next;
+      recvs_.unlink(prev, *r);
+      failAlone(*r, tag, bytes);
+      r = next;
+    } else {
+      break;
+    }
+  }
   if (r == nullptr) {
     if (!p2p && !discard && !(holdWhileOthersWait && !recvs_.empty())) return Arrival::Stall;
     if (bytes > maxHeldBytes) return Arrival::TooLarge;
@@ -217,8 +248,34 @@ void Inbox::dropLane(std::uint64_t lane) {
 
 // ---- Engine ----
 
+void Engine::keepError(const Request& req, Error error) {
+  const auto it = std::find_if(ownErrors_.begin(), ownErrors_.end(),
+                               [&](const OwnError& e) { return e.req == &req; });
+  if (it != ownErrors_.end())
+    *it = OwnError{&req, std::move(error), true};
+  else
+    ownErrors_.push_back(OwnError{&req, std::move(error), true});
+}
+
+void Engine::settleOwnError(Request& req) noexcept {
+  const auto it = std::find_if(ownErrors_.begin(), ownErrors_.end(),
+                               [&](const OwnError& e) { return e.req == &req; });
+  if (it == ownErrors_.end()) return;
+  if (it->fresh && req.aux != 0) {
+    it->fresh = false;
+    req.aux = kAuxOwnError;
+  } else {
+    ownErrors_.erase(it);
+  }
+}
+
 void Engine::throwFailure(const Request& req, const std::optional<Error>& peerError,
                           const std::string& peerDescription) const {
+  if ((req.aux & kAuxOwnError) != 0) {
+    const auto it = std::find_if(ownErrors_.begin(), ownErrors_.end(),
+                                 [&](const OwnError& e) { return e.req == &req; });
+    if (it != ownErrors_.end()) throw it->error;
+  }
   if ((req.aux & kAuxTransportError) != 0 && failed_) throw *failed_;
   if (peerError) throw *peerError;
   if (failed_) throw *failed_;

@@ -11,12 +11,16 @@
 //     posted non-P2P receive when it is not P2P (a message that finds none stalls the stream:
 //     it waits where it is until one is posted), and to the first posted receive of its tag
 //     when it is P2P (kP2PTagBit), else it is held aside (Inbox::Held, the only allocation on
-//     the receive path) until a receive of its tag is posted. A receive whose tag or size
-//     differs from the message fails with mismatchError() (the observer told first).
+//     the receive path) until a receive of its tag is posted. A non-P2P receive whose tag or
+//     size differs from its message fails with mismatchError() (the observer told first), and
+//     with it the peer's stream (the ranks called different collectives). A P2P receive whose
+//     size differs from the first message of its tag fails alone, with its own mismatchError():
+//     the message stays first in line for the next receive of its tag, the stream goes on.
 //   - Errors: Timeout (timeoutError: the peer, the direction, the size and why the request
 //     stalls), Mismatch, PeerLost and Aborted are Error values kept by the peer (its link
-//     failed) or by the Engine (the whole transport failed); Engine::throwFailure() throws the
-//     right one for a failed request.
+//     failed), by the Engine (the whole transport failed) or, for a P2P size mismatch, by the
+//     Engine for that request alone (CompletionSink::keepError); Engine::throwFailure() throws
+//     the right one for a failed request.
 //   - Waiting: waitLoop() is the one wait policy: poll without yielding for busyPoll, then poll
 //     and yield the CPU between polls until `spin`, then sleep through the transport's hook
 //     ("sleep until something may have moved": epoll_wait, a futex, a condition variable),
@@ -127,6 +131,9 @@ class CompletionSink {
   /// `req` left the peer: Done, or Failed with the error kept by the peer (peerError) or by the
   /// transport. The sink publishes the state; the peer no longer touches req.
   virtual void finish(Request& req, State state, bool peerError) = 0;
+  /// The next finish(req, Failed, ...) fails `req` with `error`, its own (a P2P receive whose
+  /// size differs from its message), not the peer's or the transport's.
+  virtual void keepError(const Request& req, Error error) = 0;
   /// The tag in words, for Mismatch errors (never throws).
   virtual std::string tagText(std::uint64_t tag) const = 0;
   /// A receive from `peer` expected tag `expected` but the peer sent `received`.
@@ -224,10 +231,13 @@ class Inbox {
     Queued,     // waits for its message
     Done,       // a held message filled it (finished)
     Receiving,  // a held message still arriving: the rest goes straight into it
-    Mismatch,   // a held message of its tag has another size: `error` says so (not finished)
+    Mismatch,   // a held non-P2P message differs: `error` says so (not finished)
+    Failed,     // P2P: the first held message of its tag has another size; the receive failed
+                // with its own Mismatch (finished), the message stays held
   };
   /// A receive was posted: takes a held message of its lane if there is one (P2P: the first of
-  /// its tag; else the first non-P2P one, which must match it exactly), else queues it.
+  /// its tag, which must have its size; else the first non-P2P one, which must match it
+  /// exactly), else queues it.
   Posted post(Request& req, std::optional<Error>& error);
 
   enum class Arrival {
@@ -237,8 +247,11 @@ class Inbox {
     Mismatch,   // the first eligible receive differs: `error` says so
     TooLarge,   // a P2P message of more than maxHeldBytes and no receive for it
   };
-  /// A message header {tag, bytes} of lane `lane` arrived (nothing may be receiving()). A
-  /// non-P2P message goes to the first posted non-P2P receive of its lane; when there is none
+  /// A message header {tag, bytes} of lane `lane` arrived (nothing may be receiving()). A P2P
+  /// message goes to the first posted receive of its tag and lane; one of another size fails
+  /// (finished with its own Mismatch) and the message goes on to the next; with none it is
+  /// held aside. A non-P2P message goes to the first posted non-P2P receive of its lane
+  /// (Mismatch when its tag or size differs); when there is none
   /// it stalls, unless `holdWhileOthersWait` and some receive (of any lane or tag) is posted:
   /// then it is held aside like an early P2P message, so that it never stands between a waiting
   /// receive and its message (docs/architecture.md, "Shared connections"). `discard`: the lane
@@ -308,6 +321,10 @@ class Inbox {
   Held* rxHeld_ = nullptr;
   std::size_t heldAsked_ = 0;  // what the last rxSpace() grew the held message by
   std::list<Held> held_;
+
+  /// Fails `req` (a P2P receive, not queued) with its own Mismatch against a message of
+  /// {tag, bytes}.
+  void failAlone(Request& req, std::uint64_t tag, std::size_t bytes);
 };
 
 /// How a waiter spends its time before it sleeps.
@@ -382,10 +399,13 @@ class Engine {
   /// the state (its owner may reuse or destroy it as soon as it sees the new state).
   void publish(Request& req, State state, bool peerError) noexcept {
     req.aux = state == State::Done ? 0 : peerError ? kAuxPeerError : kAuxTransportError;
+    if (!ownErrors_.empty()) settleOwnError(req);
     req.next = nullptr;
     completed_ = true;
     req.state.store(state, std::memory_order_release);
   }
+  /// CompletionSink::keepError: the next publish(req, Failed) fails req with `error`.
+  void keepError(const Request& req, Error error);
   /// True (once) when a request was published since the last call, or the transport failed.
   bool takeCompleted() noexcept {
     const bool c = completed_;
@@ -398,6 +418,8 @@ class Engine {
   static bool failedByTransport(const Request& req) noexcept {
     return (req.aux & kAuxTransportError) != 0;
   }
+  /// Whether a Failed request failed with an error of its own (keepError).
+  static bool failedAlone(const Request& req) noexcept { return (req.aux & kAuxOwnError) != 0; }
   /// The transport's failure (Timeout, Aborted, Internal), if any: every later request fails
   /// with it.
   const std::optional<Error>& failure() const noexcept { return failed_; }
@@ -419,18 +441,32 @@ class Engine {
     else
       peer.postRecv(req);
   }
-  /// Throws the error of a Failed request: the transport's, else `peerError` (the peer's).
+  /// Throws the error of a Failed request: its own (keepError), else the
+  /// transport's, else `peerError` (the peer's).
   [[noreturn]] void throwFailure(const Request& req, const std::optional<Error>& peerError,
                                  const std::string& peerDescription) const;
 
  private:
   static constexpr std::size_t kAuxPeerError = 2;
   static constexpr std::size_t kAuxTransportError = 4;
+  static constexpr std::size_t kAuxOwnError = 8;
+
+  /// A request's own error: `fresh` until its publish(Failed), then kept (thrown by every
+  /// throwFailure) until the next publish of a request at that address.
+  struct OwnError {
+    const Request* req;
+    Error error;
+    bool fresh;
+  };
+  /// publish() of a request with an entry: marks a fresh one as its error, drops a stale one
+  /// (of an earlier post at this address that nobody waited for).
+  void settleOwnError(Request& req) noexcept;
 
   const int rank_;
   std::mutex mu_;
   std::optional<Error> failed_;
   bool completed_ = false;
+  std::vector<OwnError> ownErrors_;  // few: P2P receives failed by a size mismatch
 };
 
 }  // namespace braid::transport::engine

@@ -235,6 +235,38 @@ TEST(Errors, P2PTimeoutNamesTheMessageThatArrivedInstead) {
   }
 }
 
+// A receive of another size than its message fails alone, naming both sizes: the message waits
+// for a receive of its size and the communicator goes on (collectives and point-to-point), over
+// shared memory and over TCP.
+TEST(Errors, P2PSizeMismatchFailsThatReceiveAndTheCommunicatorGoesOn) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "tcp" : "shm");
+    Options o = testOptions();
+    o.shmDisable = tcp;
+    runThreads(2, o, [](Comm& c) {
+      std::vector<float> buf{1, 2, 3, 4};
+      if (c.rank() == 0) {
+        c.send(buf.data(), 4, DataType::Float32, 1, 5);
+      } else {
+        std::vector<float> got(4, -1);
+        expectError([&] { c.recv(got.data(), 3, DataType::Float32, 0, 5); }, ErrorCode::Mismatch,
+                    {"rank 1 expected send/recv(fp32, tag 5) (12 bytes) from rank 0",
+                     "but received send/recv(fp32, tag 5) (16 bytes)"});
+        EXPECT_EQ(got, std::vector<float>(4, -1));
+        c.recv(got.data(), 4, DataType::Float32, 0, 5);
+        EXPECT_EQ(got, buf);
+      }
+      std::vector<float> sum{1, 1};
+      c.allreduce(sum.data(), sum.data(), 2, DataType::Float32, ReduceOp::Sum);
+      EXPECT_EQ(sum, std::vector<float>(2, 2));
+      c.send(buf.data(), 1, DataType::Float32, 1 - c.rank(), 6);
+      float one = 0;
+      c.recv(&one, 1, DataType::Float32, 1 - c.rank(), 6);
+      EXPECT_EQ(one, 1);
+    });
+  }
+}
+
 TEST(Errors, DescribePeerNamesThePeerAndRejectsRanksOutside) {
   runThreads(3, testOptions(), [](Comm& c) {
     EXPECT_EQ(c.describePeer(c.rank()), "rank " + std::to_string(c.rank()));

@@ -347,6 +347,66 @@ TYPED_TEST(Conformance, P2PMessagesArriveBeforeTheirReceivesAndMatchByTag) {
   });
 }
 
+// A point-to-point receive whose size differs from its message fails alone (MPI's truncation,
+// but as an error for any size): the message waits for a receive of its size and the pair goes
+// on. Over UCX the large message stays inside UCX until then (zero copy).
+TYPED_TEST(Conformance, P2PSizeMismatchFailsThatReceiveAloneAndThePairGoesOn) {
+  Rendezvous posted(2), done(2);
+  TypeParam::run(2, [&](int rank, Transport& t) {
+    const std::uint64_t a = kP2PTagBit | 7, b = kP2PTagBit | 8;
+    const std::size_t big = 300007;
+    if (rank == 1) {
+      Bytes x = makePayload(1, 0, 100), y = makePayload(2, 0, big), z = makePayload(3, 0, 8);
+      Request rx, ry, rz;
+      posted.arriveAndWait();
+      t.postSend(0, x.data(), x.size(), a, rx);
+      t.postSend(0, y.data(), y.size(), b, ry);
+      t.postSend(0, z.data(), z.size(), 5, rz);
+      t.wait(rx, after(10s));
+      t.wait(ry, after(10s));
+      t.wait(rz, after(10s));
+    } else {
+      auto expectSizes = [](const std::string& message, std::uint64_t tag, std::size_t expected,
+                            std::size_t received) {
+        const std::string t = "tag " + std::to_string(tag);
+        EXPECT_NE(message.find("rank 0 expected " + t + " (" + std::to_string(expected) +
+                               " bytes) from rank 1 " + TypeParam::kPeerStart),
+                  std::string::npos)
+            << message;
+        EXPECT_NE(message.find("but received " + t + " (" + std::to_string(received) + " bytes)"),
+                  std::string::npos)
+            << message;
+      };
+      // Receives posted before their message: the first has another size.
+      Bytes shortBuf(50, 0xEE), x(100), y(big), z(8), wrongY(1000, 0xEE);
+      Request r1, r2, r3, r4, r5;
+      t.postRecv(1, shortBuf.data(), shortBuf.size(), a, r1);
+      t.postRecv(1, x.data(), x.size(), a, r2);
+      posted.arriveAndWait();
+      std::string message;
+      EXPECT_EQ(codeOf([&] { t.wait(r1, after(10s)); }, message), ErrorCode::Mismatch);
+      expectSizes(message, a, 50, 100);
+      EXPECT_EQ(shortBuf, Bytes(50, 0xEE));  // nothing written
+      t.wait(r2, after(10s));
+      EXPECT_EQ(firstWrong(x, 1, 0), -1);
+      // A receive posted after its (large) message arrived, of another size.
+      std::this_thread::sleep_for(20ms);
+      t.postRecv(1, wrongY.data(), wrongY.size(), b, r3);
+      EXPECT_EQ(codeOf([&] { t.wait(r3, after(10s)); }, message), ErrorCode::Mismatch);
+      expectSizes(message, b, 1000, big);
+      EXPECT_EQ(wrongY, Bytes(1000, 0xEE));
+      // The message is still there for a receive of its size, and the pair goes on.
+      t.postRecv(1, y.data(), y.size(), b, r4);
+      t.wait(r4, after(10s));
+      EXPECT_EQ(firstWrong(y, 2, 0), -1);
+      t.postRecv(1, z.data(), z.size(), 5, r5);
+      t.wait(r5, after(10s));
+      EXPECT_EQ(firstWrong(z, 3, 0), -1);
+    }
+    done.arriveAndWait();
+  });
+}
+
 TYPED_TEST(Conformance, P2PRecvPostedWhileTheMessageArrives) {
   // The sender stays until the receiver is done: on a fast host the whole message can arrive
   // during the receiver's first test(), and a sender that left then would (rightly) fail the

@@ -19,9 +19,14 @@ namespace {
 class Sink final : public CompletionSink {
  public:
   std::vector<std::pair<Request*, State>> finished;
+  std::vector<std::pair<const Request*, std::string>> kept;  // keepError, in order
   void finish(Request& req, State state, bool) override {
     finished.emplace_back(&req, state);
     req.state.store(state);
+  }
+  void keepError(const Request& req, Error error) override {
+    EXPECT_EQ(error.code(), ErrorCode::Mismatch);
+    kept.emplace_back(&req, error.what());
   }
   std::string tagText(std::uint64_t tag) const override { return "tag " + std::to_string(tag); }
   void mismatchSeen(int, std::uint64_t, std::uint64_t) const override {}
@@ -100,25 +105,87 @@ TEST(EngineInbox, ParkedP2PMessagesGoToTheirReceivesInOrderWithNothingCopied) {
   ASSERT_EQ(sink.finished.size(), 1u);  // only the small one
 }
 
-TEST(EngineInbox, AReceiveOfAnotherSizeThanAParkedMessageIsAMismatch) {
+TEST(EngineInbox, AReceiveOfAnotherSizeThanAParkedMessageFailsAloneAndTheMessageStays) {
   Sink sink;
   Inbox in(0, 1, "rank 1", sink);
   const std::uint64_t t = kP2PTagBit | 3;
   std::optional<Error> err;
   ASSERT_EQ(in.arrive(t, 50000, SIZE_MAX, err), Inbox::Arrival::Receiving);
   in.rxPark();
-  std::vector<std::uint8_t> buf(999);
-  Request r;
+  std::vector<std::uint8_t> buf(999), right(50000);
+  Request r, r2;
   armRecv(r, buf, t);
-  ASSERT_EQ(in.post(r, err), Inbox::Posted::Mismatch);
-  ASSERT_TRUE(err);
-  EXPECT_EQ(err->code(), ErrorCode::Mismatch);
-  const std::string text = err->what();
-  EXPECT_NE(text.find("rank 0 expected tag " + std::to_string(t) + " (999 bytes) from rank 1 but " +
-                      "received tag " + std::to_string(t) + " (50000 bytes)"),
+  ASSERT_EQ(in.post(r, err), Inbox::Posted::Failed);
+  EXPECT_FALSE(err);  // the stream is fine
+  ASSERT_EQ(sink.finished.size(), 1u);
+  EXPECT_EQ(sink.finished[0], std::make_pair(&r, State::Failed));
+  ASSERT_EQ(sink.kept.size(), 1u);
+  EXPECT_EQ(sink.kept[0].first, &r);
+  EXPECT_NE(sink.kept[0].second.find("rank 0 expected tag " + std::to_string(t) +
+                                     " (999 bytes) from rank 1 but received tag " +
+                                     std::to_string(t) + " (50000 bytes)"),
             std::string::npos)
-      << text;
-  EXPECT_TRUE(sink.finished.empty());
+      << sink.kept[0].second;
+  // The message waits for a receive of its size.
+  EXPECT_NE(in.heldText("rank 1").find("(50000 bytes)"), std::string::npos);
+  armRecv(r2, right, t);
+  ASSERT_EQ(in.post(r2, err), Inbox::Posted::Receiving);
+  EXPECT_EQ(in.rxDetach(), &r2);
+  EXPECT_EQ(in.heldText("rank 1"), "");
+}
+
+TEST(EngineInbox, AP2PMessageFailsPostedReceivesOfAnotherSizeAndFillsTheNextOfItsSize) {
+  Sink sink;
+  Inbox in(0, 1, "rank 1", sink);
+  const std::uint64_t t = kP2PTagBit | 4, u = kP2PTagBit | 5;
+  std::vector<std::uint8_t> small(2), other(3), right(3, 0xEE);
+  Request a, b, c;
+  armRecv(a, small, t);  // another size: fails
+  armRecv(b, other, u);  // another tag: untouched
+  armRecv(c, right, t);  // takes the message
+  std::optional<Error> err;
+  ASSERT_EQ(in.post(a, err), Inbox::Posted::Queued);
+  ASSERT_EQ(in.post(b, err), Inbox::Posted::Queued);
+  ASSERT_EQ(in.post(c, err), Inbox::Posted::Queued);
+  ASSERT_EQ(in.arrive(t, 3, SIZE_MAX, err), Inbox::Arrival::Receiving);
+  EXPECT_FALSE(err);
+  EXPECT_EQ(in.receivingRequest(), &c);
+  deliverSmall(in, {4, 5, 6});
+  EXPECT_EQ(right, (std::vector<std::uint8_t>{4, 5, 6}));
+  ASSERT_EQ(sink.finished.size(), 2u);
+  EXPECT_EQ(sink.finished[0], std::make_pair(&a, State::Failed));
+  EXPECT_EQ(sink.finished[1], std::make_pair(&c, State::Done));
+  ASSERT_EQ(sink.kept.size(), 1u);
+  EXPECT_EQ(sink.kept[0].first, &a);
+  EXPECT_EQ(in.firstPosted(), &b);
+  // With no receive of its size left, the next message of the tag fails none and is held.
+  Request d;
+  armRecv(d, small, t);
+  ASSERT_EQ(in.post(d, err), Inbox::Posted::Queued);
+  ASSERT_EQ(in.arrive(t, 7, SIZE_MAX, err), Inbox::Arrival::Receiving);
+  EXPECT_EQ(in.receivingRequest(), nullptr);  // held aside, d failed
+  deliverSmall(in, {1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(d.state.load(), State::Failed);
+  EXPECT_NE(in.heldText("rank 1").find("(7 bytes)"), std::string::npos);
+}
+
+TEST(EngineInbox, ACollectiveReceiveOfAnotherSizeIsAMismatchOfTheStream) {
+  Sink sink;
+  Inbox in(0, 1, "rank 1", sink);
+  std::vector<std::uint8_t> buf(8);
+  Request r;
+  armRecv(r, buf, 9);
+  std::optional<Error> err;
+  ASSERT_EQ(in.post(r, err), Inbox::Posted::Queued);
+  ASSERT_EQ(in.arrive(9, 16, SIZE_MAX, err), Inbox::Arrival::Mismatch);
+  ASSERT_TRUE(err);
+  EXPECT_NE(std::string(err->what())
+                .find("expected tag 9 (8 bytes) from rank 1 but received tag 9 "
+                      "(16 bytes)"),
+            std::string::npos)
+      << err->what();
+  EXPECT_TRUE(sink.finished.empty());  // the transport fails the peer, and with it r
+  EXPECT_TRUE(sink.kept.empty());
 }
 
 }  // namespace

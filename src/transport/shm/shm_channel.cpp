@@ -102,6 +102,7 @@ void Channel::postRecv(Request& req) {
       sink_->finish(req, State::Failed, true);
       return;
     case engine::Inbox::Posted::Done:
+    case engine::Inbox::Posted::Failed:
       return;
     case engine::Inbox::Posted::Queued:
       if (peerGone(req.lane)) {  // nothing more comes on the lane

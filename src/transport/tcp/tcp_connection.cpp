@@ -145,6 +145,7 @@ void Connection::postRecv(Request& req) {
       sink_->finish(req, State::Failed, true);
       return;
     case engine::Inbox::Posted::Done:
+    case engine::Inbox::Posted::Failed:
       return;
     case engine::Inbox::Posted::Receiving:
       read();

@@ -308,6 +308,7 @@ void UcxTransport::receive(Request& req) {
       finish(req, State::Failed, true);
       break;
     case engine::Inbox::Posted::Done:
+    case engine::Inbox::Posted::Failed:
       break;
     case engine::Inbox::Posted::Receiving: {
       // A large message held with its payload inside UCX (rxPark): fetch it now.
