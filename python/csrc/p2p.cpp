@@ -14,7 +14,11 @@ namespace braid_torch {
 namespace {
 
 constexpr auto kByte = braid::DataType::Uint8;
-constexpr std::uint32_t kWireTag = 0;  // tags travel in the header; braid's only pairs in order
+
+/// braid's tag for torch's: headers and payloads travel under the torch tag itself (all 32 bits).
+std::uint32_t wireTag(std::int64_t tag) {
+  return static_cast<std::uint32_t>(tag);
+}
 
 /// Spins briefly, then sleeps with a growing nap: for waits that can only poll.
 class Backoff {
@@ -36,34 +40,40 @@ class Backoff {
 std::string headerMismatch(const char* what, int peer, std::size_t bytes, std::int64_t tag,
                            const P2P::Header& h) {
   return std::string("braid: ") + what + " expected " + std::to_string(bytes) + " bytes with tag " +
-         std::to_string(tag) + " but the next message from rank " + std::to_string(peer) + " has " +
-         std::to_string(h.bytes) + " bytes with tag " + std::to_string(h.tag) +
-         " (braid pairs messages between two ranks in the order they were sent)";
+         std::to_string(tag) + " but the next message with tag " + std::to_string(tag) +
+         " from rank " + std::to_string(peer) + " has " + std::to_string(h.bytes) + " bytes (tag " +
+         std::to_string(h.tag) + " in its header)";
 }
 
 }  // namespace
 
-P2P::P2P(std::unique_ptr<braid::Comm> comm)
-    : comm_(std::move(comm)), unclaimed_(static_cast<std::size_t>(comm_->size())) {}
+P2P::P2P(std::unique_ptr<braid::Comm> comm) : comm_(std::move(comm)) {}
 
 // The communicator goes first: its transport may still write into posted header slots.
 P2P::~P2P() {
   comm_.reset();
 }
 
-std::shared_ptr<P2P::HeaderSlot> P2P::postHeaderLocked(int peer) {
+std::shared_ptr<P2P::HeaderSlot> P2P::postHeaderLocked(int peer, std::int64_t tag) {
   auto slot = std::make_shared<HeaderSlot>();
-  slot->work = comm_->recvAsync(&slot->header, sizeof(Header), kByte, peer, kWireTag);
+  slot->work = comm_->recvAsync(&slot->header, sizeof(Header), kByte, peer, wireTag(tag));
   return slot;
 }
 
-void P2P::postHeaderSlotsLocked() {
-  if (anyQueue_.empty()) return;
+void P2P::postHeaderSlotsLocked(std::int64_t tag) {
   const int me = comm_->rank();
   for (int p = 0; p < comm_->size(); ++p) {
-    auto& q = unclaimed_[static_cast<std::size_t>(p)];
-    if (p != me && q.empty()) q.push_back(postHeaderLocked(p));
+    if (p == me) continue;
+    Slots& q = unclaimed(p, tag);
+    if (q.empty()) q.push_back(postHeaderLocked(p, tag));
   }
+}
+
+braid::Work P2P::takeOff(int peer, std::int64_t tag, std::size_t bytes,
+                         std::shared_ptr<at::Tensor>& sink) {
+  sink = std::make_shared<at::Tensor>(at::empty({static_cast<std::int64_t>(bytes)}, at::kByte));
+  std::lock_guard<std::mutex> lk(mu_);
+  return comm_->recvAsync(bytes ? sink->data_ptr() : nullptr, bytes, kByte, peer, wireTag(tag));
 }
 
 c10::intrusive_ptr<BraidWork> P2P::send(const std::shared_ptr<OpQueue>& queue, const at::Tensor& t,
@@ -74,9 +84,9 @@ c10::intrusive_ptr<BraidWork> P2P::send(const std::shared_ptr<OpQueue>& queue, c
   auto header = std::make_shared<Header>(Header{bytes, tag});
   braid::Work wh, wp;
   {
-    std::lock_guard<std::mutex> lk(mu_);  // a header and its payload stay adjacent on the wire
-    wh = comm_->sendAsync(header.get(), sizeof(Header), kByte, dst, kWireTag);
-    wp = comm_->sendAsync(bytes ? buf.data_ptr() : nullptr, bytes, kByte, dst, kWireTag);
+    std::lock_guard<std::mutex> lk(mu_);  // a header and its payload stay adjacent in their tag
+    wh = comm_->sendAsync(header.get(), sizeof(Header), kByte, dst, wireTag(tag));
+    wp = comm_->sendAsync(bytes ? buf.data_ptr() : nullptr, bytes, kByte, dst, wireTag(tag));
   }
   auto self = shared_from_this();
   return c10::make_intrusive<BraidWork>(
@@ -102,28 +112,40 @@ c10::intrusive_ptr<BraidWork> P2P::recv(const std::shared_ptr<OpQueue>& queue, c
   braid::Work payload;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto& q = unclaimed_[static_cast<std::size_t>(src)];
+    Slots& q = unclaimed(src, tag);
     if (!q.empty()) {  // a header receive left by a receive-from-any-source: it is ours now
       header = q.front();
       q.pop_front();
     } else {
-      header = postHeaderLocked(src);
+      header = postHeaderLocked(src, tag);
     }
-    payload = comm_->recvAsync(out.ptr(), bytes, kByte, src, kWireTag);
+    payload = comm_->recvAsync(out.ptr(), bytes, kByte, src, wireTag(tag));
   }
   auto self = shared_from_this();
-  auto finish = [header, payload, out, bytes, tag, src] {
+  auto finish = [header, payload, out, bytes, tag, src, self] {
     header->work.wait();
-    TORCH_CHECK(header->header.bytes == bytes && header->header.tag == tag,
-                headerMismatch("recv", src, bytes, tag, header->header));
+    const Header& h = header->header;
+    if (h.bytes != bytes) {
+      // The payload receive fails alone (Mismatch) and the payload waits: take it off, so that
+      // the next message of this tag is read from its header.
+      std::shared_ptr<at::Tensor> sink;
+      braid::Work off = self->takeOff(src, tag, h.bytes, sink);
+      try {
+        payload.wait();
+      } catch (const std::exception&) {
+      }
+      off.wait();
+    }
+    TORCH_CHECK(h.bytes == bytes && h.tag == tag, headerMismatch("recv", src, bytes, tag, h));
     payload.wait();
     out.commit();
   };
   auto work = c10::make_intrusive<BraidWork>(
       queue, c10d::OpType::RECV, "braid:recv", std::vector<at::Tensor>{t},
       std::vector<at::Tensor>{t},
-      [header, payload, finish, self] {
-        if (!header->work.test() || !payload.test()) return false;
+      [header, payload, bytes, finish, self] {
+        if (!header->work.test()) return false;
+        if (header->header.bytes == bytes && !payload.test()) return false;
         finish();
         return true;
       },
@@ -131,22 +153,32 @@ c10::intrusive_ptr<BraidWork> P2P::recv(const std::shared_ptr<OpQueue>& queue, c
   work->setSourceRank(src);
   return work;
 }
-
 bool P2P::resolve(const std::shared_ptr<AnyRequest>& req) {
   std::lock_guard<std::mutex> lk(mu_);
   const int n = comm_->size();
-  while (!anyQueue_.empty()) {
-    postHeaderSlotsLocked();  // peers whose header receive a plain recv claimed meanwhile
+  std::vector<std::int64_t> waiting;  // tags whose oldest request found no message: later wait
+  for (auto it = anyQueue_.begin(); it != anyQueue_.end();) {
+    AnyRequest& r = **it;
+    if (std::find(waiting.begin(), waiting.end(), r.tag) != waiting.end()) {
+      ++it;
+      continue;
+    }
+    postHeaderSlotsLocked(r.tag);  // peers whose header receive a plain recv claimed meanwhile
     int winner = -1;
     for (int i = 0; i < n && winner < 0; ++i) {
       const int p = (nextPeer_ + i) % n;
-      auto& q = unclaimed_[static_cast<std::size_t>(p)];
+      if (p == comm_->rank()) continue;
+      Slots& q = unclaimed(p, r.tag);
       if (!q.empty() && q.front()->work.test()) winner = p;
     }
-    if (winner < 0) break;
-    auto& q = unclaimed_[static_cast<std::size_t>(winner)];
-    auto front = anyQueue_.front();
-    anyQueue_.pop_front();
+    if (winner < 0) {
+      waiting.push_back(r.tag);
+      ++it;
+      continue;
+    }
+    Slots& q = unclaimed(winner, r.tag);
+    auto front = *it;
+    it = anyQueue_.erase(it);
     front->header = q.front();
     front->source = winner;
     q.pop_front();
@@ -158,15 +190,16 @@ bool P2P::resolve(const std::shared_ptr<AnyRequest>& req) {
       continue;  // the request's finish() rethrows it
     }
     const Header& h = front->header->header;
+    const std::uint32_t wt = wireTag(front->tag);
     if (h.bytes == front->bytes && h.tag == front->tag) {
-      front->payload = comm_->recvAsync(front->bytes ? front->dst : nullptr, front->bytes, kByte,
-                                        winner, kWireTag);
+      front->payload =
+          comm_->recvAsync(front->bytes ? front->dst : nullptr, front->bytes, kByte, winner, wt);
     } else {
-      // Consume the payload anyway, so this peer's next header is read as a header.
+      // Take the payload off anyway, so this peer's next header of the tag is read as one.
       auto sink =
           std::make_shared<at::Tensor>(at::empty({static_cast<std::int64_t>(h.bytes)}, at::kByte));
       front->payload =
-          comm_->recvAsync(h.bytes ? sink->data_ptr() : nullptr, h.bytes, kByte, winner, kWireTag);
+          comm_->recvAsync(h.bytes ? sink->data_ptr() : nullptr, h.bytes, kByte, winner, wt);
       front->sink = sink;
     }
   }
@@ -184,7 +217,7 @@ c10::intrusive_ptr<BraidWork> P2P::recvAnySource(const std::shared_ptr<OpQueue>&
   {
     std::lock_guard<std::mutex> lk(mu_);
     anyQueue_.push_back(req);
-    postHeaderSlotsLocked();
+    postHeaderSlotsLocked(tag);
   }
   auto self = shared_from_this();
   // Set right after construction; read when the work completes, to report the sender.

@@ -318,6 +318,37 @@ def check_send_recv(rank, world):
         if rank == 1:
             for i, b in enumerate(bufs):
                 assert_equal(b, torch.full((3,), float(i)), f"in-order message {i}")
+    # Tags select messages, as under Gloo: rank 0 sends tags 1, 2 (large) and 3; rank 1
+    # receives 3, then 2, then 1 from any source. Then a receive of another size fails alone
+    # (naming both sizes; its message is dropped) and the next message of that tag arrives
+    # intact.
+    if world >= 2 and rank in (0, 1):
+        big = 100003
+        if rank == 0:
+            for tag, n in ((1, 3), (2, big), (3, 5)):
+                dist.send(torch.full((n,), float(tag)), 1, tag=tag)
+            dist.send(torch.arange(6.0), 1, tag=4)
+        else:
+            three, two, one = torch.empty(5), torch.empty(big), torch.empty(3)
+            dist.recv(three, 0, tag=3)
+            dist.irecv(two, 0, tag=2).wait()
+            assert dist.recv(one, tag=1) == 0
+            for tag, t in ((1, one), (2, two), (3, three)):
+                assert_equal(t, torch.full_like(t, float(tag)), f"message of tag {tag}")
+            short = torch.full((4,), -1.0)
+            try:
+                dist.recv(short, 0, tag=4)
+                raise AssertionError("a receive of 4 elements took a message of 6")
+            except RuntimeError as e:
+                assert "expected 16 bytes with tag 4" in str(e) and "has 24 bytes" in str(e), e
+            assert_equal(short, torch.full((4,), -1.0), "nothing written by the failed receive")
+            right = torch.empty(6)
+            dist.send(torch.ones(1), 0, tag=5)  # now rank 0 sends it again
+            dist.recv(right, 0, tag=4)
+            assert_equal(right, torch.arange(6.0), "the message after a size mismatch")
+        if rank == 0:
+            dist.recv(torch.empty(1), 1, tag=5)
+            dist.send(torch.arange(6.0), 1, tag=4)
     dist.barrier()
 
 

@@ -5,7 +5,7 @@ any world size >= 2:
   every root (the generic path: startCoalescing / endCoalescing), synchronous and asynchronous,
   and with all_reduce's fast path (allreduce_coalesced issued while coalescing), counts 1 to
   100003; batch_isend_irecv around a ring returns one work, waited on directly and through its
-  future; a coalesced batch with a tag mismatch raises on wait() after its other operations
+  future; a coalesced batch with a size mismatch raises on wait() after its other operations
   completed; nested startCoalescing and endCoalescing without start raise; an empty window
   gives a completed work.
 - _enable_collectives_timing: a work issued before has no duration (error), one issued after
@@ -90,7 +90,7 @@ def coalescing(rank, world):
         for j, r in enumerate(recvs):
             assert torch.equal(r, torch.full_like(r, float(left * 1000 + j))), (j, r[:4])
 
-    # A window whose receive fails (rank 1 expects tag 6, rank 0 sends tag 5): wait() raises,
+    # A window whose receive fails (rank 1 expects 5 elements, rank 0 sends 4): wait() raises,
     # once the batch's other operations completed (rank 0 gets rank 1's message).
     if rank < 2:
         peer = 1 - rank
@@ -98,13 +98,14 @@ def coalescing(rank, world):
         if rank == 0:
             ops = [dist.P2POp(dist.isend, x, peer, tag=5), dist.P2POp(dist.irecv, y, peer, tag=7)]
         else:
-            ops = [dist.P2POp(dist.irecv, y, peer, tag=6), dist.P2POp(dist.isend, x, peer, tag=7)]
+            y = torch.zeros(5)
+            ops = [dist.P2POp(dist.irecv, y, peer, tag=5), dist.P2POp(dist.isend, x, peer, tag=7)]
         reqs = dist.batch_isend_irecv(ops)
         if rank == 0:
             reqs[0].wait()
             assert torch.equal(y, torch.full((4,), 3.0)), y
         else:
-            expect_error(reqs[0].wait, "tag")
+            expect_error(reqs[0].wait, "expected 20 bytes with tag 5")
             assert reqs[0].exception() is not None
 
     # API misuse, and an empty window.
@@ -162,12 +163,11 @@ def hooks(rank, world):
     dist.irecv(r, left).wait()
     bad = None
     if rank < 2:  # a receive that fails: no hook
-        z = torch.empty(4)
         if rank == 0:
             dist.send(torch.ones(4), 1, tag=1)
         else:
-            bad = dist.irecv(z, 0, tag=2)
-            expect_error(bad.wait, "tag")
+            bad = dist.irecv(torch.empty(3), 0, tag=1)
+            expect_error(bad.wait, "expected 12 bytes with tag 1")
     pg._wait_for_pending_works()
     ok_ops = 4
     assert len(infos) == ok_ops + (1 if rank == 0 else 0), [i.op_type for i in infos]
