@@ -188,5 +188,35 @@ TEST(EngineInbox, ACollectiveReceiveOfAnotherSizeIsAMismatchOfTheStream) {
   EXPECT_TRUE(sink.kept.empty());
 }
 
+// A request's own error is thrown for that request until a request at its address is
+// published again; a peer's or the transport's error is thrown as before.
+TEST(EngineErrors, AnOwnErrorBelongsToItsRequestUntilItIsPublishedAgain) {
+  Engine engine(0);
+  std::lock_guard<std::mutex> lk(engine.mutex());
+  const std::optional<Error> peerError = Error(ErrorCode::PeerLost, "the peer is gone");
+  auto thrown = [&](const Request& r) {
+    try {
+      engine.throwFailure(r, peerError, "rank 1");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("nothing");
+  };
+  Request a, b;
+  engine.keepError(a, Error(ErrorCode::Mismatch, "a's size"));
+  engine.publish(a, State::Failed, false);
+  EXPECT_TRUE(Engine::failedAlone(a));
+  EXPECT_FALSE(Engine::failedByTransport(a));
+  EXPECT_NE(thrown(a).find("a's size"), std::string::npos);
+  EXPECT_NE(thrown(a).find("a's size"), std::string::npos) << "thrown again";
+  engine.publish(b, State::Failed, true);  // another request: the peer's error
+  EXPECT_FALSE(Engine::failedAlone(b));
+  EXPECT_NE(thrown(b).find("the peer is gone"), std::string::npos);
+  engine.publish(a, State::Done, false);  // a reused: its old error is gone
+  engine.publish(a, State::Failed, true);
+  EXPECT_FALSE(Engine::failedAlone(a));
+  EXPECT_NE(thrown(a).find("the peer is gone"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid::transport::engine
