@@ -86,11 +86,28 @@ Inbox::Posted Inbox::post(Request& req, std::optional<Error>& error) {
   return Posted::Queued;
 }
 
+Request* Inbox::failOtherSizes(Request*& prev, Request* r, std::uint64_t tag, std::size_t bytes,
+                               std::uint64_t lane) {
+  while (r != nullptr) {
+    if (r->lane != lane || r->tag != tag) {
+      prev = r;
+      r = r->next;
+    } else if (r->bytes != bytes) {  // fails alone; the message goes on to the next
+      Request* next = r->next;
+      recvs_.unlink(prev, *r);
+      failAlone(*r, tag, bytes);
+      r = next;
+    } else {
+      return r;
+    }
+  }
+  return nullptr;
+}
+
 // The observer is not told: it hears of mismatches that break the stream (the ranks called
 // different collectives), which this is not.
 void Inbox::failAlone(Request& req, std::uint64_t tag, std::size_t bytes) {
-  sink_->keepError(req, mismatchText(*sink_, self_, description_, req, tag, bytes));
-  sink_->finish(req, State::Failed, false);
+  sink_->finishAlone(req, mismatchText(*sink_, self_, description_, req, tag, bytes));
 }
 
 Inbox::Arrival Inbox::arrive(std::uint64_t tag, std::size_t bytes, std::size_t maxHeldBytes,
@@ -99,19 +116,10 @@ Inbox::Arrival Inbox::arrive(std::uint64_t tag, std::size_t bytes, std::size_t m
   const bool p2p = isP2P(tag);
   Request* prev = nullptr;
   Request* r = discard ? nullptr : recvs_.front();
-  while (r != nullptr) {
-    if (r->lane != lane || (p2p ? r->tag != tag : isP2P(r->tag))) {
-      prev = r;
-      r = r->next;
-    } else if (p2p && r->bytes != bytes) {  // fails alone; the message goes on to the next
-      Request* next = r->next;
-      recvs_.unlink(prev, *r);
-      failAlone(*r, tag, bytes);
-      r = next;
-    } else {
-      break;
-    }
-  }
+  for (; r != nullptr; prev = r, r = r->next)
+    if (r->lane == lane && (p2p ? r->tag == tag : !isP2P(r->tag))) break;
+  if (p2p && r != nullptr && r->bytes != bytes) [[unlikely]]
+    r = failOtherSizes(prev, r, tag, bytes, lane);
   if (r == nullptr) {
     if (!p2p && !discard && !(holdWhileOthersWait && !recvs_.empty())) return Arrival::Stall;
     if (bytes > maxHeldBytes) return Arrival::TooLarge;
@@ -248,25 +256,18 @@ void Inbox::dropLane(std::uint64_t lane) {
 
 // ---- Engine ----
 
-void Engine::keepError(const Request& req, Error error) {
+void Engine::publishAlone(Request& req, Error error) {
   const auto it = std::find_if(ownErrors_.begin(), ownErrors_.end(),
                                [&](const OwnError& e) { return e.req == &req; });
   if (it != ownErrors_.end())
-    *it = OwnError{&req, std::move(error), true};
-  else
-    ownErrors_.push_back(OwnError{&req, std::move(error), true});
-}
-
-void Engine::settleOwnError(Request& req) noexcept {
-  const auto it = std::find_if(ownErrors_.begin(), ownErrors_.end(),
-                               [&](const OwnError& e) { return e.req == &req; });
-  if (it == ownErrors_.end()) return;
-  if (it->fresh && req.aux != 0) {
-    it->fresh = false;
-    req.aux = kAuxOwnError;
-  } else {
     ownErrors_.erase(it);
-  }
+  else if (ownErrors_.size() == kMaxOwnErrors)
+    ownErrors_.erase(ownErrors_.begin());
+  ownErrors_.push_back(OwnError{&req, std::move(error)});
+  req.aux = kAuxOwnError;
+  req.next = nullptr;
+  completed_ = true;
+  req.state.store(State::Failed, std::memory_order_release);
 }
 
 void Engine::throwFailure(const Request& req, const std::optional<Error>& peerError,

@@ -19,7 +19,7 @@
 //   - Errors: Timeout (timeoutError: the peer, the direction, the size and why the request
 //     stalls), Mismatch, PeerLost and Aborted are Error values kept by the peer (its link
 //     failed), by the Engine (the whole transport failed) or, for a P2P size mismatch, by the
-//     Engine for that request alone (CompletionSink::keepError); Engine::throwFailure() throws
+//     Engine for that request alone (CompletionSink::finishAlone); Engine::throwFailure() throws
 //     the right one for a failed request.
 //   - Waiting: waitLoop() is the one wait policy: poll without yielding for busyPoll, then poll
 //     and yield the CPU between polls until `spin`, then sleep through the transport's hook
@@ -131,9 +131,9 @@ class CompletionSink {
   /// `req` left the peer: Done, or Failed with the error kept by the peer (peerError) or by the
   /// transport. The sink publishes the state; the peer no longer touches req.
   virtual void finish(Request& req, State state, bool peerError) = 0;
-  /// The next finish(req, Failed, ...) fails `req` with `error`, its own (a P2P receive whose
-  /// size differs from its message), not the peer's or the transport's.
-  virtual void keepError(const Request& req, Error error) = 0;
+  /// `req` left the peer Failed with `error`, its own (a P2P receive whose size differs from its
+  /// message), not the peer's or the transport's. As finish(), with Engine::publishAlone.
+  virtual void finishAlone(Request& req, Error error) = 0;
   /// The tag in words, for Mismatch errors (never throws).
   virtual std::string tagText(std::uint64_t tag) const = 0;
   /// A receive from `peer` expected tag `expected` but the peer sent `received`.
@@ -325,6 +325,11 @@ class Inbox {
   /// Fails `req` (a P2P receive, not queued) with its own Mismatch against a message of
   /// {tag, bytes}.
   void failAlone(Request& req, std::uint64_t tag, std::size_t bytes);
+  /// From `r`, the first posted receive of a P2P message {tag, bytes} of `lane`: fails those of
+  /// its tag and lane with another size on the way (failAlone) and returns the first of its size
+  /// (`prev` then its predecessor), or nullptr.
+  Request* failOtherSizes(Request*& prev, Request* r, std::uint64_t tag, std::size_t bytes,
+                          std::uint64_t lane);
 };
 
 /// How a waiter spends its time before it sleeps.
@@ -399,13 +404,13 @@ class Engine {
   /// the state (its owner may reuse or destroy it as soon as it sees the new state).
   void publish(Request& req, State state, bool peerError) noexcept {
     req.aux = state == State::Done ? 0 : peerError ? kAuxPeerError : kAuxTransportError;
-    if (!ownErrors_.empty()) settleOwnError(req);
     req.next = nullptr;
     completed_ = true;
     req.state.store(state, std::memory_order_release);
   }
-  /// CompletionSink::keepError: the next publish(req, Failed) fails req with `error`.
-  void keepError(const Request& req, Error error);
+  /// publish(req, Failed) with an error of its own (CompletionSink::finishAlone), which
+  /// throwFailure() throws for it.
+  void publishAlone(Request& req, Error error);
   /// True (once) when a request was published since the last call, or the transport failed.
   bool takeCompleted() noexcept {
     const bool c = completed_;
@@ -418,7 +423,7 @@ class Engine {
   static bool failedByTransport(const Request& req) noexcept {
     return (req.aux & kAuxTransportError) != 0;
   }
-  /// Whether a Failed request failed with an error of its own (keepError).
+  /// Whether a Failed request failed with an error of its own (publishAlone).
   static bool failedAlone(const Request& req) noexcept { return (req.aux & kAuxOwnError) != 0; }
   /// The transport's failure (Timeout, Aborted, Internal), if any: every later request fails
   /// with it.
@@ -441,7 +446,7 @@ class Engine {
     else
       peer.postRecv(req);
   }
-  /// Throws the error of a Failed request: its own (keepError), else the
+  /// Throws the error of a Failed request: its own (publishAlone), else the
   /// transport's, else `peerError` (the peer's).
   [[noreturn]] void throwFailure(const Request& req, const std::optional<Error>& peerError,
                                  const std::string& peerDescription) const;
@@ -451,22 +456,20 @@ class Engine {
   static constexpr std::size_t kAuxTransportError = 4;
   static constexpr std::size_t kAuxOwnError = 8;
 
-  /// A request's own error: `fresh` until its publish(Failed), then kept (thrown by every
-  /// throwFailure) until the next publish of a request at that address.
+  /// A request's own error, by the request's address: read only while the request's aux says
+  /// so (a later publish() at the address says otherwise), replaced by the next one there.
   struct OwnError {
     const Request* req;
     Error error;
-    bool fresh;
   };
-  /// publish() of a request with an entry: marks a fresh one as its error, drops a stale one
-  /// (of an earlier post at this address that nobody waited for).
-  void settleOwnError(Request& req) noexcept;
+  /// The most own errors kept: the oldest goes first (its request long since reused or gone).
+  static constexpr std::size_t kMaxOwnErrors = 64;
 
   const int rank_;
   std::mutex mu_;
   std::optional<Error> failed_;
   bool completed_ = false;
-  std::vector<OwnError> ownErrors_;  // few: P2P receives failed by a size mismatch
+  std::vector<OwnError> ownErrors_;  // P2P receives failed by a size mismatch, oldest first
 };
 
 }  // namespace braid::transport::engine

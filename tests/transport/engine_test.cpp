@@ -19,14 +19,15 @@ namespace {
 class Sink final : public CompletionSink {
  public:
   std::vector<std::pair<Request*, State>> finished;
-  std::vector<std::pair<const Request*, std::string>> kept;  // keepError, in order
+  std::vector<std::pair<const Request*, std::string>> kept;  // finishAlone's errors, in order
   void finish(Request& req, State state, bool) override {
     finished.emplace_back(&req, state);
     req.state.store(state);
   }
-  void keepError(const Request& req, Error error) override {
+  void finishAlone(Request& req, Error error) override {
     EXPECT_EQ(error.code(), ErrorCode::Mismatch);
     kept.emplace_back(&req, error.what());
+    finish(req, State::Failed, false);
   }
   std::string tagText(std::uint64_t tag) const override { return "tag " + std::to_string(tag); }
   void mismatchSeen(int, std::uint64_t, std::uint64_t) const override {}
@@ -203,8 +204,8 @@ TEST(EngineErrors, AnOwnErrorBelongsToItsRequestUntilItIsPublishedAgain) {
     return std::string("nothing");
   };
   Request a, b;
-  engine.keepError(a, Error(ErrorCode::Mismatch, "a's size"));
-  engine.publish(a, State::Failed, false);
+  engine.publishAlone(a, Error(ErrorCode::Mismatch, "a's size"));
+  EXPECT_EQ(a.state.load(), State::Failed);
   EXPECT_TRUE(Engine::failedAlone(a));
   EXPECT_FALSE(Engine::failedByTransport(a));
   EXPECT_NE(thrown(a).find("a's size"), std::string::npos);

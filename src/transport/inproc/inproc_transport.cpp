@@ -47,10 +47,11 @@ struct InprocFabric::State {
     InprocEndpoint* receiver = nullptr;        // dst's endpoint while it exists (tag texts)
     ErrorCode failCode = ErrorCode::Internal;  // how inbox.failAll() fails dst's receives
     std::string failWhy;
-    std::optional<Error> ownError;  // keepError: the next failed receive's own error
 
     void finish(Request& req, State_ state, bool) override;
-    void keepError(const Request&, Error error) override { ownError = std::move(error); }
+    void finishAlone(Request& req, Error error) override {
+      fabric->fail(req, dst, error.code(), error.detail());
+    }
     std::string tagText(std::uint64_t tag) const override;
     void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override;
   };
@@ -332,15 +333,10 @@ class InprocEndpoint final : public Transport {
 }  // namespace
 
 void InprocFabric::State::Channel::finish(Request& req, State_ state, bool) {
-  if (state == State_::Done) {
+  if (state == State_::Done)
     fabric->complete(req, dst);
-  } else if (ownError) {
-    const Error own = std::move(*ownError);
-    ownError.reset();
-    fabric->fail(req, dst, own.code(), own.detail());
-  } else {
+  else
     fabric->fail(req, dst, failCode, failWhy);
-  }
 }
 
 std::string InprocFabric::State::Channel::tagText(std::uint64_t tag) const {

@@ -147,8 +147,8 @@ class ShmTransportImpl final : public ShmTransport, private shm::CompletionSink 
  private:
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool channelError) override;
-  void keepError(const Request& req, Error error) override {
-    engine_.keepError(req, std::move(error));
+  void finishAlone(Request& req, Error error) override {
+    engine_.publishAlone(req, std::move(error));  // the last touch
   }
   std::string tagText(std::uint64_t tag) const override;
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {

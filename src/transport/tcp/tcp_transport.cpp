@@ -205,6 +205,12 @@ void TcpTransport::finish(Request& req, State state, bool connectionError) {
   engine_.publish(req, state, connectionError);  // the last touch
 }
 
+void TcpTransport::finishAlone(Request& req, Error error) {
+  if ((req.aux & kAuxBackground) != 0) --backgroundWork_;
+  if (&req == sleeperRequest_) kickSleeper_ = true;
+  engine_.publishAlone(req, std::move(error));  // the last touch
+}
+
 void TcpTransport::notifyCompletions() {
   if (!engine_.takeCompleted()) return;
   if (cvWaiters_ > 0) waitCv_.notify_all();

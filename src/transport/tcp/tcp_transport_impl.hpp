@@ -98,9 +98,7 @@ class TcpTransport final : public Transport, private CompletionSink {
  private:
   // CompletionSink (called with mu_ held).
   void finish(Request& req, State state, bool connectionError) override;
-  void keepError(const Request& req, Error error) override {
-    engine_.keepError(req, std::move(error));
-  }
+  void finishAlone(Request& req, Error error) override;
   std::string tagText(std::uint64_t tag) const override;
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);

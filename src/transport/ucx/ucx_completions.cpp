@@ -420,4 +420,9 @@ void UcxTransport::finish(Request& req, State state, bool peerError) {
   if (sleepers_ > 0) kick();
 }
 
+void UcxTransport::finishAlone(Request& req, Error error) {
+  engine_.publishAlone(req, std::move(error));  // the last touch
+  if (sleepers_ > 0) kick();
+}
+
 }  // namespace braid::transport::ucx

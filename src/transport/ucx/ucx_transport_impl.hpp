@@ -327,9 +327,7 @@ class UcxTransport final : public Transport, private engine::CompletionSink {
  private:
   // engine::CompletionSink (mu_ held).
   void finish(Request& req, Request::State state, bool peerError) override;
-  void keepError(const Request& req, Error error) override {
-    engine_.keepError(req, std::move(error));
-  }
+  void finishAlone(Request& req, Error error) override;
   std::string tagText(std::uint64_t tag) const override { return describeTag(tag); }
   void mismatchSeen(int peer, std::uint64_t expected, std::uint64_t received) const override {
     noteMismatch(peer, expected, received);
