@@ -349,6 +349,23 @@ def check_send_recv(rank, world):
         if rank == 0:
             dist.recv(torch.empty(1), 1, tag=5)
             dist.send(torch.arange(6.0), 1, tag=4)
+        # Receives from any source wait per tag: the older one (tag 9) does not hold up the
+        # younger (tag 8), whose message comes first.
+        if rank == 1:
+            nine, eight = torch.empty(2), torch.empty(3)
+            w9, w8 = dist.irecv(nine, tag=9), dist.irecv(eight, tag=8)
+            dist.send(torch.ones(1), 0, tag=10)
+            w8.wait()
+            assert w8._source_rank() == 0 and not w9.is_completed()
+            assert_equal(eight, torch.full((3,), 8.0), "any source, tag 8 before tag 9")
+            dist.send(torch.ones(1), 0, tag=11)
+            w9.wait()
+            assert_equal(nine, torch.full((2,), 9.0), "any source, tag 9")
+        else:
+            dist.recv(torch.empty(1), 1, tag=10)
+            dist.send(torch.full((3,), 8.0), 1, tag=8)
+            dist.recv(torch.empty(1), 1, tag=11)
+            dist.send(torch.full((2,), 9.0), 1, tag=9)
     dist.barrier()
 
 
