@@ -69,10 +69,9 @@ void P2P::postHeaderSlotsLocked(std::int64_t tag) {
   }
 }
 
-braid::Work P2P::takeOff(int peer, std::int64_t tag, std::size_t bytes,
-                         std::shared_ptr<at::Tensor>& sink) {
+braid::Work P2P::takeOffLocked(int peer, std::int64_t tag, std::size_t bytes,
+                               std::shared_ptr<at::Tensor>& sink) {
   sink = std::make_shared<at::Tensor>(at::empty({static_cast<std::int64_t>(bytes)}, at::kByte));
-  std::lock_guard<std::mutex> lk(mu_);
   return comm_->recvAsync(bytes ? sink->data_ptr() : nullptr, bytes, kByte, peer, wireTag(tag));
 }
 
@@ -129,7 +128,11 @@ c10::intrusive_ptr<BraidWork> P2P::recv(const std::shared_ptr<OpQueue>& queue, c
       // The payload receive fails alone (Mismatch) and the payload waits: take it off, so that
       // the next message of this tag is read from its header.
       std::shared_ptr<at::Tensor> sink;
-      braid::Work off = self->takeOff(src, tag, h.bytes, sink);
+      braid::Work off;
+      {
+        std::lock_guard<std::mutex> lk(self->mu_);
+        off = self->takeOffLocked(src, tag, h.bytes, sink);
+      }
       try {
         payload.wait();
       } catch (const std::exception&) {
@@ -190,17 +193,12 @@ bool P2P::resolve(const std::shared_ptr<AnyRequest>& req) {
       continue;  // the request's finish() rethrows it
     }
     const Header& h = front->header->header;
-    const std::uint32_t wt = wireTag(front->tag);
     if (h.bytes == front->bytes && h.tag == front->tag) {
-      front->payload =
-          comm_->recvAsync(front->bytes ? front->dst : nullptr, front->bytes, kByte, winner, wt);
+      front->payload = comm_->recvAsync(front->bytes ? front->dst : nullptr, front->bytes, kByte,
+                                        winner, wireTag(front->tag));
     } else {
       // Take the payload off anyway, so this peer's next header of the tag is read as one.
-      auto sink =
-          std::make_shared<at::Tensor>(at::empty({static_cast<std::int64_t>(h.bytes)}, at::kByte));
-      front->payload =
-          comm_->recvAsync(h.bytes ? sink->data_ptr() : nullptr, h.bytes, kByte, winner, wt);
-      front->sink = sink;
+      front->payload = takeOffLocked(winner, front->tag, h.bytes, front->sink);
     }
   }
   return req->header != nullptr;

@@ -78,9 +78,9 @@ class P2P : public std::enable_shared_from_this<P2P> {
   /// completed. True when `req` is resolved (its payload receive is posted).
   bool resolve(const std::shared_ptr<AnyRequest>& req);
   /// Takes the payload of a message whose header said `bytes` off the wire (its receive had
-  /// another size): a receive of its size into a buffer of its own.
-  braid::Work takeOff(int peer, std::int64_t tag, std::size_t bytes,
-                      std::shared_ptr<at::Tensor>& sink);
+  /// another size): a receive of its size into a buffer of its own, `sink`.
+  braid::Work takeOffLocked(int peer, std::int64_t tag, std::size_t bytes,
+                            std::shared_ptr<at::Tensor>& sink);
 
   std::unique_ptr<braid::Comm> comm_;
   std::mutex mu_;
